@@ -1,0 +1,25 @@
+# warren's developer commands. `make test` is the README's test command and
+# what .ci/run runs after scripts/services.sh.
+
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+PKGS := ./...
+
+.PHONY: test lint bench services fuzz
+
+test:
+	go test -race -count=1 -timeout 12m $(PKGS)
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet $(PKGS)
+	go run $(STATICCHECK) $(PKGS)
+
+bench:
+	cd bench && go run . -out RESULTS.md
+
+services:
+	scripts/services.sh
+
+# Short fuzzing of the decoders that read hostile input.
+fuzz:
+	go test -run='^$$' -fuzz=FuzzDecodeEvent -fuzztime=30s .

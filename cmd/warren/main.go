@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one top-level verb. run gets the arguments after the verb.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, env *cliEnv, args []string) error
+}
+
+// commands lists the verbs in the order help shows them.
+var commands = []command{}
+
+// cliEnv is what every command reads and writes, so tests can run commands
+// in process.
+type cliEnv struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// usageError marks a wrong command line: exit status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	env := &cliEnv{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	os.Exit(run(ctx, env, os.Args[1:]))
+}
+
+// run executes one command line and returns the exit status.
+func run(ctx context.Context, env *cliEnv, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(env.stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, env, args[1:])
+		var usage *usageError
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.As(err, &usage):
+			fmt.Fprintf(env.stderr, "warren %s: %v\nRun 'warren %s --help' for usage.\n", c.name, err, c.name)
+			return 2
+		default:
+			fmt.Fprintf(env.stderr, "warren %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(env.stderr, "warren: unknown command %q\nRun 'warren --help' for usage.\n", args[0])
+	return 2
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "warren operates event-driven services on RabbitMQ: dead letters, the outbox relay, the demo.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Usage:")
+	fmt.Fprintln(w, "  warren <command> [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Environment: AMQP_URL, DATABASE_URL, REDIS_URL (local defaults).")
+	fmt.Fprintln(w, "Run 'warren <command> --help' for a command's usage.")
+}

@@ -1,0 +1,76 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Result is what a claim found.
+type Result uint8
+
+const (
+	// Acquired: the caller holds the lease and should run the handler.
+	Acquired Result = iota + 1
+	// Done: the key was completed before and its retention has not ended;
+	// the event is a duplicate.
+	Done
+	// Busy: another claimer holds an unexpired lease; try again later.
+	Busy
+)
+
+func (r Result) String() string {
+	switch r {
+	case Acquired:
+		return "acquired"
+	case Done:
+		return "done"
+	case Busy:
+		return "busy"
+	}
+	return "unknown"
+}
+
+// Claim is the answer to [Store.Claim]. When Result is [Acquired], Token
+// proves ownership to Complete and Release.
+type Claim struct {
+	Key    string
+	Token  string
+	Result Result
+}
+
+// ErrLeaseLost is returned by Complete and Release when the claim's token no
+// longer holds the key: the lease ran out and another claimer took it over.
+// A handler whose completion fails this way may have run twice; the store
+// did not lose track of the key.
+var ErrLeaseLost = errors.New("dedup: lease lost")
+
+// Store hands out leases on keys. Implementations must be safe for
+// concurrent use by many goroutines and processes.
+type Store interface {
+	// Claim tries to take key for lease. It takes over a key whose
+	// previous lease has expired without completion.
+	Claim(ctx context.Context, key string, lease time.Duration) (Claim, error)
+
+	// Complete marks the claimed key done; it stays done for the store's
+	// retention period. It fails with ErrLeaseLost when c no longer holds
+	// the key.
+	Complete(ctx context.Context, c Claim) error
+
+	// Release gives the key up so that the next claim acquires it at
+	// once. Releasing a claim that no longer holds the key is not an error
+	// and changes nothing.
+	Release(ctx context.Context, c Claim) error
+}
+
+// Transactor is implemented by stores that can mark a claim done inside a
+// database transaction the handler also writes in (dedup/postgres). With
+// it, the handler's writes and the done-mark commit or roll back together,
+// so the handler's database effects happen exactly once.
+type Transactor interface {
+	// WithinTx begins a transaction, calls fn with a context that carries
+	// it (the store's package says how to get it out), and when fn returns
+	// nil marks c done in the same transaction and commits. When fn fails,
+	// or the mark fails (ErrLeaseLost), it rolls back and returns the error.
+	WithinTx(ctx context.Context, c Claim, fn func(ctx context.Context) error) error
+}

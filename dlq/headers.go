@@ -1,0 +1,299 @@
+package dlq
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Header names. All start with x-warren- so they never collide with a
+// producer's own headers.
+const (
+	HeaderError            = "x-warren-error"             // last error text
+	HeaderErrorClass       = "x-warren-error-class"       // a Class; only on dead messages
+	HeaderAttempts         = "x-warren-attempts"          // attempts made so far
+	HeaderFirstFailure     = "x-warren-first-failure"     // RFC 3339 time of the first failure
+	HeaderLastFailure      = "x-warren-last-failure"      // RFC 3339 time of the latest failure
+	HeaderOriginQueue      = "x-warren-origin-queue"      // queue the message failed in
+	HeaderOriginExchange   = "x-warren-origin-exchange"   // exchange it was first published to
+	HeaderOriginRoutingKey = "x-warren-origin-routing-key" // routing key it was first published with
+	HeaderConsumer         = "x-warren-consumer"          // consumer name
+	HeaderHost             = "x-warren-host"              // host the consumer ran on
+	HeaderReplays          = "x-warren-replays"           // times the message was replayed from a DLQ
+)
+
+// Class says why a message is dead.
+type Class string
+
+// The classes of dead messages.
+const (
+	ClassPermanent   Class = "permanent"   // the handler said retrying cannot help
+	ClassExhausted   Class = "exhausted"   // transient failures used up every attempt
+	ClassUndecodable Class = "undecodable" // the body is not a valid event
+	ClassUnhandled   Class = "unhandled"   // no handler matches the event type
+	ClassExpired     Class = "expired"     // the message outlived its queue's TTL
+)
+
+// MaxErrorLen bounds the error text stored in a header, so a handler that
+// returns a huge error (a whole HTTP response) cannot bloat every message.
+const MaxErrorLen = 2048
+
+// QueueName is the dead-letter queue of the consumer called consumer.
+func QueueName(consumer string) string { return consumer + ".dlq" }
+
+// ExchangeName is the dead-letter exchange of the consumer called consumer,
+// where RabbitMQ sends messages that expire in its queue.
+func ExchangeName(consumer string) string { return consumer + ".dlx" }
+
+// Failure is one failed attempt, as the consumer records it.
+type Failure struct {
+	Err        string
+	At         time.Time
+	Queue      string // the queue the attempt consumed from
+	Exchange   string // the delivery's exchange
+	RoutingKey string // the delivery's routing key
+	Consumer   string
+	Host       string
+}
+
+// Stamp returns a copy of headers that records f as the latest failure and
+// attempts as the attempts made. The origin exchange and routing key and the
+// first failure time are kept from earlier stamps, so they name where the
+// message entered the system, not the retry queue it came back from. With a
+// non-empty class the message is marked dead.
+func Stamp(headers amqp.Table, f Failure, attempts int, class Class) amqp.Table {
+	out := make(amqp.Table, len(headers)+11)
+	for k, v := range headers {
+		out[k] = v
+	}
+	at := f.At.UTC().Format(time.RFC3339Nano)
+	setOnce := func(name, value string) {
+		if s, ok := out[name].(string); !ok || s == "" {
+			out[name] = value
+		}
+	}
+	setOnce(HeaderFirstFailure, at)
+	setOnce(HeaderOriginExchange, f.Exchange)
+	setOnce(HeaderOriginRoutingKey, f.RoutingKey)
+	out[HeaderLastFailure] = at
+	out[HeaderError] = truncate(f.Err, MaxErrorLen)
+	out[HeaderAttempts] = int32(min(attempts, math.MaxInt32))
+	out[HeaderOriginQueue] = f.Queue
+	out[HeaderConsumer] = f.Consumer
+	out[HeaderHost] = f.Host
+	if class != "" {
+		out[HeaderErrorClass] = string(class)
+	} else {
+		delete(out, HeaderErrorClass)
+	}
+	return out
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(truncated)"
+}
+
+// Death is one entry of RabbitMQ's x-death header: the broker's own record
+// of a message being dead-lettered from a queue.
+type Death struct {
+	Queue       string
+	Reason      string // "expired", "rejected", "maxlen", "delivery_limit"
+	Exchange    string
+	RoutingKeys []string
+	Count       int64
+	Time        time.Time
+}
+
+// Metadata is everything the headers of a message say about its failures.
+type Metadata struct {
+	Error            string
+	Class            Class
+	Attempts         int
+	FirstFailure     time.Time
+	LastFailure      time.Time
+	OriginQueue      string
+	OriginExchange   string
+	OriginRoutingKey string
+	Consumer         string
+	Host             string
+	Replays          int
+	Deaths           []Death // x-death, most recent first
+
+	// Problems lists headers that were present but unreadable. Headers come
+	// from outside and are not trusted; a bad one is reported, not fatal.
+	Problems []string
+}
+
+// ParseMetadata reads the failure metadata from a message's headers. It
+// never fails: headers of unexpected types are listed in Problems. A message
+// that carries no class of warren's but whose latest x-death entry says
+// "expired" is classed [ClassExpired], with its origin taken from x-death.
+func ParseMetadata(headers amqp.Table) Metadata {
+	var m Metadata
+	r := reader{h: headers, m: &m}
+	m.Error = r.str(HeaderError)
+	m.Class = Class(r.str(HeaderErrorClass))
+	m.Attempts = r.int(HeaderAttempts)
+	m.FirstFailure = r.time(HeaderFirstFailure)
+	m.LastFailure = r.time(HeaderLastFailure)
+	m.OriginQueue = r.str(HeaderOriginQueue)
+	m.OriginExchange = r.str(HeaderOriginExchange)
+	m.OriginRoutingKey = r.str(HeaderOriginRoutingKey)
+	m.Consumer = r.str(HeaderConsumer)
+	m.Host = r.str(HeaderHost)
+	m.Replays = r.int(HeaderReplays)
+	m.Deaths = r.deaths()
+
+	if m.Class == "" && len(m.Deaths) > 0 && m.Deaths[0].Reason == "expired" {
+		d := m.Deaths[0]
+		m.Class = ClassExpired
+		m.OriginQueue = d.Queue
+		if m.OriginExchange == "" {
+			m.OriginExchange = d.Exchange
+			if len(d.RoutingKeys) > 0 {
+				m.OriginRoutingKey = d.RoutingKeys[0]
+			}
+		}
+		if m.Error == "" {
+			m.Error = "message expired in queue " + d.Queue
+		}
+		if m.LastFailure.IsZero() {
+			m.LastFailure = d.Time
+		}
+		if m.FirstFailure.IsZero() {
+			m.FirstFailure = d.Time
+		}
+	}
+	return m
+}
+
+type reader struct {
+	h amqp.Table
+	m *Metadata
+}
+
+func (r reader) problem(name string, v any, want string) {
+	r.m.Problems = append(r.m.Problems, fmt.Sprintf("header %s: want %s, got %T", name, want, v))
+}
+
+func (r reader) str(name string) string {
+	v, ok := r.h[name]
+	if !ok || v == nil {
+		return ""
+	}
+	switch s := v.(type) {
+	case string:
+		return s
+	case []byte:
+		return string(s)
+	}
+	r.problem(name, v, "a string")
+	return ""
+}
+
+func (r reader) int(name string) int {
+	v, ok := r.h[name]
+	if !ok || v == nil {
+		return 0
+	}
+	if n, ok := toInt64(v); ok {
+		return int(n)
+	}
+	if s, ok := v.(string); ok {
+		if n, err := strconv.Atoi(s); err == nil {
+			return n
+		}
+	}
+	r.problem(name, v, "an integer")
+	return 0
+}
+
+func (r reader) time(name string) time.Time {
+	v, ok := r.h[name]
+	if !ok || v == nil {
+		return time.Time{}
+	}
+	switch t := v.(type) {
+	case time.Time:
+		return t
+	case string:
+		if parsed, err := time.Parse(time.RFC3339Nano, t); err == nil {
+			return parsed
+		}
+	}
+	r.problem(name, v, "an RFC 3339 time")
+	return time.Time{}
+}
+
+func (r reader) deaths() []Death {
+	v, ok := r.h["x-death"]
+	if !ok || v == nil {
+		return nil
+	}
+	list, ok := v.([]any)
+	if !ok {
+		r.problem("x-death", v, "an array")
+		return nil
+	}
+	var out []Death
+	for i, item := range list {
+		t, ok := item.(amqp.Table)
+		if !ok {
+			r.problem(fmt.Sprintf("x-death[%d]", i), item, "a table")
+			continue
+		}
+		d := Death{}
+		d.Queue, _ = t["queue"].(string)
+		d.Reason, _ = t["reason"].(string)
+		d.Exchange, _ = t["exchange"].(string)
+		d.Count, _ = toInt64(t["count"])
+		d.Time, _ = t["time"].(time.Time)
+		if keys, ok := t["routing-keys"].([]any); ok {
+			for _, k := range keys {
+				if s, ok := k.(string); ok {
+					d.RoutingKeys = append(d.RoutingKeys, s)
+				}
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+func toInt64(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int8:
+		return int64(n), true
+	case int16:
+		return int64(n), true
+	case int32:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint8:
+		return int64(n), true
+	case uint16:
+		return int64(n), true
+	case uint32:
+		return int64(n), true
+	case uint64:
+		if n > math.MaxInt64 {
+			return 0, false
+		}
+		return int64(n), true
+	}
+	return 0, false
+}

@@ -1,0 +1,371 @@
+package warren
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Event is the envelope of one change in the event stream. Its JSON field
+// names follow the Plane event stream, so producers and consumers written
+// for it interoperate with warren.
+//
+// Fields a producer adds that Event does not know are kept in Extra (and in
+// Payload.Extra for the payload object) and written back by MarshalJSON, so
+// decoding and re-encoding an event never drops data. The consumer goes
+// further and re-publishes the original bytes on retry, dead-letter and
+// replay, so those paths are byte-for-byte.
+type Event struct {
+	ID            string    // event_id: unique, the idempotency key
+	Type          string    // event_type, e.g. "workitem.updated"
+	EntityType    string    // entity_type, e.g. "issue"
+	EntityID      string    // entity_id
+	WorkspaceID   string    // workspace_id
+	ProjectID     string    // project_id (may be empty)
+	InitiatorID   string    // initiator_id (may be empty)
+	InitiatorType string    // initiator_type: "USER", "SYSTEM.IMPORT", "SYSTEM.AUTOMATION", …
+	Payload       Payload   // payload: data and previous_attributes
+	CreatedAt     time.Time // created_at; decoding falls back to "timestamp"
+	Version       string    // version of the envelope, e.g. "1.0"
+
+	// Extra holds top-level fields this version of warren does not know,
+	// as their raw JSON, so they survive a decode and re-encode.
+	Extra map[string]json.RawMessage
+}
+
+// Payload is the body of an event: the entity's new state and the values of
+// the attributes that changed.
+type Payload struct {
+	Data               json.RawMessage // payload.data: the entity after the change
+	PreviousAttributes json.RawMessage // payload.previous_attributes: changed fields' old values
+
+	// Extra holds payload fields other than data and previous_attributes.
+	Extra map[string]json.RawMessage
+}
+
+// Initiator types used by Plane; any other string is allowed.
+const (
+	InitiatorUser             = "USER"
+	InitiatorSystemPrefix     = "SYSTEM."
+	InitiatorSystemImport     = "SYSTEM.IMPORT"
+	InitiatorSystemAutomation = "SYSTEM.AUTOMATION"
+)
+
+// ErrInvalidEvent is wrapped by every error that [DecodeEvent] and
+// [Event.Validate] return, so a caller can tell a bad message from a broken
+// dependency with errors.Is.
+var ErrInvalidEvent = errors.New("invalid event")
+
+// DecodeEvent parses and validates one JSON event. Errors wrap
+// [ErrInvalidEvent] and name the offending field.
+func DecodeEvent(body []byte) (Event, error) {
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD; a body
+	// that is not UTF-8 is not JSON, so it is rejected instead.
+	if !utf8.Valid(body) {
+		return Event{}, &invalidError{msg: "body is not valid UTF-8"}
+	}
+	var ev Event
+	if err := json.Unmarshal(body, &ev); err != nil {
+		var invalid *invalidError
+		if errors.As(err, &invalid) {
+			return Event{}, invalid
+		}
+		return Event{}, &invalidError{msg: "body is not valid JSON: " + err.Error()}
+	}
+	return ev, ev.Validate()
+}
+
+// Validate reports whether the event carries what routing and deduplication
+// need: an event_id and an event_type.
+func (e *Event) Validate() error {
+	switch {
+	case strings.TrimSpace(e.ID) == "":
+		return &invalidError{msg: "event_id is missing or empty"}
+	case strings.TrimSpace(e.Type) == "":
+		return &invalidError{msg: "event_type is missing or empty"}
+	}
+	return nil
+}
+
+// IsSystemInitiated reports whether a system actor (initiator type
+// "SYSTEM.*") caused the event, as opposed to a user.
+func (e *Event) IsSystemInitiated() bool {
+	return strings.HasPrefix(e.InitiatorType, InitiatorSystemPrefix)
+}
+
+// DecodeData unmarshals payload.data into v.
+func (p Payload) DecodeData(v any) error {
+	return decodeRaw("payload.data", p.Data, v)
+}
+
+// DecodePreviousAttributes unmarshals payload.previous_attributes into v.
+func (p Payload) DecodePreviousAttributes(v any) error {
+	return decodeRaw("payload.previous_attributes", p.PreviousAttributes, v)
+}
+
+func decodeRaw(field string, raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return &invalidError{msg: field + " is missing"}
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return &invalidError{msg: fmt.Sprintf("%s: %v", field, err)}
+	}
+	return nil
+}
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return "invalid event: " + e.msg }
+func (e *invalidError) Is(target error) bool { return target == ErrInvalidEvent }
+
+// UnmarshalJSON decodes the Plane envelope. A known field holding the wrong
+// JSON type is an error naming that field; unknown fields go to Extra.
+func (e *Event) UnmarshalJSON(data []byte) error {
+	fields, err := splitObject("event", data)
+	if err != nil {
+		return err
+	}
+	var out Event
+	strs := []struct {
+		name string
+		dst  *string
+	}{
+		{"event_id", &out.ID},
+		{"event_type", &out.Type},
+		{"entity_type", &out.EntityType},
+		{"entity_id", &out.EntityID},
+		{"workspace_id", &out.WorkspaceID},
+		{"project_id", &out.ProjectID},
+		{"initiator_id", &out.InitiatorID},
+		{"initiator_type", &out.InitiatorType},
+		{"version", &out.Version},
+	}
+	for _, f := range strs {
+		if err := takeString(fields, f.name, f.dst); err != nil {
+			return err
+		}
+	}
+	if raw, ok := fields["payload"]; ok {
+		delete(fields, "payload")
+		if !isNull(raw) {
+			if err := out.Payload.UnmarshalJSON(raw); err != nil {
+				return err
+			}
+		}
+	}
+	if raw, ok := fields["created_at"]; ok {
+		delete(fields, "created_at")
+		if out.CreatedAt, err = parseTime("created_at", raw); err != nil {
+			return err
+		}
+	} else if raw, ok := fields["timestamp"]; ok {
+		// Kept in Extra as well, so an event that said "timestamp" says it
+		// again when re-encoded.
+		if out.CreatedAt, err = parseTime("timestamp", raw); err != nil {
+			return err
+		}
+	}
+	if len(fields) > 0 {
+		out.Extra = fields
+	}
+	*e = out
+	return nil
+}
+
+// MarshalJSON encodes the envelope with its known fields followed by Extra.
+// Keys are written in a fixed order so equal events encode to equal bytes.
+func (e Event) MarshalJSON() ([]byte, error) {
+	var w objectWriter
+	w.str("event_id", e.ID, false)
+	w.str("event_type", e.Type, false)
+	w.str("entity_type", e.EntityType, false)
+	w.str("entity_id", e.EntityID, false)
+	w.str("workspace_id", e.WorkspaceID, false)
+	w.str("project_id", e.ProjectID, true)
+	w.str("initiator_id", e.InitiatorID, true)
+	w.str("initiator_type", e.InitiatorType, false)
+	payload, err := e.Payload.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	w.raw("payload", payload)
+	if !e.CreatedAt.IsZero() {
+		w.str("created_at", e.CreatedAt.UTC().Format(time.RFC3339Nano), false)
+	}
+	w.str("version", e.Version, true)
+	return w.finish(e.Extra)
+}
+
+// UnmarshalJSON decodes data and previous_attributes; other keys go to Extra.
+func (p *Payload) UnmarshalJSON(data []byte) error {
+	fields, err := splitObject("payload", data)
+	if err != nil {
+		return err
+	}
+	var out Payload
+	for name, dst := range map[string]*json.RawMessage{"data": &out.Data, "previous_attributes": &out.PreviousAttributes} {
+		if raw, ok := fields[name]; ok {
+			delete(fields, name)
+			*dst = raw
+		}
+	}
+	if len(fields) > 0 {
+		out.Extra = fields
+	}
+	*p = out
+	return nil
+}
+
+// MarshalJSON encodes data, previous_attributes and Extra; absent parts are
+// written as null so consumers see the same keys on every event.
+func (p Payload) MarshalJSON() ([]byte, error) {
+	var w objectWriter
+	w.raw("data", orNull(p.Data))
+	w.raw("previous_attributes", orNull(p.PreviousAttributes))
+	return w.finish(p.Extra)
+}
+
+// splitObject decodes a JSON object into its raw fields.
+func splitObject(what string, data []byte) (map[string]json.RawMessage, error) {
+	if isNull(data) {
+		return nil, &invalidError{msg: what + " is null"}
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(data, &fields); err != nil {
+		return nil, &invalidError{msg: fmt.Sprintf("%s is not a JSON object: %v", what, err)}
+	}
+	if fields == nil {
+		fields = map[string]json.RawMessage{}
+	}
+	return fields, nil
+}
+
+// takeString moves fields[name] into dst. null and absence both leave dst
+// empty; any JSON type other than a string is an error naming the field.
+func takeString(fields map[string]json.RawMessage, name string, dst *string) error {
+	raw, ok := fields[name]
+	if !ok {
+		return nil
+	}
+	delete(fields, name)
+	if isNull(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, dst); err != nil {
+		return &invalidError{msg: fmt.Sprintf("%s must be a string, got %s", name, jsonKind(raw))}
+	}
+	return nil
+}
+
+// parseTime accepts an RFC 3339 string or a number of Unix seconds, the two
+// shapes producers use for event times.
+func parseTime(name string, raw json.RawMessage) (time.Time, error) {
+	if isNull(raw) {
+		return time.Time{}, nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return time.Time{}, &invalidError{msg: fmt.Sprintf("%s: %q is not an RFC 3339 time", name, s)}
+		}
+		return t, nil
+	}
+	var secs float64
+	if json.Unmarshal(raw, &secs) == nil && !math.IsInf(secs, 0) && math.Abs(secs) < 1e12 {
+		whole, frac := math.Modf(secs)
+		return time.Unix(int64(whole), int64(frac*1e9)).UTC(), nil
+	}
+	return time.Time{}, &invalidError{msg: fmt.Sprintf("%s must be an RFC 3339 string or Unix seconds, got %s", name, jsonKind(raw))}
+}
+
+func isNull(raw []byte) bool { return string(bytes.TrimSpace(raw)) == "null" }
+
+func orNull(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}
+
+func jsonKind(raw []byte) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return "nothing"
+	}
+	switch raw[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	default:
+		return "a number"
+	}
+}
+
+// objectWriter builds a JSON object with known keys first and extra keys
+// after them in sorted order.
+type objectWriter struct {
+	buf  bytes.Buffer
+	seen map[string]bool
+}
+
+func (w *objectWriter) key(name string) {
+	if w.buf.Len() == 0 {
+		w.buf.WriteByte('{')
+	} else {
+		w.buf.WriteByte(',')
+	}
+	w.buf.WriteString(strconv.Quote(name))
+	w.buf.WriteByte(':')
+	if w.seen == nil {
+		w.seen = map[string]bool{}
+	}
+	w.seen[name] = true
+}
+
+func (w *objectWriter) str(name, value string, omitEmpty bool) {
+	if omitEmpty && value == "" {
+		return
+	}
+	w.key(name)
+	b, _ := json.Marshal(value) // a string always marshals
+	w.buf.Write(b)
+}
+
+func (w *objectWriter) raw(name string, value json.RawMessage) {
+	w.key(name)
+	w.buf.Write(value)
+}
+
+func (w *objectWriter) finish(extra map[string]json.RawMessage) ([]byte, error) {
+	for _, name := range slices.Sorted(maps.Keys(extra)) {
+		if w.seen[name] {
+			continue // a known field wins over a stale copy in Extra
+		}
+		value := extra[name]
+		if !json.Valid(value) {
+			return nil, fmt.Errorf("warren: extra field %q holds invalid JSON", name)
+		}
+		w.raw(name, value)
+	}
+	if w.buf.Len() == 0 {
+		w.buf.WriteByte('{')
+	}
+	w.buf.WriteByte('}')
+	return w.buf.Bytes(), nil
+}

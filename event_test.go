@@ -1,0 +1,178 @@
+package warren_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren"
+)
+
+const planeEvent = `{"event_id":"5b0e8a7e-3f1c-4c1e-9d55-0c6f3e2b9a11","event_type":"workitem.updated",` +
+	`"entity_type":"issue","entity_id":"e1","workspace_id":"w1","project_id":"p1",` +
+	`"initiator_id":"u1","initiator_type":"USER",` +
+	`"payload":{"data":{"state":"done","priority":"high"},"previous_attributes":{"state":"todo"},"diff_version":2},` +
+	`"timestamp":"2026-11-29T10:00:00.123Z","version":"1.0","trace":{"span":"abc"}}`
+
+func TestDecodeEventKnownFields(t *testing.T) {
+	ev, err := warren.DecodeEvent([]byte(planeEvent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"ID": ev.ID, "Type": ev.Type, "EntityType": ev.EntityType, "EntityID": ev.EntityID,
+		"WorkspaceID": ev.WorkspaceID, "ProjectID": ev.ProjectID, "InitiatorID": ev.InitiatorID,
+		"InitiatorType": ev.InitiatorType, "Version": ev.Version,
+	}
+	got := map[string]string{
+		"ID": "5b0e8a7e-3f1c-4c1e-9d55-0c6f3e2b9a11", "Type": "workitem.updated", "EntityType": "issue",
+		"EntityID": "e1", "WorkspaceID": "w1", "ProjectID": "p1", "InitiatorID": "u1",
+		"InitiatorType": "USER", "Version": "1.0",
+	}
+	for k := range want {
+		if want[k] != got[k] {
+			t.Errorf("%s = %q, want %q", k, want[k], got[k])
+		}
+	}
+	if !ev.CreatedAt.Equal(time.Date(2026, 11, 29, 10, 0, 0, 123e6, time.UTC)) {
+		t.Errorf("CreatedAt = %v, want the timestamp field", ev.CreatedAt)
+	}
+	var data struct{ State, Priority string }
+	if err := ev.Payload.DecodeData(&data); err != nil || data.State != "done" || data.Priority != "high" {
+		t.Errorf("DecodeData = %+v, %v", data, err)
+	}
+	var prev struct{ State string }
+	if err := ev.Payload.DecodePreviousAttributes(&prev); err != nil || prev.State != "todo" {
+		t.Errorf("DecodePreviousAttributes = %+v, %v", prev, err)
+	}
+}
+
+// Unknown fields at the top level and inside payload survive a decode and
+// re-encode, field for field.
+func TestEventRoundTripKeepsUnknownFields(t *testing.T) {
+	ev, err := warren.DecodeEvent([]byte(planeEvent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var before, after map[string]any
+	if err := json.Unmarshal([]byte(planeEvent), &before); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(out, &after); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range before {
+		if !jsonEqual(t, v, after[k]) {
+			t.Errorf("field %q: before %v, after %v", k, v, after[k])
+		}
+	}
+	if after["created_at"] == nil {
+		t.Error("re-encoded event lacks created_at")
+	}
+	again, err := warren.DecodeEvent(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out2, _ := json.Marshal(again)
+	if string(out) != string(out2) {
+		t.Errorf("encoding is not stable:\n%s\n%s", out, out2)
+	}
+}
+
+func jsonEqual(t *testing.T, a, b any) bool {
+	t.Helper()
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+func TestDecodeEventRejects(t *testing.T) {
+	cases := []struct {
+		name, body, wantInError string
+	}{
+		{"not json", `{"event_id":`, "body is not valid JSON"},
+		{"array", `[1,2]`, "not a JSON object"},
+		{"null", `null`, "event is null"},
+		{"missing id", `{"event_type":"workitem.created"}`, "event_id is missing"},
+		{"empty id", `{"event_id":"  ","event_type":"workitem.created"}`, "event_id is missing or empty"},
+		{"missing type", `{"event_id":"a"}`, "event_type is missing"},
+		{"id is a number", `{"event_id":42,"event_type":"x"}`, "event_id must be a string, got a number"},
+		{"type is an object", `{"event_id":"a","event_type":{}}`, "event_type must be a string, got an object"},
+		{"payload is a string", `{"event_id":"a","event_type":"x","payload":"p"}`, "payload is not a JSON object"},
+		{"bad time", `{"event_id":"a","event_type":"x","created_at":"yesterday"}`, "not an RFC 3339 time"},
+		{"time is bool", `{"event_id":"a","event_type":"x","created_at":true}`, "got a boolean"},
+		{"not utf-8", "{\"event_id\":\"a\xff\",\"event_type\":\"x\"}", "not valid UTF-8"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := warren.DecodeEvent([]byte(tc.body))
+			if err == nil {
+				t.Fatal("DecodeEvent accepted it")
+			}
+			if !errors.Is(err, warren.ErrInvalidEvent) {
+				t.Errorf("error %v does not match ErrInvalidEvent", err)
+			}
+			if !strings.Contains(err.Error(), tc.wantInError) {
+				t.Errorf("error %q does not say %q", err, tc.wantInError)
+			}
+		})
+	}
+}
+
+func TestDecodeEventAcceptsNullsAndUnixTimes(t *testing.T) {
+	ev, err := warren.DecodeEvent([]byte(`{"event_id":"a","event_type":"x","project_id":null,"payload":null,"created_at":1764410400.5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.ProjectID != "" || ev.Payload.Data != nil {
+		t.Errorf("nulls decoded as %+v", ev)
+	}
+	if want := time.Unix(1764410400, 5e8).UTC(); !ev.CreatedAt.Equal(want) {
+		t.Errorf("CreatedAt = %v, want %v", ev.CreatedAt, want)
+	}
+}
+
+func TestIsSystemInitiated(t *testing.T) {
+	for initiator, want := range map[string]bool{
+		"SYSTEM.IMPORT": true, "SYSTEM.AUTOMATION": true, "USER": false, "": false, "system.import": false,
+	} {
+		ev := warren.Event{InitiatorType: initiator}
+		if got := ev.IsSystemInitiated(); got != want {
+			t.Errorf("IsSystemInitiated(%q) = %v, want %v", initiator, got, want)
+		}
+	}
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	f.Add([]byte(planeEvent))
+	f.Add([]byte(`{"event_id":"a","event_type":"x"}`))
+	f.Add([]byte(`{"event_id":"a","event_type":"x","payload":{"data":null},"created_at":0}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		ev, err := warren.DecodeEvent(body)
+		if err != nil {
+			if !errors.Is(err, warren.ErrInvalidEvent) {
+				t.Fatalf("error %v does not wrap ErrInvalidEvent", err)
+			}
+			return
+		}
+		// Whatever decodes must re-encode and decode to the same event.
+		out, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatalf("re-encode: %v", err)
+		}
+		again, err := warren.DecodeEvent(out)
+		if err != nil {
+			t.Fatalf("re-decode of %s: %v", out, err)
+		}
+		out2, _ := json.Marshal(again)
+		if string(out) != string(out2) {
+			t.Fatalf("unstable:\n%s\n%s", out, out2)
+		}
+	})
+}

@@ -1,0 +1,67 @@
+package warren
+
+import (
+	"context"
+	"time"
+)
+
+// Message is what a handler receives: the decoded event plus what the
+// consumer knows about this delivery of it.
+type Message struct {
+	Event Event
+
+	// Body is the message body exactly as it arrived. Retries and dead
+	// letters re-publish these bytes, not a re-encoding of Event.
+	Body []byte
+
+	// Headers are the AMQP headers of the delivery. Handlers should treat
+	// them as read-only.
+	Headers map[string]any
+
+	// Attempt is 1 on the first delivery and grows by one with each retry
+	// a failure causes. Redeliveries after a crash or a shutdown do not
+	// count as attempts.
+	Attempt int
+
+	// MaxAttempts is the consumer's limit: a transient failure on attempt
+	// MaxAttempts dead-letters the message.
+	MaxAttempts int
+
+	// Consumer is the consumer's name, which namespaces deduplication keys.
+	Consumer string
+
+	// Queue is the queue the message was consumed from.
+	Queue string
+
+	// Redelivered is set when the broker delivered this message before
+	// without an acknowledgement (a consumer crashed or shut down while
+	// holding it), so the handler may already have run.
+	Redelivered bool
+
+	// ReceivedAt is when the consumer took the delivery off the channel.
+	ReceivedAt time.Time
+}
+
+// LastAttempt reports whether a transient failure now would dead-letter the
+// message instead of retrying it.
+func (m *Message) LastAttempt() bool { return m.MaxAttempts > 0 && m.Attempt >= m.MaxAttempts }
+
+// Handler processes one message. Its error decides the message's fate; see
+// the package documentation and [Classify].
+//
+// A handler must return when ctx is done: the consumer cancels it after the
+// shutdown grace period and when a Timeout middleware's deadline passes.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to [Handler].
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f(ctx, m).
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// Middleware wraps a handler with behaviour that runs around it: filtering,
+// logging, deduplication, timeouts. The first middleware in a chain is the
+// outermost.
+type Middleware func(next Handler) Handler

@@ -1,0 +1,122 @@
+package amqpx
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// DefaultURL is the broker the examples, the command and the tests use when
+// AMQP_URL is not set.
+const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+// Redact returns rawURL with any password replaced by "xxxxx", for logs
+// and error messages. A URL that does not parse is replaced whole, since it
+// may still hold a secret.
+func Redact(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "<unparsable URL>"
+	}
+	return u.Redacted()
+}
+
+// DialOptions tune [Dial].
+type DialOptions struct {
+	// Name is the connection_name client property: what `rabbitmqctl
+	// list_connections client_properties` and the management UI show.
+	Name string
+	// Timeout bounds the TCP connect and the AMQP handshake. Default 10s.
+	Timeout time.Duration
+	// Heartbeat is the AMQP heartbeat interval. Default 10s, so a dead
+	// peer is noticed within about 20s instead of the OS TCP timeout.
+	Heartbeat time.Duration
+}
+
+// Dial opens one AMQP connection. Errors name the redacted URL.
+func Dial(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connection, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 10 * time.Second
+	}
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = 10 * time.Second
+	}
+	props := amqp.NewConnectionProperties()
+	if opts.Name != "" {
+		props.SetClientConnectionName(opts.Name)
+	}
+	cfg := amqp.Config{
+		Heartbeat:  opts.Heartbeat,
+		Properties: props,
+		Dial: func(network, addr string) (net.Conn, error) {
+			d := net.Dialer{Timeout: opts.Timeout}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			// amqp091-go clears this deadline once the handshake is done.
+			if err := conn.SetDeadline(time.Now().Add(opts.Timeout)); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return conn, nil
+		},
+	}
+	conn, err := amqp.DialConfig(rawURL, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", Redact(rawURL), err)
+	}
+	return conn, nil
+}
+
+// NewBackOff returns the reconnect policy warren uses everywhere:
+// exponential from 100ms to max with ±50% jitter, never giving up (the
+// caller's context decides when to stop).
+func NewBackOff(max time.Duration) backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 100 * time.Millisecond
+	b.MaxInterval = max
+	b.RandomizationFactor = 0.5
+	b.MaxElapsedTime = 0
+	b.Reset()
+	return b
+}
+
+// DialRetry dials until it succeeds or ctx ends, waiting between attempts
+// as b says and logging each failure once with the redacted URL.
+func DialRetry(ctx context.Context, rawURL string, opts DialOptions, b backoff.BackOff, log *slog.Logger) (*amqp.Connection, error) {
+	b.Reset()
+	for attempt := 1; ; attempt++ {
+		conn, err := Dial(ctx, rawURL, opts)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("connected to broker", "url", Redact(rawURL), "attempts", attempt)
+			}
+			return conn, nil
+		}
+		wait := b.NextBackOff()
+		log.Warn("broker unreachable, will retry", "error", err, "attempt", attempt, "retry_in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dial %s: %w (last error: %v)", Redact(rawURL), ctx.Err(), err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Hostname is the host name dead-letter metadata records; "unknown" when
+// the OS will not say.
+func Hostname() string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "unknown"
+	}
+	return h
+}

@@ -1,0 +1,131 @@
+package warren
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Outcome is what a handler's error means for its message.
+type Outcome uint8
+
+// The outcomes, in the order the consumer's ack policy lists them.
+const (
+	// OutcomeDone: handled; acknowledge.
+	OutcomeDone Outcome = iota
+	// OutcomeSkipped: not for this consumer (a filter said so); acknowledge.
+	OutcomeSkipped
+	// OutcomeDuplicate: already handled before; acknowledge.
+	OutcomeDuplicate
+	// OutcomeRetry: a transient failure; retry after a delay, spending an
+	// attempt.
+	OutcomeRetry
+	// OutcomeDeferred: not now (another worker holds the event); retry after
+	// a short delay without spending an attempt.
+	OutcomeDeferred
+	// OutcomePermanent: retrying cannot help; dead-letter now.
+	OutcomePermanent
+)
+
+var outcomeNames = [...]string{"done", "skipped", "duplicate", "retry", "deferred", "permanent"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// Sentinel errors for errors.Is. Each outcome error matches its sentinel and
+// also unwraps to the cause it was built from.
+var (
+	ErrSkipped   = errors.New("skipped")
+	ErrDuplicate = errors.New("duplicate")
+	ErrDeferred  = errors.New("deferred")
+	ErrPermanent = errors.New("permanent failure")
+)
+
+// Skip returns an error that acknowledges the message as skipped: the event
+// is not meant for this consumer. The reason shows in logs.
+func Skip(reason string) error {
+	return &outcomeError{outcome: OutcomeSkipped, err: errors.New(reason)}
+}
+
+// Duplicate returns an error that acknowledges the message as a duplicate of
+// one already handled.
+func Duplicate(reason string) error {
+	return &outcomeError{outcome: OutcomeDuplicate, err: errors.New(reason)}
+}
+
+// Defer asks for the message to come back after about d without spending
+// an attempt. It is for "busy, not failed": the deduplication middleware
+// returns it when another worker holds the event's lease.
+func Defer(d time.Duration, reason string) error {
+	return &outcomeError{outcome: OutcomeDeferred, delay: d, err: errors.New(reason)}
+}
+
+// Permanent marks err as one that retrying cannot fix, so the message is
+// dead-lettered at once. Permanent(nil) returns nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &outcomeError{outcome: OutcomePermanent, err: err}
+}
+
+// RetryAfter marks err as transient and hints how long to wait before the
+// next attempt (a webhook's Retry-After, a rate limit's reset). The consumer
+// rounds the hint up to its nearest retry tier. RetryAfter(d, nil) returns
+// nil.
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &outcomeError{outcome: OutcomeRetry, delay: d, err: err}
+}
+
+// Classify tells what err means for its message, and the delay it asks for
+// (zero when it names none). nil is [OutcomeDone]; an error that none of this
+// package's constructors made is [OutcomeRetry]. When outcome errors are
+// nested, the outermost one decides.
+func Classify(err error) (Outcome, time.Duration) {
+	if err == nil {
+		return OutcomeDone, 0
+	}
+	var oe *outcomeError
+	if errors.As(err, &oe) {
+		return oe.outcome, oe.delay
+	}
+	return OutcomeRetry, 0
+}
+
+type outcomeError struct {
+	outcome Outcome
+	delay   time.Duration
+	err     error
+}
+
+func (e *outcomeError) Error() string {
+	switch e.outcome {
+	case OutcomeSkipped, OutcomeDuplicate, OutcomeDeferred:
+		return e.outcome.String() + ": " + e.err.Error()
+	default:
+		return e.err.Error()
+	}
+}
+
+func (e *outcomeError) Unwrap() error { return e.err }
+
+func (e *outcomeError) Is(target error) bool {
+	switch target {
+	case ErrSkipped:
+		return e.outcome == OutcomeSkipped
+	case ErrDuplicate:
+		return e.outcome == OutcomeDuplicate
+	case ErrDeferred:
+		return e.outcome == OutcomeDeferred
+	case ErrPermanent:
+		return e.outcome == OutcomePermanent
+	}
+	return false
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Make PostgreSQL, Redis and RabbitMQ answer on 127.0.0.1, the way warren's
+# examples and tests expect them:
+#   PostgreSQL 127.0.0.1:5432, user postgres without a password, database "test"
+#   Redis      127.0.0.1:6379
+#   RabbitMQ   127.0.0.1:5672, guest/guest
+#
+# Installs what is missing (apt-get), starts what is stopped, waits until
+# each answers, and says what it did. Running it again changes nothing.
+# Works without systemd (containers, CI): services are started directly.
+set -euo pipefail
+
+say() { printf 'services: %s\n' "$*"; }
+die() { printf 'services: error: %s\n' "$*" >&2; exit 1; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+	command -v sudo >/dev/null || die "not root and no sudo: run as root to install or start services"
+	SUDO="sudo"
+fi
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_for() { # name seconds command...
+	local name=$1 seconds=$2
+	shift 2
+	for _ in $(seq $((seconds * 4))); do
+		if "$@" >/dev/null 2>&1; then return 0; fi
+		sleep 0.25
+	done
+	die "$name did not answer within ${seconds}s"
+}
+
+APT_UPDATED=""
+apt_install() {
+	command -v apt-get >/dev/null || die "$1 is missing and apt-get is not available: install $1 by hand"
+	if [ -z "$APT_UPDATED" ]; then
+		say "apt-get update"
+		$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		APT_UPDATED=1
+	fi
+	say "installing $*"
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+pg_version() { ls /etc/postgresql 2>/dev/null | sort -V | tail -n1; }
+
+postgres() {
+	if ! command -v pg_ctlcluster >/dev/null || [ -z "$(pg_version)" ]; then
+		apt_install postgresql postgresql-client
+	fi
+	local v
+	v=$(pg_version)
+	if port_open 5432; then
+		say "PostgreSQL $v already running"
+	else
+		say "starting PostgreSQL $v"
+		$SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main start
+	fi
+	wait_for PostgreSQL 60 pg_isready -q -h 127.0.0.1 -p 5432
+	if ! psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'select 1' >/dev/null 2>&1; then
+		# A fresh Debian cluster asks for a password on TCP; warren's local
+		# default URL has none. Trust local TCP connections, as CI does.
+		local hba="/etc/postgresql/$v/main/pg_hba.conf"
+		say "allowing passwordless TCP connections from 127.0.0.1 in $hba"
+		$SUDO sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+		$SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main reload
+		wait_for "PostgreSQL (trust auth)" 30 psql -h 127.0.0.1 -U postgres -d postgres -Atqc 'select 1'
+	fi
+	if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -Atqc "select 1 from pg_database where datname='test'")" != 1 ]; then
+		say "creating database test"
+		psql -h 127.0.0.1 -U postgres -d postgres -qc 'create database test'
+	fi
+	say "PostgreSQL ready at 127.0.0.1:5432 (database test)"
+}
+
+redis() {
+	command -v redis-server >/dev/null || apt_install redis-server redis-tools
+	if redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; then
+		say "Redis already running"
+	else
+		say "starting Redis"
+		$SUDO mkdir -p /var/lib/redis /var/log/redis
+		$SUDO redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 \
+			--save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log
+	fi
+	wait_for Redis 30 sh -c 'redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG'
+	say "Redis ready at 127.0.0.1:6379"
+}
+
+rabbitmq() {
+	command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+	if port_open 5672; then
+		say "RabbitMQ already running"
+	else
+		# A broker whose node runs but whose application was stopped
+		# (rabbitmqctl stop_app) needs start_app, not a second server.
+		if $SUDO rabbitmqctl -q ping >/dev/null 2>&1; then
+			say "starting the RabbitMQ application"
+			$SUDO rabbitmqctl -q start_app
+		else
+			say "starting RabbitMQ"
+			$SUDO rabbitmq-server -detached
+		fi
+	fi
+	wait_for RabbitMQ 120 port_open 5672
+	say "RabbitMQ ready at 127.0.0.1:5672"
+}
+
+postgres
+redis
+rabbitmq
