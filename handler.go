@@ -65,3 +65,8 @@ func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ct
 // logging, deduplication, timeouts. The first middleware in a chain is the
 // outermost.
 type Middleware func(next Handler) Handler
+
+// HeaderInitiatorType is the AMQP header that repeats the event's
+// initiator_type, so a broker-side tool can tell system events from user
+// events without decoding the body.
+const HeaderInitiatorType = "x-warren-initiator-type"
