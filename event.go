@@ -65,20 +65,13 @@ const (
 var ErrInvalidEvent = errors.New("invalid event")
 
 // DecodeEvent parses and validates one JSON event. Errors wrap
-// [ErrInvalidEvent] and name the offending field.
+// [ErrInvalidEvent] and name the offending field. The event's raw parts
+// (Payload.Data, Extra values) share memory with body, which must not be
+// modified afterwards.
 func DecodeEvent(body []byte) (Event, error) {
-	// encoding/json would quietly turn invalid UTF-8 into U+FFFD; a body
-	// that is not UTF-8 is not JSON, so it is rejected instead.
-	if !utf8.Valid(body) {
-		return Event{}, &invalidError{msg: "body is not valid UTF-8"}
-	}
 	var ev Event
-	if err := json.Unmarshal(body, &ev); err != nil {
-		var invalid *invalidError
-		if errors.As(err, &invalid) {
-			return Event{}, invalid
-		}
-		return Event{}, &invalidError{msg: "body is not valid JSON: " + err.Error()}
+	if err := ev.UnmarshalJSON(body); err != nil {
+		return Event{}, err
 	}
 	return ev, ev.Validate()
 }
@@ -129,52 +122,71 @@ func (e *invalidError) Is(target error) bool { return target == ErrInvalidEvent 
 // UnmarshalJSON decodes the Plane envelope. A known field holding the wrong
 // JSON type is an error naming that field; unknown fields go to Extra.
 func (e *Event) UnmarshalJSON(data []byte) error {
-	fields, err := splitObject("event", data)
-	if err != nil {
+	// encoding/json would quietly turn invalid UTF-8 into U+FFFD; a body
+	// that is not UTF-8 is not JSON, so it is rejected instead.
+	if !utf8.Valid(data) {
+		return &invalidError{msg: "body is not valid UTF-8"}
+	}
+	if err := validJSON(data); err != nil {
 		return err
 	}
 	var out Event
-	strs := []struct {
-		name string
-		dst  *string
-	}{
-		{"event_id", &out.ID},
-		{"event_type", &out.Type},
-		{"entity_type", &out.EntityType},
-		{"entity_id", &out.EntityID},
-		{"workspace_id", &out.WorkspaceID},
-		{"project_id", &out.ProjectID},
-		{"initiator_id", &out.InitiatorID},
-		{"initiator_type", &out.InitiatorType},
-		{"version", &out.Version},
-	}
-	for _, f := range strs {
-		if err := takeString(fields, f.name, f.dst); err != nil {
-			return err
-		}
-	}
-	if raw, ok := fields["payload"]; ok {
-		delete(fields, "payload")
-		if !isNull(raw) {
-			if err := out.Payload.UnmarshalJSON(raw); err != nil {
-				return err
+	var createdAt, timestamp []byte
+	err := eachField("event", data, func(key, raw []byte) error {
+		var dst *string
+		switch string(key) {
+		case "event_id":
+			dst = &out.ID
+		case "event_type":
+			dst = &out.Type
+		case "entity_type":
+			dst = &out.EntityType
+		case "entity_id":
+			dst = &out.EntityID
+		case "workspace_id":
+			dst = &out.WorkspaceID
+		case "project_id":
+			dst = &out.ProjectID
+		case "initiator_id":
+			dst = &out.InitiatorID
+		case "initiator_type":
+			dst = &out.InitiatorType
+		case "version":
+			dst = &out.Version
+		case "payload":
+			if isNull(raw) {
+				out.Payload = Payload{}
+				return nil
 			}
+			return out.Payload.decode(raw)
+		case "created_at":
+			createdAt = raw
+			return nil
+		case "timestamp":
+			// Kept in Extra as well, so an event that said "timestamp"
+			// says it again when re-encoded.
+			timestamp = raw
 		}
+		if dst != nil {
+			return setString(string(key), raw, dst)
+		}
+		if out.Extra == nil {
+			out.Extra = map[string]json.RawMessage{}
+		}
+		out.Extra[string(key)] = raw
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if raw, ok := fields["created_at"]; ok {
-		delete(fields, "created_at")
-		if out.CreatedAt, err = parseTime("created_at", raw); err != nil {
-			return err
-		}
-	} else if raw, ok := fields["timestamp"]; ok {
-		// Kept in Extra as well, so an event that said "timestamp" says it
-		// again when re-encoded.
-		if out.CreatedAt, err = parseTime("timestamp", raw); err != nil {
-			return err
-		}
+	switch {
+	case createdAt != nil:
+		out.CreatedAt, err = parseTime("created_at", createdAt)
+	case timestamp != nil:
+		out.CreatedAt, err = parseTime("timestamp", timestamp)
 	}
-	if len(fields) > 0 {
-		out.Extra = fields
+	if err != nil {
+		return err
 	}
 	*e = out
 	return nil
@@ -206,19 +218,31 @@ func (e Event) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON decodes data and previous_attributes; other keys go to Extra.
 func (p *Payload) UnmarshalJSON(data []byte) error {
-	fields, err := splitObject("payload", data)
-	if err != nil {
+	if err := validJSON(data); err != nil {
 		return err
 	}
+	return p.decode(data)
+}
+
+// decode is UnmarshalJSON for data already validated.
+func (p *Payload) decode(data []byte) error {
 	var out Payload
-	for name, dst := range map[string]*json.RawMessage{"data": &out.Data, "previous_attributes": &out.PreviousAttributes} {
-		if raw, ok := fields[name]; ok {
-			delete(fields, name)
-			*dst = raw
+	err := eachField("payload", data, func(key, raw []byte) error {
+		switch string(key) {
+		case "data":
+			out.Data = raw
+		case "previous_attributes":
+			out.PreviousAttributes = raw
+		default:
+			if out.Extra == nil {
+				out.Extra = map[string]json.RawMessage{}
+			}
+			out.Extra[string(key)] = raw
 		}
-	}
-	if len(fields) > 0 {
-		out.Extra = fields
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	*p = out
 	return nil
@@ -233,47 +257,18 @@ func (p Payload) MarshalJSON() ([]byte, error) {
 	return w.finish(p.Extra)
 }
 
-// splitObject decodes a JSON object into its raw fields.
-func splitObject(what string, data []byte) (map[string]json.RawMessage, error) {
-	if isNull(data) {
-		return nil, &invalidError{msg: what + " is null"}
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(data, &fields); err != nil {
-		return nil, &invalidError{msg: fmt.Sprintf("%s is not a JSON object: %v", what, err)}
-	}
-	if fields == nil {
-		fields = map[string]json.RawMessage{}
-	}
-	return fields, nil
-}
-
-// takeString moves fields[name] into dst. null and absence both leave dst
-// empty; any JSON type other than a string is an error naming the field.
-func takeString(fields map[string]json.RawMessage, name string, dst *string) error {
-	raw, ok := fields[name]
-	if !ok {
-		return nil
-	}
-	delete(fields, name)
-	if isNull(raw) {
-		return nil
-	}
-	if err := json.Unmarshal(raw, dst); err != nil {
-		return &invalidError{msg: fmt.Sprintf("%s must be a string, got %s", name, jsonKind(raw))}
-	}
-	return nil
-}
-
 // parseTime accepts an RFC 3339 string or a number of Unix seconds, the two
 // shapes producers use for event times.
 func parseTime(name string, raw json.RawMessage) (time.Time, error) {
 	if isNull(raw) {
 		return time.Time{}, nil
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		t, err := time.Parse(time.RFC3339Nano, s)
+	if raw[0] == '"' {
+		s, err := unquote(raw)
+		if err != nil {
+			return time.Time{}, &invalidError{msg: fmt.Sprintf("%s: %v", name, err)}
+		}
+		t, err := time.Parse(time.RFC3339Nano, string(s))
 		if err != nil {
 			return time.Time{}, &invalidError{msg: fmt.Sprintf("%s: %q is not an RFC 3339 time", name, s)}
 		}

@@ -176,3 +176,14 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkDecodeEvent(b *testing.B) {
+	body := []byte(planeEvent)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := warren.DecodeEvent(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

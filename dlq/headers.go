@@ -13,17 +13,17 @@ import (
 // Header names. All start with x-warren- so they never collide with a
 // producer's own headers.
 const (
-	HeaderError            = "x-warren-error"             // last error text
-	HeaderErrorClass       = "x-warren-error-class"       // a Class; only on dead messages
-	HeaderAttempts         = "x-warren-attempts"          // attempts made so far
-	HeaderFirstFailure     = "x-warren-first-failure"     // RFC 3339 time of the first failure
-	HeaderLastFailure      = "x-warren-last-failure"      // RFC 3339 time of the latest failure
-	HeaderOriginQueue      = "x-warren-origin-queue"      // queue the message failed in
-	HeaderOriginExchange   = "x-warren-origin-exchange"   // exchange it was first published to
+	HeaderError            = "x-warren-error"              // last error text
+	HeaderErrorClass       = "x-warren-error-class"        // a Class; only on dead messages
+	HeaderAttempts         = "x-warren-attempts"           // attempts made so far
+	HeaderFirstFailure     = "x-warren-first-failure"      // RFC 3339 time of the first failure
+	HeaderLastFailure      = "x-warren-last-failure"       // RFC 3339 time of the latest failure
+	HeaderOriginQueue      = "x-warren-origin-queue"       // queue the message failed in
+	HeaderOriginExchange   = "x-warren-origin-exchange"    // exchange it was first published to
 	HeaderOriginRoutingKey = "x-warren-origin-routing-key" // routing key it was first published with
-	HeaderConsumer         = "x-warren-consumer"          // consumer name
-	HeaderHost             = "x-warren-host"              // host the consumer ran on
-	HeaderReplays          = "x-warren-replays"           // times the message was replayed from a DLQ
+	HeaderConsumer         = "x-warren-consumer"           // consumer name
+	HeaderHost             = "x-warren-host"               // host the consumer ran on
+	HeaderReplays          = "x-warren-replays"            // times the message was replayed from a DLQ
 )
 
 // Class says why a message is dead.
