@@ -1,0 +1,228 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// QueueType selects the RabbitMQ queue type for the consumer's queues.
+type QueueType string
+
+const (
+	// Classic queues: the default, fastest on a single node.
+	Classic QueueType = "classic"
+	// Quorum queues: replicated, for clusters that must survive a node loss.
+	// Dead-lettering from them is declared at-least-once.
+	Quorum QueueType = "quorum"
+)
+
+// UnhandledPolicy says what happens to an event no registered handler
+// matches.
+type UnhandledPolicy uint8
+
+const (
+	// AckUnhandled acknowledges the event and counts it as skipped. On a
+	// fanout exchange every consumer sees every event, so this is the
+	// default.
+	AckUnhandled UnhandledPolicy = iota
+	// DeadLetterUnhandled sends it to the DLQ with class "unhandled", for
+	// consumers that must handle every event type they receive.
+	DeadLetterUnhandled
+)
+
+// Config configures a [BaseConsumer]. The zero value of every field but
+// Name means its documented default.
+type Config struct {
+	// URL of the broker. Default AMQP_URL's usual local value,
+	// amqp://guest:guest@127.0.0.1:5672/. Logged only with the password
+	// redacted.
+	URL string
+
+	// Name is the consumer's name: its queue is Name, its dead-letter queue
+	// Name.dlq, its retry queues Name.retry.<delay>. It also namespaces
+	// deduplication keys. Required.
+	Name string
+
+	// Exchange is the durable fanout exchange the queue binds to. Default
+	// "warren.events".
+	Exchange string
+
+	// Channels is how many AMQP channels consume in parallel, each with
+	// its own prefetch window and acknowledgements. Default 4.
+	Channels int
+
+	// Prefetch is the number of unacknowledged messages the broker sends
+	// ahead on each channel. Default 256.
+	Prefetch int
+
+	// Workers is how many handlers run at once. Default 16.
+	Workers int
+
+	// MessageTTL is how long a message may wait in the queue before the
+	// broker dead-letters it (class "expired"). Default 1h; negative means
+	// no limit.
+	MessageTTL time.Duration
+
+	// DLQTTL is how long dead messages are kept. Default 7 days; negative
+	// means forever.
+	DLQTTL time.Duration
+
+	// RetryDelays are the fixed delays of the retry tiers, ascending. A
+	// transient failure on attempt n waits RetryDelays[n-1] (the last one
+	// for later attempts); a handler's RetryAfter hint picks the smallest
+	// tier at least that long. Default 1s, 10s, 1m, 10m.
+	RetryDelays []time.Duration
+
+	// MaxAttempts is how many times a message is tried before a transient
+	// failure dead-letters it (class "exhausted"). Default 5.
+	MaxAttempts int
+
+	// QueueType is Classic (default) or Quorum.
+	QueueType QueueType
+
+	// Unhandled says what happens to events no handler matches. Default
+	// AckUnhandled.
+	Unhandled UnhandledPolicy
+
+	// ShutdownGrace is how long in-flight handlers may run after Run's
+	// context ends. Then their contexts are cancelled and their messages
+	// requeued. Default 30s.
+	ShutdownGrace time.Duration
+
+	// PublishTimeout bounds the wait for the broker's confirm of a retry or
+	// dead-letter publish. Default 10s.
+	PublishTimeout time.Duration
+
+	// MaxBodyBytes is the largest body the consumer decodes; larger ones
+	// are dead-lettered as undecodable. Default 1 MiB.
+	MaxBodyBytes int
+
+	// ReconnectMaxDelay caps the wait between reconnect attempts, which
+	// grows exponentially with jitter from 100ms. Default 15s.
+	ReconnectMaxDelay time.Duration
+
+	// Logger receives the consumer's own log lines (connection changes,
+	// dead letters, publish failures). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults applied by [New].
+const (
+	DefaultExchange          = "warren.events"
+	DefaultChannels          = 4
+	DefaultPrefetch          = 256
+	DefaultWorkers           = 16
+	DefaultMessageTTL        = time.Hour
+	DefaultDLQTTL            = 7 * 24 * time.Hour
+	DefaultMaxAttempts       = 5
+	DefaultShutdownGrace     = 30 * time.Second
+	DefaultPublishTimeout    = 10 * time.Second
+	DefaultMaxBodyBytes      = 1 << 20
+	DefaultReconnectMaxDelay = 15 * time.Second
+)
+
+// DefaultRetryDelays are the retry tiers used when Config.RetryDelays is
+// empty.
+var DefaultRetryDelays = []time.Duration{time.Second, 10 * time.Second, time.Minute, 10 * time.Minute}
+
+// ErrInvalidConfig is wrapped by every error New returns for a bad Config.
+var ErrInvalidConfig = errors.New("invalid consumer config")
+
+func (c Config) withDefaults() Config {
+	setDefault(&c.URL, amqpx.DefaultURL)
+	setDefault(&c.Exchange, DefaultExchange)
+	setDefault(&c.Channels, DefaultChannels)
+	setDefault(&c.Prefetch, DefaultPrefetch)
+	setDefault(&c.Workers, DefaultWorkers)
+	setDefault(&c.MessageTTL, DefaultMessageTTL)
+	setDefault(&c.DLQTTL, DefaultDLQTTL)
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.QueueType, Classic)
+	setDefault(&c.ShutdownGrace, DefaultShutdownGrace)
+	setDefault(&c.PublishTimeout, DefaultPublishTimeout)
+	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
+	if len(c.RetryDelays) == 0 {
+		c.RetryDelays = DefaultRetryDelays
+	}
+	c.RetryDelays = slices.Clone(c.RetryDelays)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func setDefault[T comparable](field *T, value T) {
+	var zero T
+	if *field == zero {
+		*field = value
+	}
+}
+
+func (c Config) validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if err := validateName("Name", c.Name); err != nil {
+		add("%v", err)
+	}
+	if err := validateName("Exchange", c.Exchange); err != nil {
+		add("%v", err)
+	}
+	for name, v := range map[string]int{"Channels": c.Channels, "Prefetch": c.Prefetch, "Workers": c.Workers, "MaxAttempts": c.MaxAttempts, "MaxBodyBytes": c.MaxBodyBytes} {
+		if v < 0 {
+			add("%s must not be negative, got %d", name, v)
+		}
+	}
+	if c.Prefetch > 65535 {
+		add("Prefetch must be at most 65535, got %d", c.Prefetch)
+	}
+	if c.QueueType != Classic && c.QueueType != Quorum {
+		add("QueueType must be %q or %q, got %q", Classic, Quorum, c.QueueType)
+	}
+	if c.Unhandled > DeadLetterUnhandled {
+		add("Unhandled must be AckUnhandled or DeadLetterUnhandled")
+	}
+	for i, d := range c.RetryDelays {
+		switch {
+		case d < time.Millisecond:
+			add("RetryDelays[%d] must be at least 1ms, got %v", i, d)
+		case i > 0 && d <= c.RetryDelays[i-1]:
+			add("RetryDelays must be strictly ascending, got %v after %v", d, c.RetryDelays[i-1])
+		}
+	}
+	for name, d := range map[string]time.Duration{"ShutdownGrace": c.ShutdownGrace, "PublishTimeout": c.PublishTimeout, "ReconnectMaxDelay": c.ReconnectMaxDelay} {
+		if d < 0 {
+			add("%s must not be negative, got %v", name, d)
+		}
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// maxNameLen leaves room under RabbitMQ's 255-byte limit for the suffixes
+// warren adds (".retry.10m", ".dlq").
+const maxNameLen = 200
+
+func validateName(field, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%s is required", field)
+	case len(name) > maxNameLen:
+		return fmt.Errorf("%s must be at most %d bytes, got %d", field, maxNameLen, len(name))
+	case strings.HasPrefix(name, "amq."):
+		return fmt.Errorf("%s %q uses the broker's reserved prefix amq.", field, name)
+	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
+		return fmt.Errorf("%s %q must not contain spaces or control characters", field, name)
+	}
+	return nil
+}

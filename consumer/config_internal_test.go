@@ -1,0 +1,74 @@
+package consumer
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigDefaults(t *testing.T) {
+	cfg := Config{Name: "webhook"}.withDefaults()
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Exchange != DefaultExchange || cfg.Prefetch != DefaultPrefetch || cfg.Workers != DefaultWorkers ||
+		cfg.Channels != DefaultChannels || cfg.MessageTTL != time.Hour || cfg.DLQTTL != 7*24*time.Hour ||
+		cfg.MaxAttempts != 5 || cfg.QueueType != Classic || len(cfg.RetryDelays) != 4 || cfg.Logger == nil {
+		t.Errorf("defaults not applied: %+v", cfg)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	cases := map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"no name":          {Config{}, "Name is required"},
+		"reserved name":    {Config{Name: "amq.direct"}, "reserved prefix"},
+		"space in name":    {Config{Name: "web hook"}, "must not contain spaces"},
+		"long name":        {Config{Name: strings.Repeat("q", 201)}, "at most 200 bytes"},
+		"bad queue type":   {Config{Name: "q", QueueType: "stream"}, `QueueType must be "classic" or "quorum"`},
+		"tiers descending": {Config{Name: "q", RetryDelays: []time.Duration{time.Minute, time.Second}}, "strictly ascending"},
+		"tiny tier":        {Config{Name: "q", RetryDelays: []time.Duration{time.Microsecond}}, "at least 1ms"},
+		"negative workers": {Config{Name: "q", Workers: -1}, "Workers must not be negative"},
+		"huge prefetch":    {Config{Name: "q", Prefetch: 70000}, "at most 65535"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(tc.cfg)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("New = %v, want an ErrInvalidConfig saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestRetryTierNamesAndChoice(t *testing.T) {
+	topo := TopologyFor(Config{Name: "hooks", RetryDelays: []time.Duration{1500 * time.Millisecond, 10 * time.Second, time.Minute, 2 * time.Hour}})
+	var names []string
+	for _, r := range topo.Retry {
+		names = append(names, r.Queue)
+	}
+	if got := strings.Join(names, " "); got != "hooks.retry.1500ms hooks.retry.10s hooks.retry.1m hooks.retry.2h" {
+		t.Errorf("tier names %q", got)
+	}
+	cases := []struct {
+		attempt int
+		hint    time.Duration
+		want    time.Duration
+	}{
+		{1, 0, 1500 * time.Millisecond},
+		{2, 0, 10 * time.Second},
+		{9, 0, 2 * time.Hour},
+		{1, 5 * time.Second, 10 * time.Second},
+		{1, time.Minute, time.Minute},
+		{3, time.Millisecond, 1500 * time.Millisecond},
+		{1, 5 * time.Hour, 2 * time.Hour},
+	}
+	for _, tc := range cases {
+		if got := topo.tierFor(tc.attempt, tc.hint).Delay; got != tc.want {
+			t.Errorf("tierFor(%d, %v) = %v, want %v", tc.attempt, tc.hint, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,273 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// BaseConsumer consumes one queue and runs handlers on its messages. Embed
+// it in a service, register handlers by event-type prefix, add middleware,
+// and call Run (or RunUntilSignal).
+//
+// It owns everything between the broker and the handler: dialing and
+// reconnecting, declaring the queue with its dead-letter and retry
+// topology, the worker pool, acknowledgements, retries, dead letters and the
+// graceful drain on shutdown.
+type BaseConsumer struct {
+	cfg  Config
+	topo Topology
+	log  *slog.Logger
+	host string
+
+	mu      sync.Mutex // guards router and mws until Run starts
+	router  router
+	mws     []warren.Middleware
+	started atomic.Bool
+
+	ready     atomic.Bool
+	running   atomic.Bool
+	forceStop chan struct{} // closed to skip the rest of the shutdown grace
+	forceOnce sync.Once
+
+	stats counters
+}
+
+// ErrAlreadyRunning is returned by Run when the consumer is running or has
+// run: a BaseConsumer runs once.
+var ErrAlreadyRunning = errors.New("consumer: Run called twice")
+
+// New validates cfg, applies its defaults and returns a consumer ready for
+// handlers. It does not connect; Run does.
+func New(cfg Config) (*BaseConsumer, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &BaseConsumer{
+		cfg:       cfg,
+		topo:      TopologyFor(cfg),
+		log:       cfg.Logger.With("consumer", cfg.Name),
+		host:      amqpx.Hostname(),
+		forceStop: make(chan struct{}),
+	}
+	c.router.unhandled = cfg.Unhandled
+	return c, nil
+}
+
+// Config returns the consumer's configuration with defaults applied.
+func (c *BaseConsumer) Config() Config { return c.cfg }
+
+// Topology returns the names of the exchange and queues the consumer
+// declares.
+func (c *BaseConsumer) Topology() Topology { return c.topo }
+
+// Handle registers h for events whose type starts with prefix. When several
+// prefixes match, the longest wins; the empty prefix matches everything.
+// Handle panics on a nil handler, a prefix registered twice, or a call after
+// Run has started, like http.ServeMux: all three are programming errors
+// found at start-up.
+func (c *BaseConsumer) Handle(prefix string, h warren.Handler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mustNotHaveStarted("Handle")
+	if err := c.router.add(prefix, h); err != nil {
+		panic(err)
+	}
+}
+
+// HandleFunc registers a function as the handler for prefix.
+func (c *BaseConsumer) HandleFunc(prefix string, f func(context.Context, *warren.Message) error) {
+	c.Handle(prefix, warren.HandlerFunc(f))
+}
+
+// Use appends middleware that wraps every handler. The first middleware
+// added is the outermost: it sees the message first and the outcome last.
+func (c *BaseConsumer) Use(mws ...warren.Middleware) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mustNotHaveStarted("Use")
+	c.mws = append(c.mws, mws...)
+}
+
+func (c *BaseConsumer) mustNotHaveStarted(method string) {
+	if c.started.Load() {
+		panic(fmt.Sprintf("consumer: %s called after Run", method))
+	}
+}
+
+// handler builds the chain the workers call: middleware around the router.
+func (c *BaseConsumer) handler() warren.Handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var h warren.Handler = &c.router
+	for i := len(c.mws) - 1; i >= 0; i-- {
+		h = c.mws[i](h)
+	}
+	return h
+}
+
+// Run consumes until ctx ends, then drains: it stops taking deliveries,
+// lets running handlers finish for up to ShutdownGrace, cancels the
+// contexts of those still running and requeues their messages, and closes
+// the connection. It returns nil after a clean stop, or the error that made
+// consuming impossible (a queue that exists with different arguments,
+// missing permissions).
+//
+// Connection and channel failures are not errors: Run reconnects with
+// backoff, declares the topology again and resumes.
+func (c *BaseConsumer) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	c.running.Store(true)
+	defer c.running.Store(false)
+	h := c.handler()
+
+	// Handlers get a context of their own: it outlives ctx by the shutdown
+	// grace, so a handler is not cut off the moment shutdown begins.
+	hctx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+
+	jobs := make(chan job) // unbuffered: a delivery waits in the broker's prefetch, not in a queue of ours
+	var workers sync.WaitGroup
+	for range c.cfg.Workers {
+		workers.Go(func() {
+			for j := range jobs {
+				c.process(hctx, h, j)
+			}
+		})
+	}
+
+	s, err := c.supervise(ctx, jobs)
+	c.ready.Store(false)
+	if s != nil {
+		s.stopConsuming()
+	}
+	close(jobs) // every sender (a session's forwarders) has stopped
+	abandoned := c.drain(&workers, cancelHandlers)
+	if s != nil {
+		s.close()
+	}
+	if err == nil && abandoned {
+		err = fmt.Errorf("consumer %s: handlers still running after shutdown; their messages return to the queue", c.cfg.Name)
+	}
+	c.log.Info("consumer stopped", "error", err)
+	return err
+}
+
+// abandonAfter is how long Run waits, after cancelling handler contexts,
+// for handlers that ignore their context. Their messages are requeued by
+// the broker when the connection closes.
+const abandonAfter = 5 * time.Second
+
+// drain waits for the workers to finish, cancelling handler contexts when
+// the grace period ends or a forced stop arrives. It reports whether some
+// handler never returned.
+func (c *BaseConsumer) drain(workers *sync.WaitGroup, cancelHandlers context.CancelFunc) bool {
+	done := make(chan struct{})
+	go func() {
+		workers.Wait()
+		close(done)
+	}()
+	if inFlight := c.stats.inFlight.Load(); inFlight > 0 {
+		c.log.Info("draining in-flight handlers", "in_flight", inFlight, "grace", c.cfg.ShutdownGrace)
+	}
+	grace := time.NewTimer(c.cfg.ShutdownGrace)
+	defer grace.Stop()
+	select {
+	case <-done:
+		return false
+	case <-grace.C:
+		c.log.Warn("shutdown grace ended; cancelling running handlers and requeueing their messages", "in_flight", c.stats.inFlight.Load())
+	case <-c.forceStop:
+		c.log.Warn("forced stop; cancelling running handlers and requeueing their messages", "in_flight", c.stats.inFlight.Load())
+	}
+	cancelHandlers()
+	select {
+	case <-done:
+		return false
+	case <-time.After(abandonAfter):
+		c.log.Error("handlers ignored cancellation; closing the connection under them", "in_flight", c.stats.inFlight.Load())
+		return true
+	}
+}
+
+// ForceStop cuts the shutdown grace short: running handlers' contexts are
+// cancelled now. It has an effect only once Run's context has ended.
+func (c *BaseConsumer) ForceStop() {
+	c.forceOnce.Do(func() { close(c.forceStop) })
+}
+
+// supervise keeps a session alive until ctx ends. It returns the live
+// session (nil if none) for the caller to drain, and a non-nil error only
+// when retrying cannot help.
+func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session, error) {
+	bo := amqpx.NewBackOff(c.cfg.ReconnectMaxDelay)
+	for connected := false; ; {
+		conn, err := amqpx.DialRetry(ctx, c.cfg.URL, amqpx.DialOptions{Name: c.connectionName()}, bo, c.log)
+		if err != nil {
+			return nil, nil // ctx ended while dialing
+		}
+		s, err := c.startSession(conn, jobs)
+		if err != nil {
+			conn.Close()
+			var te *TopologyError
+			if errors.As(err, &te) && te.fatal() {
+				c.log.Error("cannot consume", "error", err)
+				return nil, err
+			}
+			if !c.pause(ctx, bo, "could not start consuming", err) {
+				return nil, nil
+			}
+			continue
+		}
+		if connected {
+			c.stats.reconnects.Add(1)
+		}
+		connected = true
+		c.ready.Store(true)
+		c.log.Info("consuming", "queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", amqpx.Redact(c.cfg.URL),
+			"channels", c.cfg.Channels, "prefetch", c.cfg.Prefetch, "workers", c.cfg.Workers)
+		started := time.Now()
+		select {
+		case <-ctx.Done():
+			return s, nil
+		case err := <-s.lost:
+			c.ready.Store(false)
+			s.abandon()
+			c.log.Warn("lost the broker; reconnecting", "error", err)
+			// A session that dies at once (the queue deleted under us, a
+			// broker refusing work) must not turn into a hot loop.
+			if time.Since(started) < time.Second && !c.pause(ctx, bo, "session ended at once", err) {
+				return nil, nil
+			}
+			if time.Since(started) >= time.Second {
+				bo.Reset()
+			}
+		}
+	}
+}
+
+// pause waits out one backoff step, reporting false if ctx ended first.
+func (c *BaseConsumer) pause(ctx context.Context, bo interface{ NextBackOff() time.Duration }, what string, err error) bool {
+	wait := bo.NextBackOff()
+	c.log.Warn(what+"; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(wait):
+		return true
+	}
+}
+
+func (c *BaseConsumer) connectionName() string {
+	return fmt.Sprintf("warren consumer %s@%s", c.cfg.Name, c.host)
+}

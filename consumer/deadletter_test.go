@@ -1,0 +1,232 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+// Every way a message can die lands it in the DLQ with its class, error,
+// attempts, times, origin, consumer and host, and with its body unchanged.
+func TestDeadLetterClassesAndMetadata(t *testing.T) {
+	good, err := amqpx.EventPublishing(event("ok", "workitem.created"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withBody := func(body string) amqp.Publishing {
+		p := good
+		p.Body = []byte(body)
+		return p
+	}
+	cases := []struct {
+		name        string
+		msg         amqp.Publishing
+		handler     func(ctx context.Context, m *warren.Message) error
+		unhandled   consumer.UnhandledPolicy
+		class       dlq.Class
+		attempts    int
+		errContains string
+	}{
+		{
+			name:    "exhausted",
+			msg:     good,
+			handler: func(ctx context.Context, m *warren.Message) error { return errBoom },
+			class:   dlq.ClassExhausted, attempts: 3, errContains: "boom",
+		},
+		{
+			name:    "permanent",
+			msg:     good,
+			handler: func(ctx context.Context, m *warren.Message) error { return warren.Permanent(errBoom) },
+			class:   dlq.ClassPermanent, attempts: 1, errContains: "boom",
+		},
+		{
+			name:    "panic",
+			msg:     good,
+			handler: func(ctx context.Context, m *warren.Message) error { panic("nil map") },
+			class:   dlq.ClassExhausted, attempts: 3, errContains: "handler panicked: nil map",
+		},
+		{
+			name:      "unhandled",
+			msg:       good,
+			unhandled: consumer.DeadLetterUnhandled,
+			class:     dlq.ClassUnhandled, attempts: 1, errContains: `no handler registered for event type "workitem.created"`,
+		},
+		{name: "malformed json", msg: withBody(`{"event_id": "x", `), class: dlq.ClassUndecodable, attempts: 1, errContains: "not valid JSON"},
+		{name: "missing event_id", msg: withBody(`{"event_type":"workitem.created"}`), class: dlq.ClassUndecodable, attempts: 1, errContains: "event_id is missing"},
+		{name: "wrong field type", msg: withBody(`{"event_id":"a","event_type":["x"]}`), class: dlq.ClassUndecodable, attempts: 1, errContains: "event_type must be a string"},
+		{name: "not utf-8", msg: withBody("{\"event_id\":\"\xfe\",\"event_type\":\"x\"}"), class: dlq.ClassUndecodable, attempts: 1, errContains: "UTF-8"},
+		{name: "oversized", msg: withBody(`{"event_id":"a","event_type":"x","pad":"` + strings.Repeat("x", 3<<20) + `"}`), class: dlq.ClassUndecodable, attempts: 1, errContains: "over the 1048576-byte limit"},
+		{
+			name: "wrong content type",
+			msg: func() amqp.Publishing {
+				p := good
+				p.ContentType = "application/xml"
+				return p
+			}(),
+			class: dlq.ClassUndecodable, attempts: 1, errContains: `content type "application/xml"`,
+		},
+	}
+	host, _ := os.Hostname()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newConsumer(t, func(cfg *consumer.Config) {
+				cfg.MaxAttempts = 3
+				cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
+				cfg.Unhandled = tc.unhandled
+			})
+			if tc.handler != nil {
+				c.HandleFunc("workitem.", tc.handler)
+			}
+			// The consumer must keep going after a bad message: a good one
+			// published after it is still handled.
+			followUp := make(chan struct{})
+			c.HandleFunc("after.", func(ctx context.Context, m *warren.Message) error {
+				close(followUp)
+				return nil
+			})
+			start(t, c)
+			topo := c.Topology()
+			pub := newPublisher(t)
+			before := time.Now()
+			pub.raw(topo.Exchange, tc.msg)
+
+			d := getOne(t, testenv.Channel(t), topo.DLQ, 15*time.Second)
+			meta := dlq.ParseMetadata(d.Headers)
+			if meta.Class != tc.class {
+				t.Errorf("class %q, want %q", meta.Class, tc.class)
+			}
+			if meta.Attempts != tc.attempts {
+				t.Errorf("attempts %d, want %d", meta.Attempts, tc.attempts)
+			}
+			if !strings.Contains(meta.Error, tc.errContains) {
+				t.Errorf("error %q does not contain %q", meta.Error, tc.errContains)
+			}
+			if meta.OriginQueue != topo.Queue || meta.OriginExchange != topo.Exchange || meta.Consumer != c.Config().Name || meta.Host != host {
+				t.Errorf("origin metadata %+v", meta)
+			}
+			if meta.FirstFailure.Before(before.Add(-time.Second)) || meta.LastFailure.Before(meta.FirstFailure) {
+				t.Errorf("failure times first=%v last=%v", meta.FirstFailure, meta.LastFailure)
+			}
+			if tc.attempts > 1 && !meta.LastFailure.After(meta.FirstFailure) {
+				t.Errorf("after %d attempts the last failure %v should follow the first %v", tc.attempts, meta.LastFailure, meta.FirstFailure)
+			}
+			if !bytes.Equal(d.Body, tc.msg.Body) || d.MessageId != tc.msg.MessageId || d.DeliveryMode != amqp.Persistent {
+				t.Errorf("dead message changed: id %q mode %d, body equal %v", d.MessageId, d.DeliveryMode, bytes.Equal(d.Body, tc.msg.Body))
+			}
+			if len(meta.Problems) > 0 {
+				t.Errorf("header problems: %v", meta.Problems)
+			}
+
+			pub.events(topo.Exchange, "", event("after", "after.check"))
+			select {
+			case <-followUp:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the consumer stopped handling messages after the bad one")
+			}
+			if s := c.Stats(); s.DeadLettered != 1 {
+				t.Errorf("stats %+v, want 1 dead-lettered", s)
+			}
+		})
+	}
+}
+
+// A message that outlives the queue's TTL is dead-lettered by the broker
+// into the DLQ, where its class reads "expired".
+func TestExpiredMessagesLandInDLQ(t *testing.T) {
+	for _, qt := range queueTypes {
+		t.Run(string(qt), func(t *testing.T) {
+			c := newConsumer(t, func(cfg *consumer.Config) {
+				cfg.QueueType = qt
+				cfg.MessageTTL = 200 * time.Millisecond
+			})
+			block := make(chan struct{})
+			c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+				<-block
+				return nil
+			})
+			stop := start(t, c)
+			// Stop consuming so the message waits in the queue and expires.
+			close(block)
+			if err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			topo := c.Topology()
+			newPublisher(t).events(topo.Exchange, "", event("stale", "workitem.updated"))
+			d := getOne(t, testenv.Channel(t), topo.DLQ, 30*time.Second)
+			meta := dlq.ParseMetadata(d.Headers)
+			if meta.Class != dlq.ClassExpired || meta.OriginQueue != topo.Queue || meta.OriginExchange != topo.Exchange {
+				t.Errorf("metadata %+v, want class expired from %s via %s", meta, topo.Queue, topo.Exchange)
+			}
+			if d.MessageId != "stale" {
+				t.Errorf("message id %q", d.MessageId)
+			}
+		})
+	}
+}
+
+// Quorum queues dead-letter handler failures the same way.
+func TestQuorumDeadLetters(t *testing.T) {
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.QueueType = consumer.Quorum
+		cfg.MaxAttempts = 2
+		cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
+	})
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+		if m.Event.ID == "perm" {
+			return warren.Permanent(errBoom)
+		}
+		return errBoom
+	})
+	start(t, c)
+	newPublisher(t).events(c.Topology().Exchange, "", event("perm", "x.y"), event("flaky", "x.y"))
+	ch := testenv.Channel(t)
+	classes := map[string]dlq.Class{}
+	for range 2 {
+		d := getOne(t, ch, c.Topology().DLQ, 15*time.Second)
+		classes[d.MessageId] = dlq.ParseMetadata(d.Headers).Class
+	}
+	if classes["perm"] != dlq.ClassPermanent || classes["flaky"] != dlq.ClassExhausted {
+		t.Errorf("classes %v", classes)
+	}
+}
+
+// When the DLQ cannot take a message (here it was deleted), the original is
+// not acked: it is requeued and dead-lettered once the DLQ is back. Acking
+// before the confirm would have lost it.
+func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
+	c := newConsumer(t, nil)
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return warren.Permanent(errBoom) })
+	start(t, c)
+	topo := c.Topology()
+	ch := testenv.Channel(t)
+	if _, err := ch.QueueDelete(topo.DLQ, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	newPublisher(t).events(topo.Exchange, "", event("precious", "x.y"))
+	testenv.WaitFor(t, 10*time.Second, "a failed dead-letter publish", func() bool { return c.Stats().PublishFailures >= 1 })
+	if s := c.Stats(); s.DeadLettered != 0 {
+		t.Fatalf("counted as dead-lettered although the DLQ was gone: %+v", s)
+	}
+
+	if _, err := ch.QueueDeclare(topo.DLQ, true, false, false, false, amqp.Table{"x-message-ttl": consumer.DefaultDLQTTL.Milliseconds()}); err != nil {
+		t.Fatal(err)
+	}
+	d := getOne(t, ch, topo.DLQ, 15*time.Second)
+	if d.MessageId != "precious" {
+		t.Fatalf("DLQ got %q", d.MessageId)
+	}
+	if dlq.ParseMetadata(d.Headers).Class != dlq.ClassPermanent {
+		t.Errorf("class %v", dlq.ParseMetadata(d.Headers).Class)
+	}
+}

@@ -1,0 +1,51 @@
+// Package consumer provides BaseConsumer, the part of a warren service that
+// talks to RabbitMQ: it declares the consumer's queue and its dead-letter
+// and retry topology, consumes with a pool of workers, applies the ack
+// policy to each handler's outcome, reconnects when the broker goes away,
+// and drains gracefully on shutdown.
+//
+// # Topology
+//
+// A consumer named N on exchange E declares:
+//
+//	E            durable fanout exchange the producers publish to
+//	N            durable queue bound to E; message TTL (default 1h);
+//	             expired messages dead-letter to N.dlx
+//	N.dlx        fanout exchange bound to N.dlq
+//	N.dlq        dead messages, with their own TTL (default 7 days)
+//	N.retry.<d>  one queue per retry delay d (default 1s, 10s, 1m, 10m),
+//	             each with message TTL d, dead-lettering back to N through
+//	             the default exchange
+//
+// Retries never pass through E, so other consumers on E never see them.
+// Each tier holds messages of one delay, so a 1s retry never waits behind a
+// 10m one (RabbitMQ expires messages only at the head of a queue).
+//
+// # Ack policy
+//
+// A message leaves the queue only after the message that replaces it is
+// safe: a retry or dead letter is published, the broker's confirm awaited,
+// and only then is the original acked. See [BaseConsumer.Run] for shutdown.
+//
+//	handler returns            what happens
+//	nil                        ack
+//	warren.Skip, Duplicate     ack, counted as skipped / duplicate
+//	error, RetryAfter, panic   to a retry tier with attempts+1; after
+//	                           MaxAttempts, to the DLQ (class exhausted)
+//	warren.Defer               to a retry tier, attempt not spent
+//	warren.Permanent           to the DLQ (class permanent)
+//	undecodable body           to the DLQ (class undecodable)
+//	no handler matches         ack as skipped, or DLQ (class unhandled)
+//	                           under DeadLetterUnhandled
+//
+// Dead messages carry the headers of package dlq: the error, its class,
+// attempts, first and last failure, origin queue, exchange and routing key,
+// consumer and host.
+//
+// # Connections
+//
+// The consumer runs its own supervisor rather than amqp091-go's built-in
+// recovery (docs/adr/001-own-connection-supervisor.md): each connection is
+// a session with its own channels, and a delivery is only ever acked on the
+// channel that delivered it.
+package consumer

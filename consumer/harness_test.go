@@ -1,0 +1,198 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+// newConsumer builds a consumer with unique names whose queues and
+// exchanges are deleted when t ends. tweak adjusts the config.
+func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsumer {
+	t.Helper()
+	cfg := consumer.Config{
+		URL:      testenv.AMQPURL(t),
+		Name:     testenv.Name(t, "c"),
+		Exchange: testenv.Name(t, "ex"),
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	c, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo := c.Topology()
+	testenv.CleanupQueues(t, topo.Queues()...)
+	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
+	return c
+}
+
+// start runs c until the returned stop is called (or t ends) and waits
+// until it consumes. stop returns Run's error.
+func start(t *testing.T, c *consumer.BaseConsumer) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- c.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-errc
+		})
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	deadline := time.After(15 * time.Second)
+	for !c.Health().Ready {
+		select {
+		case err := <-errc:
+			errc <- err
+			t.Fatalf("Run returned before consuming: %v", err)
+		case <-deadline:
+			t.Fatal("consumer not ready after 15s")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return stop
+}
+
+// publisher publishes events to an exchange (or, with exchange "", to a
+// queue) with confirms.
+type publisher struct {
+	t   *testing.T
+	pub *amqpx.Publisher
+}
+
+func newPublisher(t *testing.T) *publisher {
+	t.Helper()
+	p, err := amqpx.NewPublisher(testenv.AMQPConn(t), 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &publisher{t: t, pub: p}
+}
+
+func event(id, typ string) warren.Event {
+	return warren.Event{
+		ID: id, Type: typ, EntityType: "issue", EntityID: "e-" + id, WorkspaceID: "w1", ProjectID: "p1",
+		InitiatorID: "u1", InitiatorType: warren.InitiatorUser, Version: "1.0", CreatedAt: time.Now().UTC(),
+		Payload: warren.Payload{Data: []byte(`{"state":"done","priority":"high","name":"Fix the relay"}`), PreviousAttributes: []byte(`{"state":"todo"}`)},
+	}
+}
+
+func (p *publisher) events(exchange, key string, evs ...warren.Event) {
+	p.t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(evs))
+	for _, ev := range evs {
+		msg, err := amqpx.EventPublishing(ev)
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		wg.Go(func() { errs <- p.pub.Publish(context.Background(), exchange, key, msg) })
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
+
+func (p *publisher) raw(exchange string, msg amqp.Publishing) {
+	p.t.Helper()
+	if err := p.pub.Publish(context.Background(), exchange, "", msg); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func manyEvents(n int, prefix, typ string) []warren.Event {
+	evs := make([]warren.Event, n)
+	for i := range evs {
+		evs[i] = event(fmt.Sprintf("%s-%05d", prefix, i), typ)
+	}
+	return evs
+}
+
+// recorder counts handler calls per event id.
+type recorder struct {
+	mu       sync.Mutex
+	calls    map[string]int
+	attempts map[string][]int
+	changed  chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{calls: map[string]int{}, attempts: map[string][]int{}, changed: make(chan struct{}, 1)}
+}
+
+func (r *recorder) record(m *warren.Message) {
+	r.mu.Lock()
+	r.calls[m.Event.ID]++
+	r.attempts[m.Event.ID] = append(r.attempts[m.Event.ID], m.Attempt)
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[id]
+}
+
+func (r *recorder) distinct() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls)
+}
+
+// waitDistinct waits until n distinct events were handled.
+func (r *recorder) waitDistinct(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for r.distinct() < n {
+		select {
+		case <-r.changed:
+		case <-deadline:
+			t.Fatalf("handled %d distinct events of %d after %v", r.distinct(), n, timeout)
+		}
+	}
+}
+
+// getOne takes one message from queue, failing t if there is none within
+// timeout.
+func getOne(t *testing.T, ch *amqp.Channel, queue string, timeout time.Duration) amqp.Delivery {
+	t.Helper()
+	var d amqp.Delivery
+	testenv.WaitFor(t, timeout, "a message in "+queue, func() bool {
+		var ok bool
+		var err error
+		d, ok, err = ch.Get(queue, true)
+		if err != nil {
+			t.Fatalf("get from %s: %v", queue, err)
+		}
+		return ok
+	})
+	return d
+}
+
+var errBoom = errors.New("boom")

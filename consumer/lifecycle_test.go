@@ -1,0 +1,217 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+// The broker drops the consumer's connection twice while handlers hold
+// unacked deliveries: every message is still handled, and consuming resumes
+// without help.
+func TestSurvivesConnectionLoss(t *testing.T) {
+	const n = 4000
+	rec := newRecorder()
+	// Handlers past each mark wait at a gate until the connection has been
+	// killed, so the kill lands mid-stream with deliveries in flight.
+	gates := []struct {
+		mark int64
+		open chan struct{}
+	}{{n / 4, make(chan struct{})}, {n / 2, make(chan struct{})}}
+	var seq atomic.Int64
+	c := newConsumer(t, func(cfg *consumer.Config) { cfg.ReconnectMaxDelay = 500 * time.Millisecond })
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+		k := seq.Add(1)
+		for _, g := range gates {
+			if k > g.mark {
+				<-g.open
+			}
+		}
+		rec.record(m)
+		return nil
+	})
+	stop := start(t, c)
+	newPublisher(t).events(c.Topology().Exchange, "", manyEvents(n, "ev", "workitem.updated")...)
+
+	for i, g := range gates {
+		testenv.WaitFor(t, 30*time.Second, "handlers to block at the gate", func() bool {
+			return c.Stats().InFlight == int64(c.Config().Workers)
+		})
+		if closed := testenv.CloseConnections(t, c.Config().Name); closed == 0 {
+			t.Fatalf("kill %d: no connection of %s found to close", i+1, c.Config().Name)
+		}
+		testenv.WaitFor(t, 20*time.Second, "the consumer to reconnect", func() bool {
+			return c.Stats().Reconnects >= uint64(i+1) && c.Health().Ready
+		})
+		close(g.open)
+	}
+	rec.waitDistinct(t, n, 60*time.Second)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	dups := 0
+	for _, calls := range rec.calls {
+		dups += calls - 1
+	}
+	// The handlers blocked at a gate finished on a dead channel, so their
+	// acks were lost and the broker redelivered: at-least-once, visibly.
+	if dups < c.Config().Workers {
+		t.Errorf("%d redeliveries; the %d handlers cut off by each kill should have been redelivered", dups, c.Config().Workers)
+	}
+	t.Logf("%d messages, 2 connection kills, %d redelivered", n, dups)
+	if depth := testenv.QueueDepth(t, testenv.Channel(t), c.Topology().Queue); depth != 0 {
+		t.Errorf("%d messages left in the queue", depth)
+	}
+}
+
+// On stop, handlers already running finish and their messages are acked.
+func TestStopLetsInFlightHandlersFinish(t *testing.T) {
+	started := make(chan string, 3)
+	release := make(chan struct{})
+	var finished atomic.Int32
+	c := newConsumer(t, func(cfg *consumer.Config) { cfg.ShutdownGrace = 30 * time.Second })
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+		started <- m.Event.ID
+		<-release
+		finished.Add(1)
+		return nil
+	})
+	stop := start(t, c)
+	newPublisher(t).events(c.Topology().Exchange, "", manyEvents(3, "slow", "x.y")...)
+	for range 3 {
+		<-started
+	}
+	stopped := make(chan error)
+	go func() { stopped <- stop() }()
+	testenv.WaitFor(t, 5*time.Second, "readiness to drop", func() bool { return !c.Health().Ready })
+	select {
+	case err := <-stopped:
+		t.Fatalf("Run returned (%v) while handlers were still running", err)
+	default:
+	}
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if finished.Load() != 3 {
+		t.Fatalf("%d handlers finished, want 3", finished.Load())
+	}
+	if depth := testenv.QueueDepth(t, testenv.Channel(t), c.Topology().Queue); depth != 0 {
+		t.Errorf("%d messages back in the queue; finished handlers' messages must be acked", depth)
+	}
+}
+
+// A handler still running when the grace period ends is cancelled and its
+// message requeued as it was: no attempt counted, nothing dead-lettered.
+func TestGraceShorterThanHandlerRequeues(t *testing.T) {
+	started := make(chan struct{})
+	c := newConsumer(t, func(cfg *consumer.Config) { cfg.ShutdownGrace = 100 * time.Millisecond })
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	stop := start(t, c)
+	newPublisher(t).events(c.Topology().Exchange, "", event("long", "x.y"))
+	<-started
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Stats(); s.Requeued != 1 || s.Retried != 0 || s.DeadLettered != 0 {
+		t.Errorf("stats %+v, want exactly 1 requeued", s)
+	}
+	ch := testenv.Channel(t)
+	d := getOne(t, ch, c.Topology().Queue, 5*time.Second)
+	if d.MessageId != "long" || d.Headers["x-warren-attempts"] != nil {
+		t.Errorf("requeued message %q with headers %v; want it unchanged", d.MessageId, d.Headers)
+	}
+	for _, q := range append([]string{c.Topology().DLQ}, c.Topology().Retry[0].Queue) {
+		if depth := testenv.QueueDepth(t, ch, q); depth != 0 {
+			t.Errorf("%s holds %d messages", q, depth)
+		}
+	}
+}
+
+// A queue that exists with other arguments is an error naming the argument,
+// returned by Run instead of retried forever.
+func TestTopologyMismatchNamesTheArgument(t *testing.T) {
+	c := newConsumer(t, nil)
+	ch := testenv.Channel(t)
+	_, err := ch.QueueDeclare(c.Topology().Queue, true, false, false, false, amqp.Table{"x-message-ttl": int64(5000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = c.Run(ctx)
+	var te *consumer.TopologyError
+	if !errors.As(err, &te) || te.Argument != "x-message-ttl" || te.Name != c.Topology().Queue {
+		t.Fatalf("Run = %v, want a TopologyError naming x-message-ttl on %s", err, c.Topology().Queue)
+	}
+}
+
+// Declaring the same topology twice changes nothing and is not an error.
+func TestRedeclaringIsANoOp(t *testing.T) {
+	first := newConsumer(t, nil)
+	first.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	if err := start(t, first)(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := consumer.New(first.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	if err := start(t, second)(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHealthEndpoints(t *testing.T) {
+	c := newConsumer(t, nil)
+	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	srv := httptest.NewServer(c.HealthHandler())
+	defer srv.Close()
+	status := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h consumer.Health
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			t.Fatalf("%s body: %v", path, err)
+		}
+		return resp.StatusCode
+	}
+	if status("/healthz") != 503 || status("/readyz") != 503 {
+		t.Error("a consumer that is not running reports healthy")
+	}
+	stop := start(t, c)
+	if status("/healthz") != 200 || status("/readyz") != 200 {
+		t.Error("a consuming consumer reports unhealthy")
+	}
+	stop()
+	if status("/healthz") != 503 || status("/readyz") != 503 {
+		t.Error("a stopped consumer reports healthy")
+	}
+}
+
+func TestRunTwiceIsAnError(t *testing.T) {
+	c := newConsumer(t, nil)
+	start(t, c)
+	if err := c.Run(context.Background()); !errors.Is(err, consumer.ErrAlreadyRunning) {
+		t.Fatalf("second Run = %v", err)
+	}
+}

@@ -1,0 +1,188 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// session is one connection's worth of consuming: the consumer channels
+// with their ackers and forwarders, and the publisher for retries and dead
+// letters. When anything in it fails, the whole session is abandoned and a
+// new one built on a new connection; a delivery keeps a pointer to the
+// session it came from, so it is only ever acked on the channel that
+// delivered it.
+type session struct {
+	conn     *amqp.Connection
+	pub      *amqpx.Publisher
+	channels []*amqp.Channel
+	tags     []string
+	ackers   []*acker
+
+	lost     chan error    // receives the first failure
+	dead     atomic.Bool   // set once the session failed
+	stop     chan struct{} // closed to stop the forwarders
+	stopOnce sync.Once
+
+	forwarders sync.WaitGroup
+	background sync.WaitGroup // ackers and close watchers
+}
+
+// job is one delivery on its way to a worker.
+type job struct {
+	d     amqp.Delivery
+	s     *session
+	acker *acker
+}
+
+var errConsumerCancelled = errors.New("the broker cancelled the consumer (queue deleted?)")
+
+// startSession declares the topology and starts consuming on conn. On
+// failure it closes conn and everything it started.
+func (c *BaseConsumer) startSession(conn *amqp.Connection, jobs chan<- job) (*session, error) {
+	s := &session{conn: conn, lost: make(chan error, 1), stop: make(chan struct{})}
+	if err := c.setUp(s, jobs); err != nil {
+		s.abandon()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
+	conn := s.conn
+	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
+
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	err = c.topo.declare(ch, c.cfg)
+	ch.Close()
+	if err != nil {
+		return err
+	}
+
+	// Every worker may be publishing a retry or a dead letter at once.
+	pub, err := amqpx.NewPublisher(conn, c.cfg.Workers)
+	if err != nil {
+		return err
+	}
+	s.pub = pub
+	s.watch(pub.NotifyClose())
+
+	for i := range c.cfg.Channels {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open consumer channel: %w", err)
+		}
+		s.watch(ch.NotifyClose(make(chan *amqp.Error, 1)))
+		if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+			return fmt.Errorf("set prefetch: %w", err)
+		}
+		tag := fmt.Sprintf("%s-%d", c.connectionName(), i)
+		deliveries, err := ch.Consume(c.topo.Queue, tag, false, false, false, false, nil)
+		if err != nil {
+			return fmt.Errorf("consume %s: %w", c.topo.Queue, err)
+		}
+		a := newAcker(ch, c.cfg.Prefetch, c.log)
+		s.channels = append(s.channels, ch)
+		s.tags = append(s.tags, tag)
+		s.ackers = append(s.ackers, a)
+		s.background.Go(a.run)
+		s.forwarders.Go(func() { s.forward(deliveries, a, jobs) })
+	}
+	return nil
+}
+
+// watch turns a close notification into a session failure. A clean close
+// (nil) is the session's own doing and not a failure.
+func (s *session) watch(closed <-chan *amqp.Error) {
+	s.background.Go(func() {
+		if err, ok := <-closed; ok && err != nil {
+			s.fail(err)
+		}
+	})
+}
+
+func (s *session) fail(err error) {
+	if s.dead.CompareAndSwap(false, true) {
+		s.lost <- err
+	}
+}
+
+// forward hands deliveries to the workers until the session stops.
+func (s *session) forward(deliveries <-chan amqp.Delivery, a *acker, jobs chan<- job) {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case d, ok := <-deliveries:
+			if !ok {
+				select {
+				case <-s.stop:
+				default:
+					s.fail(errConsumerCancelled)
+				}
+				return
+			}
+			select {
+			case jobs <- job{d: d, s: s, acker: a}:
+			case <-s.stop:
+				// Never handed to a worker; it is still unacked and the
+				// broker requeues it when the channel closes.
+				return
+			}
+		}
+	}
+}
+
+func (s *session) stopForwarders() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.forwarders.Wait()
+}
+
+// stopConsuming asks the broker to stop sending and stops the forwarders.
+// Channels stay open so in-flight handlers can still be acked.
+func (s *session) stopConsuming() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	for i, ch := range s.channels {
+		// Errors mean the channel is gone, which stops delivery too.
+		_ = ch.Cancel(s.tags[i], false)
+	}
+	s.forwarders.Wait()
+}
+
+// close ends a healthy session after the workers have finished: pending
+// acks are sent, then channels and connection closed. Deliveries that were
+// prefetched but never handled are requeued by the broker.
+func (s *session) close() {
+	s.stopForwarders()
+	for _, a := range s.ackers {
+		a.stopAndFlush()
+	}
+	s.pub.Close()
+	for _, ch := range s.channels {
+		ch.Close()
+	}
+	s.conn.Close()
+	s.background.Wait()
+}
+
+// abandon tears down a failed session. Nothing can be acked on it any
+// more; the broker requeues its unacked deliveries.
+func (s *session) abandon() {
+	s.stopForwarders()
+	s.conn.Close()
+	for _, a := range s.ackers {
+		a.stopAndFlush()
+	}
+	if s.pub != nil {
+		s.pub.Close()
+	}
+	s.background.Wait()
+}

@@ -1,0 +1,98 @@
+package consumer
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync/atomic"
+	"time"
+)
+
+type counter = atomic.Uint64
+
+// counters are the consumer's running totals, updated by the workers.
+type counters struct {
+	received, done, skipped, duplicates       counter
+	retried, deferred, deadLettered, requeued counter
+	publishFailures, reconnects               counter
+	inFlight                                  atomic.Int64
+	lastMessage                               atomic.Int64 // unix nanoseconds
+}
+
+func (s *counters) moved(k move) *counter {
+	switch k {
+	case movedRetry:
+		return &s.retried
+	case movedDeferred:
+		return &s.deferred
+	default:
+		return &s.deadLettered
+	}
+}
+
+// Stats are a consumer's totals since it was created. Every message
+// received ends in exactly one of Done, Skipped, Duplicates, Retried,
+// Deferred, DeadLettered or Requeued, or is still in flight.
+type Stats struct {
+	Received        uint64 `json:"received"`
+	Done            uint64 `json:"done"`          // handled and acked
+	Skipped         uint64 `json:"skipped"`       // acked without handling (filters, no handler)
+	Duplicates      uint64 `json:"duplicates"`    // acked as already handled
+	Retried         uint64 `json:"retried"`       // sent to a retry tier after a transient failure
+	Deferred        uint64 `json:"deferred"`      // sent to a retry tier without spending an attempt
+	DeadLettered    uint64 `json:"dead_lettered"` // sent to the DLQ
+	Requeued        uint64 `json:"requeued"`      // handed back to the broker (shutdown, failed publish)
+	PublishFailures uint64 `json:"publish_failures"`
+	Reconnects      uint64 `json:"reconnects"`
+	InFlight        int64  `json:"in_flight"`
+}
+
+// Stats returns the consumer's totals.
+func (c *BaseConsumer) Stats() Stats {
+	s := &c.stats
+	return Stats{
+		Received: s.received.Load(), Done: s.done.Load(), Skipped: s.skipped.Load(), Duplicates: s.duplicates.Load(),
+		Retried: s.retried.Load(), Deferred: s.deferred.Load(), DeadLettered: s.deadLettered.Load(), Requeued: s.requeued.Load(),
+		PublishFailures: s.publishFailures.Load(), Reconnects: s.reconnects.Load(), InFlight: s.inFlight.Load(),
+	}
+}
+
+// Health is what the health endpoints report.
+type Health struct {
+	// Alive: Run is running. A process whose consumer has stopped should
+	// be restarted.
+	Alive bool `json:"alive"`
+	// Ready: connected and consuming. False while reconnecting and during
+	// shutdown.
+	Ready bool `json:"ready"`
+	// LastMessage is when the latest delivery arrived (zero if none yet).
+	LastMessage time.Time `json:"last_message,omitzero"`
+	Stats       Stats     `json:"stats"`
+}
+
+// Health returns the consumer's current health.
+func (c *BaseConsumer) Health() Health {
+	h := Health{Alive: c.running.Load(), Ready: c.ready.Load(), Stats: c.Stats()}
+	if ns := c.stats.lastMessage.Load(); ns != 0 {
+		h.LastMessage = time.Unix(0, ns)
+	}
+	return h
+}
+
+// HealthHandler serves /healthz (200 while Run runs) and /readyz (200 while
+// connected and consuming), each with the Health as JSON, 503 otherwise.
+func (c *BaseConsumer) HealthHandler() http.Handler {
+	mux := http.NewServeMux()
+	serve := func(ok func(Health) bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			h := c.Health()
+			w.Header().Set("Content-Type", "application/json")
+			if !ok(h) {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+			json.NewEncoder(w).Encode(h)
+		}
+	}
+	mux.HandleFunc("GET /healthz", serve(func(h Health) bool { return h.Alive }))
+	mux.HandleFunc("GET /readyz", serve(func(h Health) bool { return h.Ready }))
+	return mux
+}

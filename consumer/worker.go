@@ -1,0 +1,221 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"runtime/debug"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// process runs one delivery through the handler and applies the ack policy:
+//
+//	done, skipped, duplicate         → ack
+//	transient failure, panic         → retry tier (attempt+1), confirm, then ack
+//	deferred                         → retry tier (same attempt), confirm, then ack
+//	permanent, exhausted, undecodable → DLQ with metadata, confirm, then ack
+//	failure after forced shutdown    → nack with requeue, no attempt counted
+func (c *BaseConsumer) process(hctx context.Context, h warren.Handler, j job) {
+	if j.s.dead.Load() {
+		// Its channel is gone, so it can never be acked: running the
+		// handler would only do work the broker is about to redeliver.
+		return
+	}
+	c.stats.received.Add(1)
+	c.stats.inFlight.Add(1)
+	defer c.stats.inFlight.Add(-1)
+	c.stats.lastMessage.Store(time.Now().UnixNano())
+
+	m, err := c.decode(j.d)
+	if err != nil {
+		c.deadLetter(hctx, j, m, dlq.ClassUndecodable, err)
+		return
+	}
+	err = c.invoke(hctx, h, m)
+	outcome, delay := warren.Classify(err)
+
+	if hctx.Err() != nil && outcome != warren.OutcomeDone && outcome != warren.OutcomeSkipped && outcome != warren.OutcomeDuplicate {
+		// The shutdown grace ran out under this handler. Its failure is
+		// ours, not the message's: put it back as it was.
+		c.stats.requeued.Add(1)
+		j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: false})
+		return
+	}
+	switch outcome {
+	case warren.OutcomeDone:
+		c.ack(j, &c.stats.done)
+	case warren.OutcomeSkipped:
+		c.ack(j, &c.stats.skipped)
+	case warren.OutcomeDuplicate:
+		c.ack(j, &c.stats.duplicates)
+	case warren.OutcomeDeferred:
+		// Not a failure: the attempt is not spent and no error recorded.
+		tier := c.topo.tierFor(1, delay)
+		c.republish(hctx, j, tier.Queue, j.d.Headers, movedDeferred, slog.Duration("delay", tier.Delay))
+	case warren.OutcomeRetry:
+		if m.Attempt >= c.cfg.MaxAttempts {
+			c.deadLetter(hctx, j, m, dlq.ClassExhausted, err)
+			return
+		}
+		tier := c.topo.tierFor(m.Attempt, delay)
+		headers := dlq.Stamp(j.d.Headers, c.failure(j.d, err), m.Attempt, "")
+		c.republish(hctx, j, tier.Queue, headers, movedRetry,
+			slog.Duration("delay", tier.Delay), slog.Int("attempt", m.Attempt), slog.Any("error", err))
+	case warren.OutcomePermanent:
+		class := dlq.ClassPermanent
+		if _, ok := errors.AsType[*UnhandledError](err); ok {
+			class = dlq.ClassUnhandled
+		}
+		c.deadLetter(hctx, j, m, class, err)
+	}
+}
+
+func (c *BaseConsumer) ack(j job, counter *counter) {
+	counter.Add(1)
+	j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: true})
+}
+
+// invoke calls the handler, turning a panic into a transient error that
+// carries the stack: one bad message must not take the process down.
+func (c *BaseConsumer) invoke(ctx context.Context, h warren.Handler, m *warren.Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h.Handle(ctx, m)
+}
+
+// decode checks a delivery and turns it into a Message. On error it still
+// returns what it could read (the attempt count), for the dead letter.
+func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
+	meta := dlq.ParseMetadata(d.Headers)
+	m := &warren.Message{
+		Body:        d.Body,
+		Headers:     d.Headers,
+		Attempt:     meta.Attempts + 1,
+		MaxAttempts: c.cfg.MaxAttempts,
+		Consumer:    c.cfg.Name,
+		Queue:       c.topo.Queue,
+		Redelivered: d.Redelivered,
+		ReceivedAt:  time.Now(),
+	}
+	if len(d.Body) > c.cfg.MaxBodyBytes {
+		return m, fmt.Errorf("body is %d bytes, over the %d-byte limit", len(d.Body), c.cfg.MaxBodyBytes)
+	}
+	if d.ContentType != "" {
+		if mt, _, err := mime.ParseMediaType(d.ContentType); err != nil || mt != "application/json" {
+			return m, fmt.Errorf("content type %q is not application/json", d.ContentType)
+		}
+	}
+	if d.ContentEncoding != "" && d.ContentEncoding != "identity" {
+		return m, fmt.Errorf("content encoding %q is not supported", d.ContentEncoding)
+	}
+	ev, err := warren.DecodeEvent(d.Body)
+	if err != nil {
+		return m, err
+	}
+	m.Event = ev
+	return m, nil
+}
+
+func (c *BaseConsumer) failure(d amqp.Delivery, err error) dlq.Failure {
+	return dlq.Failure{
+		Err:        err.Error(),
+		At:         time.Now(),
+		Queue:      c.topo.Queue,
+		Exchange:   d.Exchange,
+		RoutingKey: d.RoutingKey,
+		Consumer:   c.cfg.Name,
+		Host:       c.host,
+	}
+}
+
+// deadLetter moves a message to the DLQ with metadata saying why.
+func (c *BaseConsumer) deadLetter(ctx context.Context, j job, m *warren.Message, class dlq.Class, err error) {
+	headers := dlq.Stamp(j.d.Headers, c.failure(j.d, err), m.Attempt, class)
+	c.republish(ctx, j, c.topo.DLQ, headers, movedDead,
+		slog.String("class", string(class)), slog.Int("attempt", m.Attempt), slog.Any("error", err))
+}
+
+// republish sends a copy of the delivery to queue (through the default
+// exchange, so it reaches that queue and no other) and acks the original
+// only after the broker has confirmed the copy. Acking first would lose the
+// message whenever the publish then failed; this order can at worst leave
+// it in both queues, and the handler's idempotency absorbs that.
+func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, headers amqp.Table, kind move, attrs ...slog.Attr) {
+	// Not hctx: a publish that has started must get its verdict even when
+	// shutdown cancels the handlers.
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PublishTimeout)
+	defer cancel()
+	d := j.d
+	msg := amqp.Publishing{
+		Headers:         headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		// A message we hold on a producer's behalf must survive a broker
+		// restart, whatever mode it arrived in.
+		DeliveryMode:  amqp.Persistent,
+		Priority:      d.Priority,
+		CorrelationId: d.CorrelationId,
+		ReplyTo:       d.ReplyTo,
+		MessageId:     d.MessageId,
+		Timestamp:     d.Timestamp,
+		Type:          d.Type,
+		AppId:         d.AppId,
+		Body:          d.Body,
+		// Expiration is dropped: the retry tier decides when a message
+		// comes back, and a dead message must not expire before the DLQ's
+		// own TTL. UserId is dropped: the broker refuses a user id other
+		// than the publishing connection's.
+	}
+	if err := j.s.pub.Publish(ctx, "", queue, msg); err != nil {
+		c.stats.publishFailures.Add(1)
+		c.log.Error("could not move the message; requeueing it", "to", queue, "message_id", d.MessageId, "error", err)
+		if errors.Is(err, amqpx.ErrUnroutable) || errors.Is(err, amqpx.ErrNacked) {
+			// The broker is refusing, not gone: wait a moment so a
+			// missing queue does not become a hot redelivery loop.
+			select {
+			case <-time.After(time.Second):
+			case <-hctx.Done():
+			}
+		}
+		c.stats.requeued.Add(1)
+		j.acker.settle(settlement{tag: d.DeliveryTag, ack: false})
+		return
+	}
+	c.stats.moved(kind).Add(1)
+	c.log.LogAttrs(ctx, kind.level(), kind.String(),
+		append([]slog.Attr{slog.String("message_id", d.MessageId), slog.String("event_type", d.Type), slog.String("to", queue)}, attrs...)...)
+	j.acker.settle(settlement{tag: d.DeliveryTag, ack: true})
+}
+
+// move is where republish sends a message.
+type move uint8
+
+const (
+	movedRetry move = iota
+	movedDeferred
+	movedDead
+)
+
+func (k move) String() string {
+	return [...]string{"retry scheduled", "deferred", "dead-lettered"}[k]
+}
+
+// level logs dead letters as warnings (someone should look) and retries and
+// deferrals at debug (the Logging middleware reports them).
+func (k move) level() slog.Level {
+	if k == movedDead {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
