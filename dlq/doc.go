@@ -7,4 +7,19 @@
 // message goes through [ParseMetadata], which also understands RabbitMQ's own
 // x-death header, so a message that expired in its queue (and so never
 // passed through warren's code on its way to the DLQ) is still classified.
+//
+// [Open] a consumer's dead-letter queue on a connection you own, then:
+//
+//   - [Queue.Peek], [Queue.Stats] and [Queue.Export] read it and leave it as
+//     it was: every message they read is handed back to the broker in its
+//     place.
+//   - [Queue.Replay] sends messages back to the queue they failed in,
+//     through the default exchange, each removed from the DLQ only after
+//     the broker confirmed its copy; an interrupted replay loses nothing.
+//   - [Queue.Purge] deletes messages; [Queue.Import] publishes messages
+//     read back from an export with [ReadMessages].
+//
+// Every operation takes a [Filter] (event-type prefix, error class, error
+// text, age, event id) and reports [Progress]. The design decisions are in
+// docs/adr/dlq-*.md.
 package dlq

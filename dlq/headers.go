@@ -36,7 +36,22 @@ const (
 	ClassUndecodable Class = "undecodable" // the body is not a valid event
 	ClassUnhandled   Class = "unhandled"   // no handler matches the event type
 	ClassExpired     Class = "expired"     // the message outlived its queue's TTL
+
+	// Classes for messages the broker dead-lettered for reasons warren
+	// never causes itself (a max-length policy, a quorum delivery limit, a
+	// reject from other software on the queue).
+	ClassMaxLen        Class = "maxlen"
+	ClassDeliveryLimit Class = "delivery_limit"
+	ClassRejected      Class = "rejected"
 )
+
+// brokerClasses maps RabbitMQ's x-death reasons to classes.
+var brokerClasses = map[string]Class{
+	"expired":        ClassExpired,
+	"maxlen":         ClassMaxLen,
+	"delivery_limit": ClassDeliveryLimit,
+	"rejected":       ClassRejected,
+}
 
 // MaxErrorLen bounds the error text stored in a header, so a handler that
 // returns a huge error (a whole HTTP response) cannot bloat every message.
@@ -81,7 +96,7 @@ func Stamp(headers amqp.Table, f Failure, attempts int, class Class) amqp.Table 
 	setOnce(HeaderOriginRoutingKey, f.RoutingKey)
 	out[HeaderLastFailure] = at
 	out[HeaderError] = truncate(f.Err, MaxErrorLen)
-	out[HeaderAttempts] = int32(min(attempts, math.MaxInt32))
+	out[HeaderAttempts] = int32(max(0, min(attempts, math.MaxInt32)))
 	out[HeaderOriginQueue] = f.Queue
 	out[HeaderConsumer] = f.Consumer
 	out[HeaderHost] = f.Host
@@ -155,24 +170,32 @@ func ParseMetadata(headers amqp.Table) Metadata {
 	m.Replays = r.int(HeaderReplays)
 	m.Deaths = r.deaths()
 
-	if m.Class == "" && len(m.Deaths) > 0 && m.Deaths[0].Reason == "expired" {
+	// A message without warren's class was dead-lettered by the broker
+	// itself; its latest x-death entry says why and from where.
+	if m.Class == "" && len(m.Deaths) > 0 {
 		d := m.Deaths[0]
-		m.Class = ClassExpired
-		m.OriginQueue = d.Queue
-		if m.OriginExchange == "" {
-			m.OriginExchange = d.Exchange
-			if len(d.RoutingKeys) > 0 {
-				m.OriginRoutingKey = d.RoutingKeys[0]
+		if class, ok := brokerClasses[d.Reason]; ok {
+			m.Class = class
+			m.OriginQueue = d.Queue
+			if m.OriginExchange == "" {
+				m.OriginExchange = d.Exchange
+				if len(d.RoutingKeys) > 0 {
+					m.OriginRoutingKey = d.RoutingKeys[0]
+				}
 			}
-		}
-		if m.Error == "" {
-			m.Error = "message expired in queue " + d.Queue
-		}
-		if m.LastFailure.IsZero() {
-			m.LastFailure = d.Time
-		}
-		if m.FirstFailure.IsZero() {
-			m.FirstFailure = d.Time
+			// An error text left by an earlier retry is not why the message
+			// died; keep it only as context.
+			why := fmt.Sprintf("dead-lettered by the broker (%s) from queue %s", d.Reason, d.Queue)
+			if m.Error != "" {
+				why += "; last handler error before that: " + m.Error
+			}
+			m.Error = why
+			if d.Time.After(m.LastFailure) {
+				m.LastFailure = d.Time
+			}
+			if m.FirstFailure.IsZero() {
+				m.FirstFailure = d.Time
+			}
 		}
 	}
 	return m

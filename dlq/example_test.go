@@ -1,0 +1,188 @@
+package dlq_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+func ExampleParseMetadata() {
+	at := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	headers := dlq.Stamp(nil, dlq.Failure{
+		Err: "POST https://hooks.example.com: 410 Gone", At: at,
+		Queue: "webhook", Exchange: "plane.events", Consumer: "webhook", Host: "worker-1",
+	}, 1, dlq.ClassPermanent)
+
+	md := dlq.ParseMetadata(headers)
+	fmt.Println(md.Class, md.Attempts, md.OriginQueue, md.LastFailure.Format(time.RFC3339))
+	fmt.Println(md.Error)
+	// Output:
+	// permanent 1 webhook 2025-06-01T12:00:00Z
+	// POST https://hooks.example.com: 410 Gone
+}
+
+func ExampleFilter_Match() {
+	f := dlq.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassExhausted}, NewerThan: 24 * time.Hour}
+	now := time.Now()
+	for _, typ := range []string{"workitem.updated", "cycle.created"} {
+		var m dlq.Message
+		m.EventType = typ
+		m.Metadata = dlq.Metadata{Class: dlq.ClassExhausted, LastFailure: now.Add(-time.Hour)}
+		fmt.Println(typ, f.Match(&m, now))
+	}
+	// Output:
+	// workitem.updated true
+	// cycle.created false
+}
+
+func ExampleReadMessages() {
+	export := `{"properties":{"message_id":"e1","type":"workitem.created","delivery_mode":2},"headers":{"x-warren-error-class":"permanent","x-warren-attempts":{"type":"int32","value":1}},"body":"{\"event_id\":\"e1\"}"}
+{"properties":{"message_id":"e2"},"body_encoding":"base64","body":"/w=="}
+`
+	msgs, err := dlq.ReadMessages(strings.NewReader(export))
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range msgs {
+		fmt.Printf("%s type=%q class=%q body=%q\n", m.EventID, m.EventType, m.Metadata.Class, m.Body)
+	}
+	fmt.Printf("attempts header: %T\n", msgs[0].Headers[dlq.HeaderAttempts])
+	// Output:
+	// e1 type="workitem.created" class="permanent" body="{\"event_id\":\"e1\"}"
+	// e2 type="" class="" body="\xff"
+	// attempts header: int32
+}
+
+// Replay after a fix: send the work-item events that failed permanently
+// back to the webhook consumer's queue, at most 50 a second.
+func ExampleQueue_Replay() {
+	ctx := context.Background()
+	conn, consumer, cleanup := exampleSetup(ctx)
+	defer cleanup()
+
+	q, err := dlq.Open(ctx, conn, consumer) // the DLQ is consumer + ".dlq"
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := q.Replay(ctx, dlq.ReplayOptions{
+		Filter: dlq.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent}},
+		Rate:   50,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("replayed %d of %d; %d went to the consumer's queue\n", res.Done, res.Total, res.Queues[consumer])
+	left, _ := q.Count(ctx)
+	fmt.Println("left in the DLQ:", left)
+	// Output:
+	// replayed 2 of 4; 2 went to the consumer's queue
+	// left in the DLQ: 2
+}
+
+func ExampleQueue_Stats() {
+	ctx := context.Background()
+	conn, consumer, cleanup := exampleSetup(ctx)
+	defer cleanup()
+
+	q, err := dlq.Open(ctx, conn, consumer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	st, err := q.Stats(ctx, dlq.StatsOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("total", st.Total)
+	for _, g := range st.ByClass {
+		fmt.Println(g.Key, g.Count)
+	}
+	// Output:
+	// total 4
+	// permanent 3
+	// exhausted 1
+}
+
+func ExampleQueue_Export() {
+	ctx := context.Background()
+	conn, consumer, cleanup := exampleSetup(ctx)
+	defer cleanup()
+
+	q, err := dlq.Open(ctx, conn, consumer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var export strings.Builder
+	n, err := q.Export(ctx, &export, dlq.ExportOptions{Filter: dlq.Filter{EventIDs: []string{"e3"}}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	msgs, err := dlq.ReadMessages(strings.NewReader(export.String()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(n, msgs[0].EventID, msgs[0].Metadata.Class, msgs[0].Metadata.Error)
+	// Output:
+	// 1 e3 exhausted timeout after 3 attempts
+}
+
+// exampleSetup declares a consumer's queue and DLQ under a fresh name and
+// fills the DLQ with four dead messages; cleanup deletes both.
+func exampleSetup(ctx context.Context) (*amqp.Connection, string, func()) {
+	url := os.Getenv("AMQP_URL")
+	if url == "" {
+		url = amqpx.DefaultURL
+	}
+	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: "dlq example"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		log.Fatal(err)
+	}
+	var b [4]byte
+	rand.Read(b[:])
+	consumer := "wt_example_" + hex.EncodeToString(b[:])
+	for _, q := range []string{consumer, dlq.QueueName(consumer)} {
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for i, d := range []struct {
+		typ   string
+		class dlq.Class
+		err   string
+	}{
+		{"workitem.updated", dlq.ClassPermanent, "410 Gone"},
+		{"cycle.created", dlq.ClassPermanent, "410 Gone"},
+		{"workitem.created", dlq.ClassExhausted, "timeout after 3 attempts"},
+		{"workitem.deleted", dlq.ClassPermanent, "410 Gone"},
+	} {
+		headers := dlq.Stamp(nil, dlq.Failure{Err: d.err, At: time.Now(), Queue: consumer, Consumer: consumer}, 3, d.class)
+		msg := amqp.Publishing{MessageId: fmt.Sprintf("e%d", i+1), Type: d.typ, Headers: headers, Body: []byte("{}")}
+		if err := ch.PublishWithContext(ctx, "", dlq.QueueName(consumer), false, false, msg); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for {
+		if q, err := ch.QueueDeclarePassive(dlq.QueueName(consumer), true, false, false, false, nil); err == nil && q.Messages == 4 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return conn, consumer, func() {
+		ch.QueueDelete(consumer, false, false, false)
+		ch.QueueDelete(dlq.QueueName(consumer), false, false, false)
+		conn.Close()
+	}
+}

@@ -1,0 +1,107 @@
+package dlq
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ErrBadFilter is wrapped by the error for a [Filter] that cannot be used.
+var ErrBadFilter = errors.New("invalid filter")
+
+// Classes lists every [Class], in the order tools show them.
+var Classes = []Class{ClassPermanent, ClassExhausted, ClassUndecodable, ClassUnhandled, ClassExpired, ClassMaxLen, ClassDeliveryLimit, ClassRejected}
+
+// ParseClass returns the Class called s, or an error wrapping [ErrBadFilter]
+// that lists the valid names.
+func ParseClass(s string) (Class, error) {
+	c := Class(strings.ToLower(strings.TrimSpace(s)))
+	if slices.Contains(Classes, c) {
+		return c, nil
+	}
+	names := make([]string, len(Classes))
+	for i, c := range Classes {
+		names[i] = string(c)
+	}
+	return "", fmt.Errorf("%w: unknown error class %q (want one of %s)", ErrBadFilter, s, strings.Join(names, ", "))
+}
+
+// Filter selects dead messages. A message matches when it passes every
+// criterion that is set; within a list, any one entry is enough. The zero
+// Filter matches everything.
+type Filter struct {
+	// TypePrefixes selects messages whose event type starts with one of
+	// these, e.g. "workitem." for every work-item event.
+	TypePrefixes []string
+	// Classes selects messages dead for one of these reasons.
+	Classes []Class
+	// ErrorContains selects messages whose error text contains this
+	// substring (case-sensitive).
+	ErrorContains string
+	// OlderThan selects messages whose last failure is at least this long
+	// ago, NewerThan those whose last failure is less than this long ago.
+	// A message with no recorded failure time has no age and matches
+	// neither.
+	OlderThan, NewerThan time.Duration
+	// EventIDs selects messages with one of these event ids.
+	EventIDs []string
+}
+
+// IsZero reports whether f selects every message.
+func (f Filter) IsZero() bool {
+	return len(f.TypePrefixes) == 0 && len(f.Classes) == 0 && f.ErrorContains == "" &&
+		f.OlderThan == 0 && f.NewerThan == 0 && len(f.EventIDs) == 0
+}
+
+// Validate returns an error wrapping [ErrBadFilter] when f is
+// self-contradictory or names an unknown class.
+func (f Filter) Validate() error {
+	for _, c := range f.Classes {
+		if !slices.Contains(Classes, c) {
+			_, err := ParseClass(string(c))
+			if err == nil { // right name, wrong case: Match compares exactly
+				err = fmt.Errorf("%w: error class %q must be lower case", ErrBadFilter, c)
+			}
+			return err
+		}
+	}
+	switch {
+	case f.OlderThan < 0 || f.NewerThan < 0:
+		return fmt.Errorf("%w: ages must not be negative", ErrBadFilter)
+	case f.OlderThan > 0 && f.NewerThan > 0 && f.NewerThan <= f.OlderThan:
+		return fmt.Errorf("%w: no message is older than %v and newer than %v", ErrBadFilter, f.OlderThan, f.NewerThan)
+	}
+	return nil
+}
+
+// Match reports whether m passes f, measuring ages from now.
+func (f Filter) Match(m *Message, now time.Time) bool {
+	if len(f.TypePrefixes) > 0 && !slices.ContainsFunc(f.TypePrefixes, func(p string) bool { return strings.HasPrefix(m.EventType, p) }) {
+		return false
+	}
+	if len(f.Classes) > 0 && !slices.Contains(f.Classes, m.Metadata.Class) {
+		return false
+	}
+	if f.ErrorContains != "" && !strings.Contains(m.Metadata.Error, f.ErrorContains) {
+		return false
+	}
+	if len(f.EventIDs) > 0 && !slices.Contains(f.EventIDs, m.EventID) {
+		return false
+	}
+	if f.OlderThan > 0 || f.NewerThan > 0 {
+		died := m.Metadata.LastFailure
+		if died.IsZero() {
+			return false
+		}
+		age := now.Sub(died)
+		if f.OlderThan > 0 && age < f.OlderThan {
+			return false
+		}
+		if f.NewerThan > 0 && age >= f.NewerThan {
+			return false
+		}
+	}
+	return true
+}

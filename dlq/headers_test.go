@@ -1,0 +1,239 @@
+package dlq
+
+import (
+	"encoding/json"
+	"math"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+var (
+	t0 = time.Date(2025, 6, 1, 12, 0, 0, 123456789, time.UTC)
+	t1 = t0.Add(90 * time.Second)
+)
+
+func failure(err string, at time.Time, exchange string) Failure {
+	return Failure{Err: err, At: at, Queue: "webhook", Exchange: exchange, RoutingKey: "rk-" + exchange, Consumer: "webhook", Host: "host-1"}
+}
+
+func TestStampRecordsFailure(t *testing.T) {
+	in := amqp.Table{"app": "kept"}
+	h := Stamp(in, failure("boom", t0, "events"), 3, ClassPermanent)
+	if len(in) != 1 {
+		t.Fatalf("Stamp modified its input: %v", in)
+	}
+	m := ParseMetadata(h)
+	want := Metadata{
+		Error: "boom", Class: ClassPermanent, Attempts: 3, FirstFailure: t0, LastFailure: t0,
+		OriginQueue: "webhook", OriginExchange: "events", OriginRoutingKey: "rk-events", Consumer: "webhook", Host: "host-1",
+	}
+	if !reflect.DeepEqual(m, want) {
+		t.Fatalf("ParseMetadata(Stamp(…))\n got %+v\nwant %+v", m, want)
+	}
+	if h["app"] != "kept" {
+		t.Error("Stamp dropped a producer header")
+	}
+	if _, ok := h[HeaderAttempts].(int32); !ok {
+		t.Errorf("attempts stored as %T, want int32", h[HeaderAttempts])
+	}
+}
+
+// A later stamp (the retry came back from a retry queue through the default
+// exchange) keeps where the message first entered and when it first failed.
+func TestStampKeepsFirstFailureAndOrigin(t *testing.T) {
+	h := Stamp(nil, failure("first", t0, "events"), 1, "")
+	if _, ok := h[HeaderErrorClass]; ok {
+		t.Fatal("a retry stamp marked the message dead")
+	}
+	h = Stamp(h, failure("second", t1, ""), 2, ClassExhausted)
+	m := ParseMetadata(h)
+	if !m.FirstFailure.Equal(t0) || !m.LastFailure.Equal(t1) || m.OriginExchange != "events" || m.OriginRoutingKey != "rk-events" ||
+		m.Error != "second" || m.Attempts != 2 || m.Class != ClassExhausted {
+		t.Fatalf("second stamp: %+v", m)
+	}
+	// A stamp without a class clears an earlier one.
+	if m := ParseMetadata(Stamp(h, failure("third", t1, ""), 3, "")); m.Class != "" {
+		t.Fatalf("class %q survived a stamp without one", m.Class)
+	}
+}
+
+func TestStampBoundsErrorText(t *testing.T) {
+	long := strings.Repeat("é", MaxErrorLen) // 2 bytes each
+	m := ParseMetadata(Stamp(nil, failure(long, t0, ""), 1, ClassPermanent))
+	if !utf8.ValidString(m.Error) {
+		t.Fatal("truncation split a rune")
+	}
+	if !strings.HasSuffix(m.Error, "…(truncated)") || len(m.Error) > MaxErrorLen+len("…(truncated)") {
+		t.Fatalf("error text of %d bytes, want at most %d", len(m.Error), MaxErrorLen)
+	}
+	if short := ParseMetadata(Stamp(nil, failure("short", t0, ""), 1, "")); short.Error != "short" {
+		t.Fatalf("short error became %q", short.Error)
+	}
+	if huge := ParseMetadata(Stamp(nil, failure("x", t0, ""), math.MaxInt64, "")); huge.Attempts != math.MaxInt32 {
+		t.Fatalf("attempts %d, want clamped to MaxInt32", huge.Attempts)
+	}
+}
+
+func TestParseMetadataAcceptsEveryIntegerWidth(t *testing.T) {
+	for _, v := range []any{int8(7), uint8(7), int16(7), uint16(7), int32(7), uint32(7), int64(7), uint64(7), 7, "7"} {
+		m := ParseMetadata(amqp.Table{HeaderAttempts: v, HeaderReplays: v})
+		if m.Attempts != 7 || m.Replays != 7 || len(m.Problems) != 0 {
+			t.Errorf("%T: attempts %d replays %d problems %v", v, m.Attempts, m.Replays, m.Problems)
+		}
+	}
+}
+
+func TestParseMetadataReportsBadHeaders(t *testing.T) {
+	m := ParseMetadata(amqp.Table{
+		HeaderError:        int32(5),
+		HeaderAttempts:     "many",
+		HeaderReplays:      uint64(math.MaxUint64),
+		HeaderFirstFailure: "yesterday",
+		HeaderLastFailure:  false,
+		HeaderOriginQueue:  []byte("webhook"), // bytes are a string
+		"x-death":          []any{"not a table", amqp.Table{"queue": "q", "reason": "something-new"}},
+	})
+	for _, name := range []string{HeaderError, HeaderAttempts, HeaderReplays, HeaderFirstFailure, HeaderLastFailure, "x-death[0]"} {
+		if !slices.ContainsFunc(m.Problems, func(p string) bool { return strings.Contains(p, name+":") }) {
+			t.Errorf("no problem reported for %s: %v", name, m.Problems)
+		}
+	}
+	if len(m.Problems) != 6 {
+		t.Errorf("%d problems, want 6: %v", len(m.Problems), m.Problems)
+	}
+	if m.OriginQueue != "webhook" || len(m.Deaths) != 1 || m.Deaths[0].Reason != "something-new" || m.Class != "" {
+		t.Errorf("good headers next to bad ones: %+v", m)
+	}
+	if m := ParseMetadata(amqp.Table{"x-death": "expired"}); len(m.Problems) != 1 || m.Deaths != nil {
+		t.Errorf("x-death of the wrong type: %+v", m)
+	}
+	if m := ParseMetadata(nil); !reflect.DeepEqual(m, Metadata{}) {
+		t.Errorf("no headers: %+v", m)
+	}
+}
+
+func TestParseMetadataTimestampHeader(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	if m := ParseMetadata(amqp.Table{HeaderLastFailure: at}); !m.LastFailure.Equal(at) || len(m.Problems) != 0 {
+		t.Fatalf("AMQP timestamp header: %+v", m)
+	}
+}
+
+func xDeath(reason, queue string, at time.Time) []any {
+	return []any{amqp.Table{
+		"queue": queue, "reason": reason, "exchange": "events", "routing-keys": []any{"rk", int32(3)},
+		"count": int64(2), "time": at,
+	}}
+}
+
+// A message RabbitMQ expired into the DLQ carries only x-death; it is still
+// classified, with its origin.
+func TestParseMetadataExpired(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	m := ParseMetadata(amqp.Table{"x-death": xDeath("expired", "webhook", at)})
+	want := Metadata{
+		Error: "dead-lettered by the broker (expired) from queue webhook", Class: ClassExpired, FirstFailure: at, LastFailure: at,
+		OriginQueue: "webhook", OriginExchange: "events", OriginRoutingKey: "rk",
+		Deaths: []Death{{Queue: "webhook", Reason: "expired", Exchange: "events", RoutingKeys: []string{"rk"}, Count: 2, Time: at}},
+	}
+	if !reflect.DeepEqual(m, want) {
+		t.Fatalf("expired:\n got %+v\nwant %+v", m, want)
+	}
+	// warren's own class wins over x-death.
+	h := Stamp(amqp.Table{"x-death": xDeath("expired", "webhook.retry.1s", at)}, failure("boom", t0, "events"), 2, ClassPermanent)
+	if m := ParseMetadata(h); m.Class != ClassPermanent || m.OriginQueue != "webhook" || m.Error != "boom" {
+		t.Fatalf("stamped message with x-death: %+v", m)
+	}
+	// The broker's other reasons classify too, by their own names.
+	for reason, class := range map[string]Class{"rejected": ClassRejected, "maxlen": ClassMaxLen, "delivery_limit": ClassDeliveryLimit} {
+		if m := ParseMetadata(amqp.Table{"x-death": xDeath(reason, "webhook", at)}); m.Class != class || m.OriginQueue != "webhook" || len(m.Deaths) != 1 {
+			t.Fatalf("%s: %+v", reason, m)
+		}
+	}
+	// A reason RabbitMQ may add later is recorded but not classified.
+	if m := ParseMetadata(amqp.Table{"x-death": xDeath("something-new", "webhook", at)}); m.Class != "" || m.OriginQueue != "" || len(m.Deaths) != 1 {
+		t.Fatalf("unknown reason: %+v", m)
+	}
+	// An error left by an earlier retry is context, not the cause.
+	h = amqp.Table{"x-death": xDeath("expired", "webhook", at), HeaderError: "timeout"}
+	if m := ParseMetadata(h); m.Class != ClassExpired || m.Error != "dead-lettered by the broker (expired) from queue webhook; last handler error before that: timeout" {
+		t.Fatalf("expired after a retry: %+v", m)
+	}
+}
+
+// FuzzParseMetadata feeds ParseMetadata hostile headers: any table the
+// export format can describe (every AMQP type, nested), in place of or next
+// to warren's headers. ParseMetadata must not panic, must report each
+// header of the wrong type (and nothing else) as a problem, and a Stamp
+// over such headers must still read back as what was stamped.
+func FuzzParseMetadata(f *testing.F) {
+	f.Add([]byte(`{}`), "boom", "permanent", 3, int64(1700000000), "webhook")
+	f.Add([]byte(`{"x-warren-attempts":{"type":"uint8","value":200},"x-warren-error":{"type":"bytes","value":"AAE="}}`), "", "", 0, int64(0), "")
+	f.Fuzz(func(t *testing.T, headersJSON []byte, errText, class string, attempts int, unixSec int64, queue string) {
+		var fields map[string]json.RawMessage
+		if json.Unmarshal(headersJSON, &fields) != nil {
+			return
+		}
+		h, err := decodeTable(fields, 0)
+		if err != nil {
+			return
+		}
+		m := ParseMetadata(h)
+
+		for _, p := range m.Problems {
+			name, _, _ := strings.Cut(strings.TrimPrefix(p, "header "), ":")
+			name, _, _ = strings.Cut(name, "[")
+			if _, ok := h[name]; !ok {
+				t.Fatalf("problem %q names a header that is not there", p)
+			}
+		}
+		for _, name := range []string{HeaderError, HeaderErrorClass, HeaderOriginQueue, HeaderOriginExchange, HeaderOriginRoutingKey, HeaderConsumer, HeaderHost} {
+			v, present := h[name]
+			_, isString := v.(string)
+			_, isBytes := v.([]byte)
+			reported := slices.ContainsFunc(m.Problems, func(p string) bool { return strings.HasPrefix(p, "header "+name+":") })
+			if want := present && v != nil && !isString && !isBytes; reported != want {
+				t.Fatalf("header %s = %#v: reported %v, want %v (problems %v)", name, v, reported, want, m.Problems)
+			}
+		}
+		if c, ok := h[HeaderErrorClass].(string); ok && c != "" && m.Class != Class(c) {
+			t.Fatalf("class header %q read as %q", c, m.Class)
+		}
+
+		// Stamp over whatever was there. Times are kept within the years
+		// RFC 3339 can write (0000-9999).
+		at := time.Unix(unixSec%253402300800, 0).UTC()
+		if at.Year() < 0 {
+			at = at.AddDate(1970, 0, 0)
+		}
+		fl := Failure{Err: errText, At: at, Queue: queue, Consumer: "c", Host: "h"}
+		sm := ParseMetadata(Stamp(h, fl, attempts, Class(class)))
+		wantAttempts := int(int32(max(0, min(attempts, math.MaxInt32))))
+		wantLast := at
+		if class == "" && len(sm.Deaths) > 0 && sm.Deaths[0].Time.After(at) && sm.Class != "" {
+			wantLast = sm.Deaths[0].Time // the broker's death came later than the stamp
+		}
+		if sm.Attempts != wantAttempts || !sm.LastFailure.Equal(wantLast) || sm.Consumer != "c" || sm.Host != "h" {
+			t.Fatalf("Stamp then ParseMetadata: %+v\nfrom %+v, %d attempts", sm, fl, attempts)
+		}
+		// Without a class, an x-death saying "expired" classifies the
+		// message and may supply its error text and origin; with one, the
+		// stamp is the whole story.
+		if class != "" && (sm.Class != Class(class) || sm.OriginQueue != queue || sm.Error != truncate(errText, MaxErrorLen)) {
+			t.Fatalf("stamped class %q, queue %q, error %q read as %q, %q, %q", class, queue, errText, sm.Class, sm.OriginQueue, sm.Error)
+		}
+		for _, p := range sm.Problems {
+			for _, written := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderLastFailure, HeaderOriginQueue, HeaderConsumer, HeaderHost} {
+				if strings.HasPrefix(p, "header "+written+":") {
+					t.Fatalf("a header Stamp wrote reads back as a problem: %s", p)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,707 @@
+package dlq
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// The export format is JSON Lines: one message per line, as
+// [Message.MarshalJSON] writes it.
+//
+//	{"position":0,"event_id":"…","event_type":"…","metadata":{…},
+//	 "properties":{"content_type":"application/json","delivery_mode":2,…},
+//	 "headers":{"x-warren-attempts":{"type":"int32","value":5},…},
+//	 "body_encoding":"text","body":"{\"event_id\":…}"}
+//
+// "properties", "headers" and "body" are the message; reading a line back
+// restores them exactly, so an import publishes what was exported, byte for
+// byte and type for type. "position", "event_id", "event_type" and
+// "metadata" are there for people and jq, and are recomputed on import.
+//
+// A header value that is a string, a boolean or null is written as itself.
+// Every other value is an object naming its AMQP type, because JSON has one
+// number type and AMQP has ten, and a consumer may care which it gets:
+//
+//	{"type":"int8"|"uint8"|"int16"|"uint16"|"int32"|"uint32"|"int64","value":42}
+//	{"type":"float32"|"float64","value":1.5}        NaN, +Inf, -Inf as strings
+//	{"type":"decimal","value":12345,"scale":2}      123.45
+//	{"type":"timestamp","value":"2024-05-01T10:00:00Z"}
+//	{"type":"bytes","value":"AAE="}                 base64
+//	{"type":"string","encoding":"base64","value":"…"} a string that is not UTF-8
+//	{"type":"array","value":[…]}
+//	{"type":"table","value":{…}}
+//
+// For hand-written files, a bare JSON number is read as an int64 when it is
+// whole and a float64 otherwise, and a bare array as an array. The body is
+// text when it is valid UTF-8, otherwise base64 ("body_encoding":"base64");
+// property strings that are not UTF-8 use the base64 string form above.
+
+// MaxLineBytes bounds one line of an export file when reading it back, so a
+// corrupt or hostile file cannot exhaust memory: a body of RabbitMQ's
+// default 128 MiB limit fits, base64-encoded.
+const MaxLineBytes = 192 << 20
+
+// maxNesting bounds how deep arrays and tables in a header may nest.
+const maxNesting = 64
+
+// ErrBadExport is wrapped by every error [ReadMessages] returns for a line
+// that is not a message.
+var ErrBadExport = errors.New("invalid export")
+
+// typedValue is the JSON form of a header value that JSON cannot carry
+// as itself.
+type typedValue struct {
+	Type     string `json:"type"`
+	Encoding string `json:"encoding,omitempty"`
+	Scale    *uint8 `json:"scale,omitempty"`
+	Value    any    `json:"value"`
+}
+
+type typedValueIn struct {
+	Type     string          `json:"type"`
+	Encoding string          `json:"encoding"`
+	Scale    *uint8          `json:"scale"`
+	Value    json.RawMessage `json:"value"`
+}
+
+func encodeTable(t amqp.Table, depth int) (map[string]any, error) {
+	if depth > maxNesting {
+		return nil, fmt.Errorf("tables nest deeper than %d", maxNesting)
+	}
+	out := make(map[string]any, len(t))
+	for k, v := range t {
+		if !utf8.ValidString(k) {
+			return nil, fmt.Errorf("header name %q is not UTF-8 and cannot be exported faithfully", k)
+		}
+		enc, err := encodeValue(v, depth)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", k, err)
+		}
+		out[k] = enc
+	}
+	return out, nil
+}
+
+func encodeValue(v any, depth int) (any, error) {
+	switch x := v.(type) {
+	case nil, bool:
+		return x, nil
+	case string:
+		if utf8.ValidString(x) {
+			return x, nil
+		}
+		return typedValue{Type: "string", Encoding: "base64", Value: base64.StdEncoding.EncodeToString([]byte(x))}, nil
+	case int8:
+		return typedValue{Type: "int8", Value: x}, nil
+	case uint8:
+		return typedValue{Type: "uint8", Value: x}, nil
+	case int16:
+		return typedValue{Type: "int16", Value: x}, nil
+	case uint16:
+		return typedValue{Type: "uint16", Value: x}, nil
+	case int32:
+		return typedValue{Type: "int32", Value: x}, nil
+	case uint32:
+		return typedValue{Type: "uint32", Value: x}, nil
+	case int64:
+		return typedValue{Type: "int64", Value: x}, nil
+	case int:
+		// amqp091-go sends a Go int as a 32-bit integer, truncating; the
+		// export keeps the value instead.
+		return typedValue{Type: "int64", Value: int64(x)}, nil
+	case float32:
+		return typedValue{Type: "float32", Value: encodeFloat(float64(x), x)}, nil
+	case float64:
+		return typedValue{Type: "float64", Value: encodeFloat(x, x)}, nil
+	case amqp.Decimal:
+		return typedValue{Type: "decimal", Scale: &x.Scale, Value: x.Value}, nil
+	case time.Time:
+		return typedValue{Type: "timestamp", Value: x.UTC().Format(time.RFC3339Nano)}, nil
+	case []byte:
+		return typedValue{Type: "bytes", Value: base64.StdEncoding.EncodeToString(x)}, nil
+	case []any:
+		if depth >= maxNesting {
+			return nil, fmt.Errorf("arrays nest deeper than %d", maxNesting)
+		}
+		out := make([]any, len(x))
+		for i, item := range x {
+			enc, err := encodeValue(item, depth+1)
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out[i] = enc
+		}
+		return typedValue{Type: "array", Value: out}, nil
+	case amqp.Table:
+		enc, err := encodeTable(x, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		return typedValue{Type: "table", Value: enc}, nil
+	}
+	return nil, fmt.Errorf("unsupported header type %T", v)
+}
+
+// encodeFloat returns f itself (marshalled with its own precision), or a
+// string for the values JSON numbers cannot hold.
+func encodeFloat[F float32 | float64](f float64, orig F) any {
+	switch {
+	case math.IsNaN(f):
+		return "NaN"
+	case math.IsInf(f, 1):
+		return "+Inf"
+	case math.IsInf(f, -1):
+		return "-Inf"
+	}
+	return orig
+}
+
+func decodeTable(raw map[string]json.RawMessage, depth int) (amqp.Table, error) {
+	if depth > maxNesting {
+		return nil, fmt.Errorf("tables nest deeper than %d", maxNesting)
+	}
+	out := make(amqp.Table, len(raw))
+	for k, v := range raw {
+		if len(k) > 255 {
+			return nil, fmt.Errorf("header name %.20q… is %d bytes, AMQP allows 255", k, len(k))
+		}
+		dec, err := decodeValue(v, depth)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", k, err)
+		}
+		out[k] = dec
+	}
+	return out, nil
+}
+
+func decodeValue(raw json.RawMessage, depth int) (any, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return nil, errors.New("missing value")
+	}
+	switch raw[0] {
+	case 'n':
+		return nil, json.Unmarshal(raw, new(any))
+	case 't', 'f':
+		var b bool
+		return b, json.Unmarshal(raw, &b)
+	case '"':
+		var s string
+		return s, json.Unmarshal(raw, &s)
+	case '[':
+		return decodeArray(raw, depth)
+	case '{':
+		return decodeTyped(raw, depth)
+	}
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return nil, err
+	}
+	if i, err := n.Int64(); err == nil {
+		return i, nil
+	}
+	return n.Float64()
+}
+
+func decodeArray(raw json.RawMessage, depth int) ([]any, error) {
+	if depth >= maxNesting {
+		return nil, fmt.Errorf("arrays nest deeper than %d", maxNesting)
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, err
+	}
+	out := make([]any, len(items))
+	for i, item := range items {
+		dec, err := decodeValue(item, depth+1)
+		if err != nil {
+			return nil, fmt.Errorf("[%d]: %w", i, err)
+		}
+		out[i] = dec
+	}
+	return out, nil
+}
+
+func decodeTyped(raw json.RawMessage, depth int) (any, error) {
+	var tv typedValueIn
+	if err := strictUnmarshal(raw, &tv); err != nil {
+		return nil, fmt.Errorf(`an object must be {"type": …, "value": …}: %w`, err)
+	}
+	if len(tv.Value) == 0 {
+		return nil, fmt.Errorf("%s value is missing", tv.Type)
+	}
+	if tv.Encoding != "" && tv.Type != "string" {
+		return nil, fmt.Errorf("encoding applies to strings only, not %s", tv.Type)
+	}
+	if tv.Scale != nil && tv.Type != "decimal" {
+		return nil, fmt.Errorf("scale applies to decimals only, not %s", tv.Type)
+	}
+	switch tv.Type {
+	case "int8":
+		return decodeInt[int8](tv.Value)
+	case "uint8":
+		return decodeInt[uint8](tv.Value)
+	case "int16":
+		return decodeInt[int16](tv.Value)
+	case "uint16":
+		return decodeInt[uint16](tv.Value)
+	case "int32":
+		return decodeInt[int32](tv.Value)
+	case "uint32":
+		return decodeInt[uint32](tv.Value)
+	case "int64":
+		return decodeInt[int64](tv.Value)
+	case "float32":
+		f, err := decodeFloat(tv.Value, 32)
+		return float32(f), err
+	case "float64":
+		return decodeFloat(tv.Value, 64)
+	case "decimal":
+		if tv.Scale == nil {
+			return nil, errors.New("decimal needs a scale")
+		}
+		v, err := decodeInt[int32](tv.Value)
+		return amqp.Decimal{Scale: *tv.Scale, Value: v}, err
+	case "timestamp":
+		var s string
+		if err := json.Unmarshal(tv.Value, &s); err != nil {
+			return nil, fmt.Errorf("timestamp: %w", err)
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return nil, fmt.Errorf("timestamp: %w", err)
+		}
+		// amqp091-go reads timestamps with time.Unix; so does this, so a
+		// header read back compares equal to one read from the broker.
+		return time.Unix(t.Unix(), int64(t.Nanosecond())), nil
+	case "bytes":
+		return decodeBase64(tv.Value)
+	case "string":
+		switch tv.Encoding {
+		case "base64":
+			b, err := decodeBase64(tv.Value)
+			return string(b), err
+		case "":
+			var s string
+			return s, json.Unmarshal(tv.Value, &s)
+		}
+		return nil, fmt.Errorf("unknown string encoding %q", tv.Encoding)
+	case "array":
+		return decodeArray(tv.Value, depth)
+	case "table":
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(tv.Value, &fields); err != nil {
+			return nil, fmt.Errorf("table: %w", err)
+		}
+		if fields == nil {
+			return nil, errors.New("table value must be an object")
+		}
+		return decodeTable(fields, depth+1)
+	case "":
+		return nil, errors.New(`an object must be {"type": …, "value": …}: type is missing`)
+	}
+	return nil, fmt.Errorf("unknown type %q", tv.Type)
+}
+
+func decodeInt[I int8 | uint8 | int16 | uint16 | int32 | uint32 | int64](raw json.RawMessage) (I, error) {
+	var n json.Number
+	if err := json.Unmarshal(raw, &n); err != nil || bytes.HasPrefix(raw, []byte(`"`)) {
+		return 0, fmt.Errorf("%T: want a number, got %s", I(0), raw)
+	}
+	i, err := strconv.ParseInt(n.String(), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%T: %s is not an integer in range", I(0), n)
+	}
+	if int64(I(i)) != i {
+		return 0, fmt.Errorf("%T: %d is out of range", I(0), i)
+	}
+	return I(i), nil
+}
+
+func decodeFloat(raw json.RawMessage, bits int) (float64, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return 0, err
+	}
+	switch x := v.(type) {
+	case json.Number:
+		f, err := strconv.ParseFloat(x.String(), bits)
+		if err != nil {
+			return 0, fmt.Errorf("float%d: %w", bits, err)
+		}
+		return f, nil
+	case string:
+		switch x {
+		case "NaN":
+			return math.NaN(), nil
+		case "+Inf", "Inf":
+			return math.Inf(1), nil
+		case "-Inf":
+			return math.Inf(-1), nil
+		}
+	}
+	return 0, fmt.Errorf("float%d: want a number, \"NaN\", \"+Inf\" or \"-Inf\", got %s", bits, raw)
+}
+
+func decodeBase64(raw json.RawMessage) ([]byte, error) {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("want base64 text: %w", err)
+	}
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return nil, fmt.Errorf("base64: %w", err)
+	}
+	return b, nil
+}
+
+func strictUnmarshal(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// wireString is an AMQP short string property. It is written as a JSON
+// string when it is UTF-8 and in the base64 string form otherwise.
+type wireString string
+
+func (s wireString) MarshalJSON() ([]byte, error) {
+	v, err := encodeValue(string(s), 0)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+func (s *wireString) UnmarshalJSON(raw []byte) error {
+	v, err := decodeValue(raw, 0)
+	if err != nil {
+		return err
+	}
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("want a string, got %s", raw)
+	}
+	*s = wireString(str)
+	return nil
+}
+
+type propertiesJSON struct {
+	ContentType     wireString `json:"content_type,omitzero"`
+	ContentEncoding wireString `json:"content_encoding,omitzero"`
+	DeliveryMode    uint8      `json:"delivery_mode,omitzero"`
+	Priority        uint8      `json:"priority,omitzero"`
+	CorrelationID   wireString `json:"correlation_id,omitzero"`
+	ReplyTo         wireString `json:"reply_to,omitzero"`
+	Expiration      wireString `json:"expiration,omitzero"`
+	MessageID       wireString `json:"message_id,omitzero"`
+	Timestamp       time.Time  `json:"timestamp,omitzero"`
+	Type            wireString `json:"type,omitzero"`
+	UserID          wireString `json:"user_id,omitzero"`
+	AppID           wireString `json:"app_id,omitzero"`
+}
+
+type deathJSON struct {
+	Queue       string    `json:"queue"`
+	Reason      string    `json:"reason"`
+	Exchange    string    `json:"exchange"`
+	RoutingKeys []string  `json:"routing_keys,omitempty"`
+	Count       int64     `json:"count"`
+	Time        time.Time `json:"time,omitzero"`
+}
+
+// metadataJSON is the decoded failure record, written for readers of an
+// export or of `warren dlq ls --json`; it is never read back.
+type metadataJSON struct {
+	Class            Class       `json:"class,omitempty"`
+	Error            string      `json:"error,omitempty"`
+	Attempts         int         `json:"attempts,omitempty"`
+	FirstFailure     time.Time   `json:"first_failure,omitzero"`
+	LastFailure      time.Time   `json:"last_failure,omitzero"`
+	OriginQueue      string      `json:"origin_queue,omitempty"`
+	OriginExchange   string      `json:"origin_exchange,omitempty"`
+	OriginRoutingKey string      `json:"origin_routing_key,omitempty"`
+	Consumer         string      `json:"consumer,omitempty"`
+	Host             string      `json:"host,omitempty"`
+	Replays          int         `json:"replays,omitempty"`
+	Deaths           []deathJSON `json:"x_death,omitempty"`
+	Problems         []string    `json:"problems,omitempty"`
+	ReplayTo         string      `json:"replay_to,omitempty"`
+}
+
+type messageJSON struct {
+	Position     int            `json:"position"`
+	EventID      string         `json:"event_id,omitempty"`
+	EventType    string         `json:"event_type,omitempty"`
+	Metadata     metadataJSON   `json:"metadata"`
+	Properties   propertiesJSON `json:"properties"`
+	Headers      map[string]any `json:"headers,omitempty"`
+	BodyEncoding string         `json:"body_encoding"`
+	Body         string         `json:"body"`
+}
+
+type messageJSONIn struct {
+	Position     int                        `json:"position"`
+	EventID      json.RawMessage            `json:"event_id"`
+	EventType    json.RawMessage            `json:"event_type"`
+	Metadata     json.RawMessage            `json:"metadata"`
+	Properties   propertiesJSON             `json:"properties"`
+	Headers      map[string]json.RawMessage `json:"headers"`
+	BodyEncoding string                     `json:"body_encoding"`
+	Body         *string                    `json:"body"`
+}
+
+// MarshalJSON writes m as one line of the export format: the whole message
+// and, for people, its decoded metadata.
+func (m Message) MarshalJSON() ([]byte, error) {
+	headers, err := encodeTable(m.Headers, 0)
+	if err != nil {
+		return nil, fmt.Errorf("message %s: header %w", describe(&m), err)
+	}
+	md := m.Metadata
+	out := messageJSON{
+		Position:  m.Position,
+		EventID:   m.EventID,
+		EventType: m.EventType,
+		Metadata: metadataJSON{
+			Class: md.Class, Error: md.Error, Attempts: md.Attempts,
+			FirstFailure: md.FirstFailure, LastFailure: md.LastFailure,
+			OriginQueue: md.OriginQueue, OriginExchange: md.OriginExchange, OriginRoutingKey: md.OriginRoutingKey,
+			Consumer: md.Consumer, Host: md.Host, Replays: md.Replays, Problems: md.Problems,
+			ReplayTo: m.Origin(),
+		},
+		Properties: propertiesJSON{
+			ContentType: wireString(m.ContentType), ContentEncoding: wireString(m.ContentEncoding),
+			DeliveryMode: m.DeliveryMode, Priority: m.Priority,
+			CorrelationID: wireString(m.CorrelationId), ReplyTo: wireString(m.ReplyTo),
+			Expiration: wireString(m.Expiration), MessageID: wireString(m.MessageId),
+			Timestamp: m.Timestamp, Type: wireString(m.Type),
+			UserID: wireString(m.UserId), AppID: wireString(m.AppId),
+		},
+		Headers:      headers,
+		BodyEncoding: "text",
+		Body:         string(m.Body),
+	}
+	for _, d := range md.Deaths {
+		out.Metadata.Deaths = append(out.Metadata.Deaths, deathJSON(d))
+	}
+	if len(headers) == 0 {
+		out.Headers = nil
+	}
+	if !utf8.Valid(m.Body) {
+		out.BodyEncoding, out.Body = "base64", base64.StdEncoding.EncodeToString(m.Body)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// UnmarshalJSON reads one line of the export format. Only the message
+// (properties, headers, body) and the position are taken from it; the event
+// id and type and the metadata are derived from the message again.
+func (m *Message) UnmarshalJSON(data []byte) error {
+	var in messageJSONIn
+	if err := strictUnmarshal(data, &in); err != nil {
+		return err
+	}
+	if in.Body == nil {
+		return errors.New(`"body" is missing`)
+	}
+	var body []byte
+	switch in.BodyEncoding {
+	case "", "text":
+		body = []byte(*in.Body)
+	case "base64":
+		var err error
+		if body, err = base64.StdEncoding.DecodeString(*in.Body); err != nil {
+			return fmt.Errorf("body: %w", err)
+		}
+	default:
+		return fmt.Errorf("body_encoding %q: want \"text\" or \"base64\"", in.BodyEncoding)
+	}
+	var headers amqp.Table
+	if in.Headers != nil {
+		var err error
+		if headers, err = decodeTable(in.Headers, 0); err != nil {
+			return fmt.Errorf("header %w", err)
+		}
+	}
+	pr := in.Properties
+	ts := pr.Timestamp
+	if !ts.IsZero() {
+		ts = time.Unix(ts.Unix(), int64(ts.Nanosecond()))
+	}
+	*m = newMessage(in.Position, amqp.Publishing{
+		Headers:     headers,
+		ContentType: string(pr.ContentType), ContentEncoding: string(pr.ContentEncoding),
+		DeliveryMode: pr.DeliveryMode, Priority: pr.Priority,
+		CorrelationId: string(pr.CorrelationID), ReplyTo: string(pr.ReplyTo),
+		Expiration: string(pr.Expiration), MessageId: string(pr.MessageID),
+		Timestamp: ts, Type: string(pr.Type),
+		UserId: string(pr.UserID), AppId: string(pr.AppID),
+		Body: body,
+	})
+	return nil
+}
+
+// ExportOptions select the messages [Queue.Export] writes.
+type ExportOptions struct {
+	Filter Filter
+	// Limit is the most messages to write. 0 means all that match.
+	Limit    int
+	Progress func(Progress)
+}
+
+// Export writes the matching messages to w as JSON Lines, head of the queue
+// first, and leaves the queue as it was. It returns how many it wrote.
+func (q *Queue) Export(ctx context.Context, w io.Writer, opts ExportOptions) (int, error) {
+	if err := opts.Filter.Validate(); err != nil {
+		return 0, err
+	}
+	if opts.Limit < 0 {
+		return 0, errNegativeLimit
+	}
+	bw := bufio.NewWriter(w)
+	var p Progress
+	now := time.Now()
+	err := q.scan(ctx, prefetchFor(opts.Filter, opts.Limit, false), &p, opts.Progress, func(_ *amqp.Delivery, m *Message) (bool, error) {
+		if !opts.Filter.Match(m, now) {
+			return true, nil
+		}
+		p.Matched++
+		line, err := m.MarshalJSON()
+		if err != nil {
+			return false, err
+		}
+		if _, err := bw.Write(append(line, '\n')); err != nil {
+			return false, fmt.Errorf("write export: %w", err)
+		}
+		p.Done++
+		return opts.Limit <= 0 || p.Done < opts.Limit, nil
+	})
+	if ferr := bw.Flush(); err == nil && ferr != nil {
+		err = fmt.Errorf("write export: %w", ferr)
+	}
+	return p.Done, err
+}
+
+// ReadMessages reads a JSON Lines export back, checking every line before
+// returning any, so a damaged file is refused whole rather than imported in
+// part. Blank lines are skipped. Errors wrap [ErrBadExport] and name the
+// line.
+func ReadMessages(r io.Reader) ([]Message, error) {
+	br := bufio.NewReader(r)
+	var out []Message
+	for lineNo := 1; ; lineNo++ {
+		line, err := readLine(br)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: line %d: %w", ErrBadExport, lineNo, err)
+		}
+		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+			var m Message
+			if uerr := m.UnmarshalJSON(trimmed); uerr != nil {
+				return nil, fmt.Errorf("%w: line %d: %w", ErrBadExport, lineNo, uerr)
+			}
+			out = append(out, m)
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+	}
+}
+
+// readLine returns the next line without its newline, refusing lines over
+// MaxLineBytes.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if len(line)+len(chunk) > MaxLineBytes {
+			return nil, fmt.Errorf("line is longer than %d bytes", MaxLineBytes)
+		}
+		line = append(line, chunk...)
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), err
+	}
+}
+
+// ImportOptions say where [Queue.Import] publishes.
+type ImportOptions struct {
+	// To publishes to this queue instead of the dead-letter queue.
+	To string
+	// DrainTimeout bounds the wait for the confirm of the message in
+	// flight when ctx ends. Default [DefaultDrainTimeout].
+	DrainTimeout time.Duration
+	Progress     func(Progress)
+}
+
+// Import publishes msgs, in order and exactly as they are (headers
+// included), to the dead-letter queue or opts.To, each with publisher
+// confirms. It stops at the first failure or when ctx ends (after the
+// message in flight is confirmed or DrainTimeout passes); Result.Done says
+// how many of msgs are now in the queue, so a caller can resume with
+// msgs[Done:].
+func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) (Result, error) {
+	target := cmp.Or(opts.To, q.name)
+	res := Result{Progress: Progress{Total: len(msgs)}}
+	if _, err := q.depth(ctx, target); err != nil {
+		return res, fmt.Errorf("import target: %w", err)
+	}
+	pub, err := amqpx.NewPublisher(q.conn, 1)
+	if err != nil {
+		return res, err
+	}
+	defer pub.Close()
+	drain := cmp.Or(opts.DrainTimeout, DefaultDrainTimeout)
+	for i := range msgs {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		res.Scanned++
+		res.Matched++
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+		err := pub.Publish(pctx, "", target, msgs[i].Publishing)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("import message %d (%s) to %q: %w", i+1, describe(&msgs[i]), target, err)
+		}
+		res.Done++
+		if res.Queues == nil {
+			res.Queues = map[string]int{}
+		}
+		res.Queues[target]++
+		if opts.Progress != nil {
+			opts.Progress(res.Progress)
+		}
+	}
+	return res, nil
+}

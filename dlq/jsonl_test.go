@@ -1,0 +1,258 @@
+package dlq
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestHeaderCodecRoundTrip(t *testing.T) {
+	in := amqp.Table{
+		"i8": int8(-128), "u8": uint8(255), "i16": int16(math.MinInt16), "u16": uint16(math.MaxUint16),
+		"i32": int32(math.MinInt32), "u32": uint32(math.MaxUint32), "i64": int64(math.MaxInt64),
+		"f32": float32(0.1), "f64": 0.1, "nan": math.NaN(), "inf": math.Inf(1), "-inf": float32(math.Inf(-1)),
+		"dec": amqp.Decimal{Scale: 3, Value: -5}, "s": "héllo\n\"quoted\" <tag>", "bad": "\xc3\x28",
+		"ts": time.Unix(1700000000, 0), "b": []byte{}, "nil": nil, "t": true, "f": false,
+		"a": []any{nil, "x", []any{int8(1)}, amqp.Table{}}, "tbl": amqp.Table{"x-death": []any{amqp.Table{"count": int64(2)}}},
+	}
+	enc, err := encodeTable(in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	e := json.NewEncoder(&buf)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(enc); err != nil {
+		t.Fatal(err)
+	}
+	raw := buf.Bytes()
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		t.Fatal(err)
+	}
+	out, err := decodeTable(fields, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range in {
+		got := out[k]
+		if f, ok := want.(float64); ok && math.IsNaN(f) {
+			if g, ok := got.(float64); !ok || !math.IsNaN(g) {
+				t.Errorf("%s: got %#v, want NaN", k, got)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %T %#v, want %T %#v", k, got, got, want, want)
+		}
+	}
+	if len(out) != len(in) {
+		t.Errorf("decoded %d headers, want %d", len(out), len(in))
+	}
+	// Readable where JSON allows it.
+	for _, s := range []string{`"s":"héllo\n\"quoted\" <tag>"`, `"t":true`, `"nil":null`, `"i32":{"type":"int32","value":-2147483648}`} {
+		if !strings.Contains(string(raw), s) {
+			t.Errorf("encoding lacks %s: %s", s, raw)
+		}
+	}
+}
+
+func TestHeaderCodecRejects(t *testing.T) {
+	for _, in := range []string{
+		`{"type":"int8","value":128}`,
+		`{"type":"uint8","value":-1}`,
+		`{"type":"int32","value":1.5}`,
+		`{"type":"int64","value":"1"}`,
+		`{"type":"uint32","value":4294967296}`,
+		`{"type":"float32","value":"nan"}`,
+		`{"type":"float32","value":1e39}`,
+		`{"type":"decimal","value":1}`,
+		`{"type":"timestamp","value":"yesterday"}`,
+		`{"type":"bytes","value":"!!"}`,
+		`{"type":"table","value":[1]}`,
+		`{"type":"table","value":null}`,
+		`{"type":"array","value":{}}`,
+		`{"type":"string","encoding":"rot13","value":"x"}`,
+		`{"type":"int8","value":1,"scale":2}`,
+		`{"type":"int8","encoding":"base64","value":1}`,
+		`{"type":"whatever","value":1}`,
+		`{"value":1}`,
+		`{"type":"int8"}`,
+		`{"type":"int8","value":1,"extra":1}`,
+		`{"k":"v"}`,
+		strings.Repeat(`[`, 100) + strings.Repeat(`]`, 100),
+	} {
+		if v, err := decodeValue(json.RawMessage(in), 0); err == nil {
+			t.Errorf("%s decoded as %#v", in, v)
+		}
+	}
+	// Bare numbers, for hand-written files.
+	for in, want := range map[string]any{`42`: int64(42), `-1.5`: -1.5, `1e3`: 1000.0} {
+		if v, err := decodeValue(json.RawMessage(in), 0); err != nil || v != want {
+			t.Errorf("%s decoded as %#v, %v; want %#v", in, v, err, want)
+		}
+	}
+	if _, err := encodeValue(struct{}{}, 0); err == nil {
+		t.Error("an unsupported Go type encoded")
+	}
+}
+
+func TestMessageJSON(t *testing.T) {
+	m := newMessage(4, amqp.Publishing{
+		MessageId: "\xff-id", Type: "workitem.updated", Timestamp: time.Unix(1700000000, 0), DeliveryMode: 2,
+		Headers: amqp.Table{HeaderErrorClass: "permanent", HeaderAttempts: int32(3)}, Body: []byte("\x00\xff"),
+	})
+	line, err := m.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(line), "\n") {
+		t.Fatalf("a message spans lines: %s", line)
+	}
+	for _, s := range []string{`"position":4`, `"class":"permanent"`, `"attempts":3`, `"body_encoding":"base64"`, `"message_id":{"type":"string","encoding":"base64","value":"/y1pZA=="}`} {
+		if !strings.Contains(string(line), s) {
+			t.Errorf("line lacks %s: %s", s, line)
+		}
+	}
+	var back Message
+	if err := back.UnmarshalJSON(line); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, m) {
+		t.Fatalf("round trip:\n got %#v\nwant %#v", back, m)
+	}
+
+	for _, bad := range []string{
+		`{}`,
+		`{"body":"x","body_encoding":"hex"}`,
+		`{"body":"!","body_encoding":"base64"}`,
+		`{"body":"x","propertes":{}}`,
+		`{"body":"x","properties":{"delivery_mode":300}}`,
+		`{"body":"x","properties":{"message_id":5}}`,
+		`{"body":"x","headers":{"a":{"type":"int8","value":1000}}}`,
+		`{"body":"x"} {"body":"y"}`,
+	} {
+		if err := new(Message).UnmarshalJSON([]byte(bad)); err == nil {
+			t.Errorf("%s was accepted", bad)
+		}
+	}
+}
+
+func TestReadMessagesNamesTheLine(t *testing.T) {
+	in := `{"body":"a"}` + "\n\n" + `{"body":"b","headers":{"x":{"type":"int8","value":1}}}` + "\n" + `not json` + "\n"
+	_, err := ReadMessages(strings.NewReader(in))
+	if !errors.Is(err, ErrBadExport) || !strings.Contains(err.Error(), "line 4") {
+		t.Fatalf("got %v, want ErrBadExport naming line 4", err)
+	}
+	msgs, err := ReadMessages(strings.NewReader(`{"body":"a"}` + "\n" + `{"body":"b"}`)) // no final newline
+	if err != nil || len(msgs) != 2 || string(msgs[1].Body) != "b" {
+		t.Fatalf("got %d messages, %v", len(msgs), err)
+	}
+}
+
+func TestFilter(t *testing.T) {
+	now := time.Now()
+	msg := func(typ string, class Class, errText string, died time.Time, id string) *Message {
+		m := newMessage(0, amqp.Publishing{MessageId: id, Type: typ, Headers: Stamp(nil, Failure{Err: errText, At: died}, 1, class)})
+		return &m
+	}
+	old := msg("workitem.updated", ClassPermanent, "HTTP 500 from hook", now.Add(-3*time.Hour), "a")
+	fresh := msg("cycle.created", ClassExhausted, "timeout", now.Add(-time.Minute), "b")
+	noAge := newMessage(0, amqp.Publishing{MessageId: "c", Type: "workitem.created"})
+
+	cases := []struct {
+		name   string
+		f      Filter
+		old    bool
+		fresh  bool
+		noAge_ bool
+	}{
+		{"zero", Filter{}, true, true, true},
+		{"type prefix", Filter{TypePrefixes: []string{"workitem."}}, true, false, true},
+		{"any of two prefixes", Filter{TypePrefixes: []string{"cycle.", "workitem.up"}}, true, true, false},
+		{"class", Filter{Classes: []Class{ClassExhausted}}, false, true, false},
+		{"error text", Filter{ErrorContains: "HTTP 5"}, true, false, false},
+		{"older than", Filter{OlderThan: time.Hour}, true, false, false},
+		{"newer than", Filter{NewerThan: time.Hour}, false, true, false},
+		{"age window", Filter{OlderThan: time.Hour, NewerThan: 4 * time.Hour}, true, false, false},
+		{"event id", Filter{EventIDs: []string{"b", "c"}}, false, true, true},
+		{"all criteria", Filter{TypePrefixes: []string{"workitem."}, Classes: []Class{ClassPermanent}, ErrorContains: "500", OlderThan: time.Hour, EventIDs: []string{"a"}}, true, false, false},
+	}
+	for _, c := range cases {
+		if err := c.f.Validate(); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if got := [3]bool{c.f.Match(old, now), c.f.Match(fresh, now), c.f.Match(&noAge, now)}; got != [3]bool{c.old, c.fresh, c.noAge_} {
+			t.Errorf("%s: matches (old, fresh, no age) = %v, want %v", c.name, got, [3]bool{c.old, c.fresh, c.noAge_})
+		}
+	}
+	for _, bad := range []Filter{
+		{Classes: []Class{"nope"}},
+		{Classes: []Class{"Permanent"}},
+		{OlderThan: -time.Second},
+		{OlderThan: 2 * time.Hour, NewerThan: time.Hour},
+	} {
+		if err := bad.Validate(); !errors.Is(err, ErrBadFilter) {
+			t.Errorf("%+v: Validate = %v", bad, err)
+		}
+	}
+	if c, err := ParseClass(" Expired "); err != nil || c != ClassExpired {
+		t.Errorf("ParseClass: %q, %v", c, err)
+	}
+}
+
+func TestReplayPublishing(t *testing.T) {
+	died := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	headers := Stamp(amqp.Table{"keep": "me", HeaderReplays: int32(2)}, Failure{
+		Err: "boom", At: died, Queue: "webhook", Exchange: "events", RoutingKey: "rk", Consumer: "webhook", Host: "h",
+	}, 5, ClassExhausted)
+	headers["x-death"] = []any{amqp.Table{"queue": "webhook", "reason": "expired"}}
+	headers["x-first-death-queue"] = "webhook"
+	m := newMessage(0, amqp.Publishing{MessageId: "id", Headers: headers, Body: []byte("b")})
+
+	p := replayPublishing(&m)
+	for _, gone := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure, "x-death", "x-first-death-queue"} {
+		if _, ok := p.Headers[gone]; ok {
+			t.Errorf("replayed message keeps %s", gone)
+		}
+	}
+	want := amqp.Table{"keep": "me", HeaderReplays: int32(3), HeaderOriginQueue: "webhook", HeaderOriginExchange: "events",
+		HeaderOriginRoutingKey: "rk", HeaderConsumer: "webhook", HeaderHost: "h"}
+	if !reflect.DeepEqual(p.Headers, want) {
+		t.Errorf("replay headers\n got %v\nwant %v", p.Headers, want)
+	}
+	if _, ok := m.Headers[HeaderError]; !ok {
+		t.Error("replayPublishing changed the original's headers")
+	}
+
+	// An expired message's origin comes from x-death and is written down.
+	expired := newMessage(0, amqp.Publishing{Headers: amqp.Table{"x-death": []any{amqp.Table{
+		"queue": "webhook", "reason": "expired", "exchange": "events", "routing-keys": []any{"k"}, "count": int64(1),
+	}}}})
+	p = replayPublishing(&expired)
+	want = amqp.Table{HeaderReplays: int32(1), HeaderOriginQueue: "webhook", HeaderOriginExchange: "events", HeaderOriginRoutingKey: "k"}
+	if !reflect.DeepEqual(p.Headers, want) {
+		t.Errorf("expired replay headers\n got %v\nwant %v", p.Headers, want)
+	}
+}
+
+func TestPacer(t *testing.T) {
+	p := pacer{rate: 200}
+	start := time.Now()
+	for range 21 {
+		if err := p.wait(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 21 calls at 200/s span at least 20 intervals of 5ms.
+	if el := time.Since(start); el < 100*time.Millisecond {
+		t.Fatalf("21 paced calls at 200/s took %v", el)
+	}
+}

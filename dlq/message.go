@@ -1,0 +1,129 @@
+package dlq
+
+import (
+	"encoding/json"
+	"maps"
+	"math"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Message is one dead message as read from a dead-letter queue: the AMQP
+// message itself (body, properties, headers) and what its headers say about
+// how it died.
+type Message struct {
+	// Position is the message's place in the queue when it was read,
+	// counting from 0 at the head.
+	Position int
+	// EventID is the message_id property, or else the body's event_id.
+	EventID string
+	// EventType is the type property, or else the body's event_type.
+	EventType string
+	// Metadata is the decoded failure record ([ParseMetadata]).
+	Metadata Metadata
+
+	amqp.Publishing
+}
+
+// newMessage reads a message from its AMQP form.
+func newMessage(position int, p amqp.Publishing) Message {
+	m := Message{Position: position, Publishing: p, Metadata: ParseMetadata(p.Headers)}
+	m.EventID, m.EventType = p.MessageId, p.Type
+	if m.EventID == "" || m.EventType == "" {
+		// Only the two fields are decoded, and a body that is not JSON
+		// (the undecodable class) simply leaves them empty.
+		var ev struct {
+			ID   string `json:"event_id"`
+			Type string `json:"event_type"`
+		}
+		if json.Unmarshal(p.Body, &ev) == nil {
+			if m.EventID == "" {
+				m.EventID = ev.ID
+			}
+			if m.EventType == "" {
+				m.EventType = ev.Type
+			}
+		}
+	}
+	return m
+}
+
+// publishingOf copies a delivery's message, properties and all, so it can
+// be published again.
+func publishingOf(d *amqp.Delivery) amqp.Publishing {
+	return amqp.Publishing{
+		Headers:         d.Headers,
+		ContentType:     d.ContentType,
+		ContentEncoding: d.ContentEncoding,
+		DeliveryMode:    d.DeliveryMode,
+		Priority:        d.Priority,
+		CorrelationId:   d.CorrelationId,
+		ReplyTo:         d.ReplyTo,
+		Expiration:      d.Expiration,
+		MessageId:       d.MessageId,
+		Timestamp:       d.Timestamp,
+		Type:            d.Type,
+		UserId:          d.UserId,
+		AppId:           d.AppId,
+		Body:            d.Body,
+	}
+}
+
+// Origin is the queue a replay sends the message back to: the origin queue
+// its metadata records or, for a message RabbitMQ dead-lettered without
+// warren's headers (rejected, over a length limit), the queue its latest
+// x-death entry names. Empty when neither says.
+func (m *Message) Origin() string {
+	if m.Metadata.OriginQueue != "" {
+		return m.Metadata.OriginQueue
+	}
+	if len(m.Metadata.Deaths) > 0 {
+		return m.Metadata.Deaths[0].Queue
+	}
+	return ""
+}
+
+// brokerDeathHeaders are the headers RabbitMQ writes when it dead-letters a
+// message ("x-last-death-*" since 3.13).
+var brokerDeathHeaders = []string{
+	"x-death",
+	"x-first-death-queue", "x-first-death-reason", "x-first-death-exchange",
+	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
+}
+
+// replayPublishing is the message a replay publishes: the same body and
+// properties, with its failure record reset so the consumer treats it as a
+// fresh delivery, and the replay counted.
+//
+// RabbitMQ's x-death headers are removed, not kept. The broker drops a
+// message as a dead-letter cycle when it would dead-letter it into a queue
+// its x-death already names with no rejection on the way. A message that
+// expired in queue N carries x-death {queue: N, reason: expired}; replayed
+// with that header into N and then retried through a retry tier (which
+// dead-letters back to N), it would be silently discarded. The origin the
+// x-death recorded is kept in warren's own origin headers instead.
+func replayPublishing(m *Message) amqp.Publishing {
+	p := m.Publishing
+	h := maps.Clone(p.Headers)
+	if h == nil {
+		h = amqp.Table{}
+	}
+	for _, name := range brokerDeathHeaders {
+		delete(h, name)
+	}
+	for _, name := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure} {
+		delete(h, name)
+	}
+	md := m.Metadata
+	setIfMissing := func(name, value string) {
+		if s, _ := h[name].(string); s == "" && value != "" {
+			h[name] = value
+		}
+	}
+	setIfMissing(HeaderOriginQueue, m.Origin())
+	setIfMissing(HeaderOriginExchange, md.OriginExchange)
+	setIfMissing(HeaderOriginRoutingKey, md.OriginRoutingKey)
+	h[HeaderReplays] = int32(min(max(md.Replays, 0), math.MaxInt32-1) + 1)
+	p.Headers = h
+	return p
+}

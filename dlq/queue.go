@@ -1,0 +1,119 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// ErrNoQueue is wrapped by the error of any operation that names a queue the
+// broker does not have: the dead-letter queue itself, a message's origin
+// queue, or a replay or import target.
+var ErrNoQueue = errors.New("no such queue")
+
+// ErrNoOrigin is wrapped when a replay meets a message whose headers name no
+// queue to send it back to; a replay with an explicit target queue
+// ([ReplayOptions.To]) does not need one.
+var ErrNoOrigin = errors.New("message records no origin queue")
+
+// Queue is one consumer's dead-letter queue, opened on a connection the
+// caller owns. Its methods are safe for concurrent use; each runs on its own
+// channels, so a failure in one leaves the others and the connection alone.
+type Queue struct {
+	conn     *amqp.Connection
+	name     string
+	consumer string
+}
+
+// Open returns the dead-letter queue named by name, which is either a
+// consumer's name (its DLQ is [QueueName](name)) or the full name of a queue
+// ending in ".dlq". The queue must exist: an error wrapping [ErrNoQueue]
+// says when it does not.
+func Open(ctx context.Context, conn *amqp.Connection, name string) (*Queue, error) {
+	queue, consumer, err := resolveName(name)
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{conn: conn, name: queue, consumer: consumer}
+	if _, err := q.depth(ctx, queue); err != nil {
+		if errors.Is(err, ErrNoQueue) {
+			return nil, fmt.Errorf("dead-letter queue %q: %w (is %q the consumer's name?)", queue, ErrNoQueue, consumer)
+		}
+		return nil, err
+	}
+	return q, nil
+}
+
+// resolveName turns a consumer name or a DLQ name into both.
+func resolveName(name string) (queue, consumer string, err error) {
+	switch {
+	case name == "" || name == ".dlq":
+		return "", "", errors.New("dlq: empty queue name")
+	case len(name) > 255:
+		return "", "", fmt.Errorf("dlq: queue name is %d bytes, AMQP allows 255", len(name))
+	case strings.HasSuffix(name, ".dlq"):
+		return name, strings.TrimSuffix(name, ".dlq"), nil
+	case len(QueueName(name)) > 255:
+		return "", "", fmt.Errorf("dlq: dead-letter queue name for %q would exceed AMQP's 255 bytes", name)
+	}
+	return QueueName(name), name, nil
+}
+
+// Name is the dead-letter queue's name, e.g. "webhook.dlq".
+func (q *Queue) Name() string { return q.name }
+
+// Consumer is the name of the consumer the queue belongs to, e.g. "webhook".
+func (q *Queue) Consumer() string { return q.consumer }
+
+// Count returns the number of messages waiting in the dead-letter queue
+// (messages another client holds unacknowledged are not counted).
+func (q *Queue) Count(ctx context.Context) (int, error) {
+	return q.depth(ctx, q.name)
+}
+
+// depth returns the ready count of queue. It runs on a throwaway channel
+// because the broker closes the channel of a passive declare that fails.
+func (q *Queue) depth(ctx context.Context, queue string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	ch, err := q.conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	info, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	if err != nil {
+		var amqpErr *amqp.Error
+		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
+			return 0, fmt.Errorf("queue %q: %w", queue, ErrNoQueue)
+		}
+		return 0, fmt.Errorf("inspect queue %q: %w", queue, err)
+	}
+	return info.Messages, nil
+}
+
+// queueChecker remembers which target queues exist, so a replay asks the
+// broker once per queue rather than once per message.
+type queueChecker struct {
+	q     *Queue
+	known map[string]error
+}
+
+func (c *queueChecker) check(ctx context.Context, queue string) error {
+	if err, ok := c.known[queue]; ok {
+		return err
+	}
+	_, err := c.q.depth(ctx, queue)
+	if err != nil && ctx.Err() != nil {
+		return err // not an answer about the queue; ask again next time
+	}
+	if c.known == nil {
+		c.known = map[string]error{}
+	}
+	c.known[queue] = err
+	return err
+}

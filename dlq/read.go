@@ -1,0 +1,125 @@
+package dlq
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// PeekOptions select the messages [Queue.Peek] returns.
+type PeekOptions struct {
+	Filter Filter
+	// Limit is the most messages to return. 0 means all that match.
+	Limit int
+	// Progress, if set, is called after each message looked at.
+	Progress func(Progress)
+}
+
+// Peek returns the messages that match, head of the queue first, and
+// leaves the queue as it was: same messages, same order. It reads only the
+// messages present when it starts.
+func (q *Queue) Peek(ctx context.Context, opts PeekOptions) ([]Message, error) {
+	if err := opts.Filter.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Limit < 0 {
+		return nil, errNegativeLimit
+	}
+	var out []Message
+	var p Progress
+	now := time.Now()
+	err := q.scan(ctx, prefetchFor(opts.Filter, opts.Limit, false), &p, opts.Progress, func(_ *amqp.Delivery, m *Message) (bool, error) {
+		if opts.Filter.Match(m, now) {
+			out = append(out, *m)
+			p.Matched++
+			p.Done++
+		}
+		return opts.Limit == 0 || len(out) < opts.Limit, nil
+	})
+	return out, err
+}
+
+// Group is one row of [Stats]: how many dead messages share a key, and
+// when the oldest and newest of them died.
+type Group struct {
+	Key    string    `json:"key"`
+	Count  int       `json:"count"`
+	Oldest time.Time `json:"oldest,omitzero"`
+	Newest time.Time `json:"newest,omitzero"`
+}
+
+// Stats answers "what broke, and how much": the matching messages counted
+// by error class, by event type and by error text, largest group first.
+// Messages without a class, type or error count under the empty key.
+type Stats struct {
+	Queue   string  `json:"queue"`
+	Total   int     `json:"total"`
+	ByClass []Group `json:"by_class"`
+	ByType  []Group `json:"by_type"`
+	ByError []Group `json:"by_error"`
+}
+
+// StatsOptions select the messages [Queue.Stats] counts.
+type StatsOptions struct {
+	Filter   Filter
+	Progress func(Progress)
+}
+
+// Stats reads every message present when it starts, without changing the
+// queue, and counts the ones that match.
+func (q *Queue) Stats(ctx context.Context, opts StatsOptions) (Stats, error) {
+	if err := opts.Filter.Validate(); err != nil {
+		return Stats{}, err
+	}
+	byClass, byType, byError := grouper{}, grouper{}, grouper{}
+	st := Stats{Queue: q.name}
+	var p Progress
+	now := time.Now()
+	err := q.scan(ctx, 0, &p, opts.Progress, func(_ *amqp.Delivery, m *Message) (bool, error) {
+		if opts.Filter.Match(m, now) {
+			p.Matched++
+			p.Done++
+			st.Total++
+			died := m.Metadata.LastFailure
+			byClass.add(string(m.Metadata.Class), died)
+			byType.add(m.EventType, died)
+			byError.add(m.Metadata.Error, died)
+		}
+		return true, nil
+	})
+	st.ByClass, st.ByType, st.ByError = byClass.sorted(), byType.sorted(), byError.sorted()
+	return st, err
+}
+
+type grouper map[string]*Group
+
+func (g grouper) add(key string, died time.Time) {
+	row := g[key]
+	if row == nil {
+		row = &Group{Key: key}
+		g[key] = row
+	}
+	row.Count++
+	if !died.IsZero() {
+		if row.Oldest.IsZero() || died.Before(row.Oldest) {
+			row.Oldest = died
+		}
+		if died.After(row.Newest) {
+			row.Newest = died
+		}
+	}
+}
+
+func (g grouper) sorted() []Group {
+	out := make([]Group, 0, len(g))
+	for _, row := range g {
+		out = append(out, *row)
+	}
+	slices.SortFunc(out, func(a, b Group) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Key, b.Key))
+	})
+	return out
+}

@@ -1,0 +1,148 @@
+package dlq
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Progress says how far an operation has got. Operations report it to an
+// optional callback after each message and return the final counts.
+type Progress struct {
+	// Total is the number of messages the operation will look at: the
+	// queue's depth when it began (for import, the messages given).
+	Total int `json:"total"`
+	// Scanned is how many of them it has looked at so far.
+	Scanned int `json:"scanned"`
+	// Matched is how many of those the filter selected (up to the limit).
+	Matched int `json:"matched"`
+	// Done is how many of those were replayed, purged, exported or
+	// imported. In a dry run it stays 0.
+	Done int `json:"done"`
+}
+
+// idleWait is how long a scan waits for a delivery before it asks the
+// broker whether the messages it counted at the start are still there.
+const idleWait = 500 * time.Millisecond
+
+// visitFunc sees one delivery of a scan, in queue order, with its decoded
+// form. It may ack the delivery; whatever it leaves unacknowledged goes back
+// to the queue in its place when the scan ends. It returns false to end the
+// scan early.
+type visitFunc func(d *amqp.Delivery, m *Message) (more bool, err error)
+
+// scan walks the messages that are in the queue when it starts, head first,
+// each exactly once. It keeps p's Total and Scanned up to date and calls
+// progress, if set, after each visit.
+//
+// It consumes without acknowledging. Everything visit does not ack stays
+// owned by the broker, which puts it back in its original place when the
+// scan's channel closes, whether scan returns, fails or the process dies.
+// That is what makes reading a dead-letter queue non-destructive, and a
+// replay or purge interrupted at any point lose nothing. (RabbitMQ marks
+// such messages redelivered; nothing in warren treats that as a failure.)
+//
+// The consumer's prefetch bounds how many unacknowledged messages the
+// broker pushes at once. Messages a filtered operation skips must stay
+// unacknowledged until the end, so they hold on to their prefetch slots;
+// see prefetchFor.
+func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress func(Progress), visit visitFunc) error {
+	total, err := q.Count(ctx)
+	p.Total = total
+	if err != nil || total == 0 {
+		return err
+	}
+	ch, err := q.conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	if prefetch < 0 || prefetch > math.MaxUint16 {
+		prefetch = 0
+	}
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return fmt.Errorf("set prefetch on %q: %w", q.name, err)
+	}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	deliveries, err := ch.Consume(q.name, "", false, false, false, false, nil)
+	if err != nil {
+		return fmt.Errorf("read %q: %w", q.name, err)
+	}
+
+	idle := time.NewTimer(idleWait)
+	defer idle.Stop()
+	for seen := 0; seen < total; {
+		idle.Reset(idleWait)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("reading %q: %w", q.name, ctx.Err())
+		case d, ok := <-deliveries:
+			if !ok {
+				// amqp091-go reports a channel's closing before it
+				// closes the deliveries, so an empty closed means the
+				// broker cancelled the consumer: the queue went away.
+				select {
+				case err := <-closed:
+					return fmt.Errorf("reading %q: channel closed: %w", q.name, errOrClosed(err))
+				default:
+					return fmt.Errorf("reading %q: the broker cancelled the read (was the queue deleted?): %w", q.name, ErrNoQueue)
+				}
+			}
+			m := newMessage(seen, publishingOf(&d))
+			seen++
+			p.Scanned = seen
+			more, err := visit(&d, &m)
+			if progress != nil {
+				progress(*p)
+			}
+			if err != nil || !more {
+				return err
+			}
+		case <-idle.C:
+			// Nothing arrived for a while. The messages counted at the
+			// start may have been taken by another client, in which case
+			// the scan is over rather than stuck.
+			n, err := q.Count(ctx)
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// ackWindow is the prefetch of a scan that acks every message it is given
+// (an unfiltered replay or purge): enough to keep the broker busy, and few
+// enough that during a long, rate-limited replay the rest of the queue
+// stays ready in the broker, where other tools count it, rather than
+// sitting unacknowledged in this client's memory.
+const ackWindow = 256
+
+// prefetchFor is the prefetch a scan may use. A scan holds every message it
+// does not ack until it ends, so a bound is safe only where that cannot
+// stall it: when every message counts toward the limit, or when every
+// message is acked (acksAll) and so frees its slot.
+func prefetchFor(f Filter, limit int, acksAll bool) int {
+	switch {
+	case !f.IsZero():
+		return 0
+	case acksAll && limit > 0:
+		return min(limit, ackWindow)
+	case acksAll:
+		return ackWindow
+	}
+	return max(limit, 0)
+}
+
+func errOrClosed(err *amqp.Error) error {
+	if err == nil {
+		return amqp.ErrClosed
+	}
+	return err
+}
