@@ -220,7 +220,7 @@ func validateName(field, name string) error {
 	case len(name) > maxNameLen:
 		return fmt.Errorf("%s must be at most %d bytes, got %d", field, maxNameLen, len(name))
 	case strings.HasPrefix(name, "amq."):
-		return fmt.Errorf("%s %q uses the broker's reserved prefix amq.", field, name)
+		return fmt.Errorf("%s %q uses the broker's reserved prefix \"amq.\"", field, name)
 	case strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
 		return fmt.Errorf("%s %q must not contain spaces or control characters", field, name)
 	}

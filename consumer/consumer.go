@@ -11,6 +11,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // BaseConsumer consumes one queue and runs handlers on its messages. Embed
@@ -234,7 +235,7 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		}
 		connected = true
 		c.ready.Store(true)
-		c.log.Info("consuming", "queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", amqpx.Redact(c.cfg.URL),
+		c.log.Info("consuming", "queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", redact.URL(c.cfg.URL),
 			"channels", c.cfg.Channels, "prefetch", c.cfg.Prefetch, "workers", c.cfg.Workers)
 		started := time.Now()
 		select {

@@ -5,28 +5,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // DefaultURL is the broker the examples, the command and the tests use when
 // AMQP_URL is not set.
 const DefaultURL = "amqp://guest:guest@127.0.0.1:5672/"
-
-// Redact returns rawURL with any password replaced by "xxxxx", for logs
-// and error messages. A URL that does not parse is replaced whole, since it
-// may still hold a secret.
-func Redact(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "<unparsable URL>"
-	}
-	return u.Redacted()
-}
 
 // DialOptions tune [Dial].
 type DialOptions struct {
@@ -71,7 +61,7 @@ func Dial(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connectio
 	}
 	conn, err := amqp.DialConfig(rawURL, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", Redact(rawURL), err)
+		return nil, fmt.Errorf("dial %s: %w", redact.URL(rawURL), err)
 	}
 	return conn, nil
 }
@@ -97,7 +87,7 @@ func DialRetry(ctx context.Context, rawURL string, opts DialOptions, b backoff.B
 		conn, err := Dial(ctx, rawURL, opts)
 		if err == nil {
 			if attempt > 1 {
-				log.Info("connected to broker", "url", Redact(rawURL), "attempts", attempt)
+				log.Info("connected to broker", "url", redact.URL(rawURL), "attempts", attempt)
 			}
 			return conn, nil
 		}
@@ -105,7 +95,7 @@ func DialRetry(ctx context.Context, rawURL string, opts DialOptions, b backoff.B
 		log.Warn("broker unreachable, will retry", "error", err, "attempt", attempt, "retry_in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("dial %s: %w (last error: %v)", Redact(rawURL), ctx.Err(), err)
+			return nil, fmt.Errorf("dial %s: %w (last error: %v)", redact.URL(rawURL), ctx.Err(), err)
 		case <-time.After(wait):
 		}
 	}

@@ -147,16 +147,3 @@ func TestPublishHonoursContext(t *testing.T) {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
 	}
 }
-
-func TestRedact(t *testing.T) {
-	for in, want := range map[string]string{
-		"amqp://guest:secret@host:5672/vh": "amqp://guest:xxxxx@host:5672/vh",
-		"amqp://host/":                     "amqp://host/",
-		"postgres://u:p@db/x?sslmode=off":  "postgres://u:xxxxx@db/x?sslmode=off",
-		"::not a url::secret":              "<unparsable URL>",
-	} {
-		if got := amqpx.Redact(in); got != want {
-			t.Errorf("Redact(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

@@ -18,6 +18,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // StartCommand is what a developer runs to bring the services up.
@@ -44,7 +45,7 @@ func requireTCP(t testing.TB, service, rawURL, defaultPort string) {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		t.Fatalf("%s URL %q does not parse: %v", service, amqpx.Redact(rawURL), err)
+		t.Fatalf("%s URL %q does not parse: %v", service, redact.URL(rawURL), err)
 	}
 	host := u.Host
 	if u.Port() == "" {
@@ -59,7 +60,7 @@ func requireTCP(t testing.TB, service, rawURL, defaultPort string) {
 		v, _ = reachable.LoadOrStore(host, err)
 	}
 	if err, _ := v.(error); err != nil {
-		t.Fatalf("%s is not reachable at %s: %v\nstart the services with: %s", service, amqpx.Redact(rawURL), err, StartCommand)
+		t.Fatalf("%s is not reachable at %s: %v\nstart the services with: %s", service, redact.URL(rawURL), err, StartCommand)
 	}
 }
 

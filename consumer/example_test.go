@@ -1,0 +1,77 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+)
+
+// A service embeds BaseConsumer, registers its handlers by event-type
+// prefix and runs until SIGTERM.
+type NotificationService struct {
+	*consumer.BaseConsumer
+}
+
+func NewNotificationService(amqpURL string) (*NotificationService, error) {
+	base, err := consumer.New(consumer.Config{
+		URL:         amqpURL,
+		Name:        "notifications",
+		Exchange:    "plane.event_stream",
+		MaxAttempts: 4,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s := &NotificationService{BaseConsumer: base}
+	s.HandleFunc("workitem.comment.", s.commented)
+	s.HandleFunc("workitem.", s.changed)
+	return s, nil
+}
+
+func (s *NotificationService) commented(ctx context.Context, m *warren.Message) error {
+	var comment struct {
+		Body string `json:"comment_stripped"`
+	}
+	if err := m.Event.Payload.DecodeData(&comment); err != nil {
+		return warren.Permanent(err) // a payload we cannot read will not get better
+	}
+	return nil
+}
+
+func (s *NotificationService) changed(ctx context.Context, m *warren.Message) error {
+	if m.Event.IsSystemInitiated() {
+		return warren.Skip("changed by " + m.Event.InitiatorType)
+	}
+	return errors.New("mail server unavailable") // transient: retried through the tiers
+}
+
+func ExampleBaseConsumer() {
+	svc, err := NewNotificationService("amqp://guest:guest@127.0.0.1:5672/")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go http.ListenAndServe("127.0.0.1:8081", svc.HealthHandler()) // /healthz, /readyz
+	if err := svc.RunUntilSignal(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func ExampleConfig() {
+	_, err := consumer.New(consumer.Config{
+		Name:        "webhook",
+		Exchange:    "plane.event_stream",
+		QueueType:   consumer.Quorum,
+		MessageTTL:  30 * time.Minute,
+		RetryDelays: []time.Duration{5 * time.Second, time.Minute, 15 * time.Minute},
+		MaxAttempts: 6,
+		Unhandled:   consumer.DeadLetterUnhandled,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+}
