@@ -1,0 +1,230 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// Config configures a [Relay]. The zero value of every field means its
+// documented default, except that one of Pool and DatabaseURL is required.
+type Config struct {
+	// Pool is the Postgres pool the relay claims and settles rows on. The
+	// relay does not close it. When nil, the relay opens (and closes) its
+	// own pool from DatabaseURL.
+	Pool *pgxpool.Pool
+
+	// DatabaseURL is a pgx connection string ("postgres://…" or
+	// "key=value …"), used when Pool is nil. Logged only with the password
+	// redacted.
+	DatabaseURL string
+
+	// AMQPURL is the broker. Default amqp://guest:guest@127.0.0.1:5672/.
+	// Logged only with the password redacted.
+	AMQPURL string
+
+	// Exchange is the durable fanout exchange events are published to; the
+	// relay declares it (declaring an existing one with the same type is a
+	// no-op). Default "warren.events", the consumer's default.
+	Exchange string
+
+	// Table is the outbox table: a lower-case SQL identifier of at most 48
+	// bytes, unqualified, so the connection's search_path picks its schema.
+	// Default "warren_outbox".
+	Table string
+
+	// Name identifies this relay: it is written to claimed rows
+	// (claimed_by), and it is the AMQP connection name and the Postgres
+	// application_name of the connections the relay opens. Default
+	// "warren-relay@<host>:<pid>".
+	Name string
+
+	// BatchSize is how many rows one claim takes. All rows of a batch are
+	// published concurrently. Default 100.
+	BatchSize int
+
+	// Workers is how many claim–publish–settle loops run at once, so that
+	// one batch is claimed while another waits for its confirms. Default 2.
+	Workers int
+
+	// Lease is how long a claimed row stays invisible to other relays. A
+	// relay that dies holding rows delays them by at most this long. It
+	// must be longer than PublishTimeout. Default 30s.
+	Lease time.Duration
+
+	// PublishTimeout bounds the wait for the broker's confirm of one
+	// message; a timeout is a failed attempt. Default 10s.
+	PublishTimeout time.Duration
+
+	// MaxAttempts is how many claims a row gets: a failure on the last one,
+	// or a lease that lapses after it, makes the row dead. Default 20,
+	// which with the default retry delays keeps a row that the broker
+	// refuses (no queue bound, nacks) for one to two hours. A broker that is
+	// unreachable spends no attempts: the relay claims nothing without it.
+	MaxAttempts int
+
+	// RetryMin and RetryMax bound the delay before a failed row is tried
+	// again: it doubles from RetryMin with each attempt up to RetryMax, and
+	// is jittered down by up to half so that rows failed together do not
+	// retry together. Defaults 1s and 10m.
+	RetryMin, RetryMax time.Duration
+
+	// PollMin and PollMax bound the adaptive poll: after an empty claim
+	// the wait doubles from PollMin up to PollMax; a claim that finds rows,
+	// or a notification, brings it back to PollMin; a full batch is
+	// followed by the next claim at once. Defaults 50ms and 2s.
+	PollMin, PollMax time.Duration
+
+	// MaxInFlight caps unconfirmed publishes on the relay's channel.
+	// Default BatchSize × Workers.
+	MaxInFlight int
+
+	// MaxMessageBytes is the largest message body the relay publishes; a
+	// row whose event encodes larger is dead at once (retrying cannot
+	// shrink it) instead of making the broker close the channel. Default
+	// 1 MiB, the consumer's default body limit.
+	MaxMessageBytes int
+
+	// KeepDelivered keeps published rows, marked delivered, instead of
+	// deleting them; Purge trims them later. Default false.
+	KeepDelivered bool
+
+	// OrderByEntity publishes the events of one entity (entity_type,
+	// entity_id) in outbox order: only the oldest pending row of an entity
+	// is claimable. The price is head-of-line blocking per entity — a row
+	// that keeps failing holds back every later event of its entity until
+	// it is delivered or dead. Rows with an empty entity_id are not
+	// ordered. Default false.
+	OrderByEntity bool
+
+	// DisableListen turns LISTEN/NOTIFY off, leaving only the poll; needed
+	// behind a connection pooler in transaction mode. Default false.
+	DisableListen bool
+
+	// ReconnectMaxDelay caps the wait between reconnect attempts to the
+	// broker and to Postgres, which grows exponentially with jitter from
+	// 100ms. Default 15s.
+	ReconnectMaxDelay time.Duration
+
+	// Logger receives the relay's log lines. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults applied by [New].
+const (
+	DefaultExchange          = "warren.events"
+	DefaultTable             = "warren_outbox"
+	DefaultBatchSize         = 100
+	DefaultWorkers           = 2
+	DefaultLease             = 30 * time.Second
+	DefaultPublishTimeout    = 10 * time.Second
+	DefaultMaxAttempts       = 20
+	DefaultRetryMin          = time.Second
+	DefaultRetryMax          = 10 * time.Minute
+	DefaultPollMin           = 50 * time.Millisecond
+	DefaultPollMax           = 2 * time.Second
+	DefaultMaxMessageBytes   = 1 << 20
+	DefaultReconnectMaxDelay = 15 * time.Second
+)
+
+// MaxBatchSize bounds BatchSize: a claim returns the whole batch in one
+// result.
+const MaxBatchSize = 10000
+
+// ErrInvalidConfig is wrapped by every error [New] and [NewOutbox] return
+// for bad configuration.
+var ErrInvalidConfig = errors.New("invalid relay config")
+
+func (c Config) withDefaults() Config {
+	setDefault(&c.AMQPURL, amqpx.DefaultURL)
+	setDefault(&c.Exchange, DefaultExchange)
+	setDefault(&c.Table, DefaultTable)
+	setDefault(&c.Name, defaultName())
+	setDefault(&c.BatchSize, DefaultBatchSize)
+	setDefault(&c.Workers, DefaultWorkers)
+	setDefault(&c.Lease, DefaultLease)
+	setDefault(&c.PublishTimeout, DefaultPublishTimeout)
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.RetryMin, DefaultRetryMin)
+	setDefault(&c.RetryMax, DefaultRetryMax)
+	setDefault(&c.PollMin, DefaultPollMin)
+	setDefault(&c.PollMax, DefaultPollMax)
+	setDefault(&c.MaxInFlight, c.BatchSize*c.Workers)
+	setDefault(&c.MaxMessageBytes, DefaultMaxMessageBytes)
+	setDefault(&c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func setDefault[T comparable](field *T, value T) {
+	var zero T
+	if *field == zero {
+		*field = value
+	}
+}
+
+func defaultName() string {
+	return fmt.Sprintf("warren-relay@%s:%d", amqpx.Hostname(), os.Getpid())
+}
+
+func (c Config) validate() error {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if c.Pool == nil && c.DatabaseURL == "" {
+		add("one of Pool and DatabaseURL is required")
+	}
+	if err := validateTable(c.Table); err != nil {
+		add("Table: %v", err)
+	}
+	switch {
+	case strings.HasPrefix(c.Exchange, "amq."):
+		add("Exchange %q uses the broker's reserved prefix amq.", c.Exchange)
+	case len(c.Exchange) > 255:
+		add("Exchange must be at most 255 bytes, got %d", len(c.Exchange))
+	case strings.IndexFunc(c.Exchange, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
+		add("Exchange %q must not contain spaces or control characters", c.Exchange)
+	}
+	if strings.IndexFunc(c.Name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || len(c.Name) > 200 {
+		add("Name must be printable and at most 200 bytes")
+	}
+	ints := map[string]int{"BatchSize": c.BatchSize, "Workers": c.Workers, "MaxAttempts": c.MaxAttempts, "MaxInFlight": c.MaxInFlight, "MaxMessageBytes": c.MaxMessageBytes}
+	for name, v := range ints {
+		if v < 1 {
+			add("%s must be positive, got %d", name, v)
+		}
+	}
+	if c.BatchSize > MaxBatchSize {
+		add("BatchSize must be at most %d, got %d", MaxBatchSize, c.BatchSize)
+	}
+	durations := map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax, "PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay}
+	for name, d := range durations {
+		if d < time.Millisecond {
+			add("%s must be at least 1ms, got %v", name, d)
+		}
+	}
+	if c.Lease <= c.PublishTimeout {
+		add("Lease (%v) must be longer than PublishTimeout (%v), or rows would be reclaimed while their publish is still waiting", c.Lease, c.PublishTimeout)
+	}
+	if c.RetryMax < c.RetryMin {
+		add("RetryMax (%v) must not be below RetryMin (%v)", c.RetryMax, c.RetryMin)
+	}
+	if c.PollMax < c.PollMin {
+		add("PollMax (%v) must not be below PollMin (%v)", c.PollMax, c.PollMin)
+	}
+	if len(problems) > 0 {
+		slices.Sort(problems)
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,609 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/relay"
+)
+
+// env is one test's outbox table, exchange and bound queue, all unique to
+// the test and removed when it ends.
+type env struct {
+	t        *testing.T
+	pool     *pgxpool.Pool
+	outbox   *relay.Outbox
+	table    string
+	exchange string
+	queue    string
+	ch       *amqp.Channel
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	table := testenv.Name(t, "ob")
+	testenv.DropTables(t, table, table+"_migrations")
+	pool := testenv.PgPool(t)
+	ob, err := relay.NewOutbox(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.Migrate(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, pool: pool, outbox: ob, table: table, exchange: testenv.Name(t, "ex"), queue: testenv.Name(t, "q")}
+	testenv.CleanupExchanges(t, e.exchange)
+	testenv.CleanupQueues(t, e.queue)
+	e.ch = testenv.Channel(t)
+	if err := e.ch.ExchangeDeclare(e.exchange, "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// bindQueue declares the test's queue and binds it to the exchange.
+func (e *env) bindQueue() {
+	e.t.Helper()
+	if _, err := e.ch.QueueDeclare(e.queue, true, false, false, false, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.ch.QueueBind(e.queue, "", e.exchange, false, nil); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// refusePoison routes the exchange by event type through a topic
+// exchange: "good.#" to the test's queue, "poison.#" to a queue that refuses
+// every message, so the broker nacks those.
+func (e *env) refusePoison() {
+	e.t.Helper()
+	router, refuser := testenv.Name(e.t, "router"), testenv.Name(e.t, "refuser")
+	testenv.CleanupExchanges(e.t, router)
+	testenv.CleanupQueues(e.t, refuser)
+	refusing := amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}
+	for _, err := range []error{
+		e.ch.ExchangeDeclare(router, "topic", true, false, false, false, nil),
+		e.ch.ExchangeBind(router, "#", e.exchange, false, nil),
+		declareQueue(e.ch, e.queue, nil),
+		e.ch.QueueBind(e.queue, "good.#", router, false, nil),
+		declareQueue(e.ch, refuser, refusing),
+		e.ch.QueueBind(refuser, "poison.#", router, false, nil),
+	} {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func declareQueue(ch *amqp.Channel, name string, args amqp.Table) error {
+	_, err := ch.QueueDeclare(name, true, false, false, false, args)
+	return err
+}
+
+// config is a relay configuration for the test's table and exchange, with
+// delays short enough for tests.
+func (e *env) config(name string) relay.Config {
+	return relay.Config{
+		DatabaseURL:       testenv.DatabaseURL(e.t),
+		AMQPURL:           testenv.AMQPURL(e.t),
+		Exchange:          e.exchange,
+		Table:             e.table,
+		Name:              name,
+		Lease:             5 * time.Second,
+		PublishTimeout:    2 * time.Second,
+		RetryMin:          20 * time.Millisecond,
+		RetryMax:          200 * time.Millisecond,
+		PollMin:           10 * time.Millisecond,
+		PollMax:           200 * time.Millisecond,
+		ReconnectMaxDelay: 500 * time.Millisecond,
+		Logger:            testLogger(e.t),
+	}
+}
+
+// running is a relay started by env.start.
+type running struct {
+	relay  *relay.Relay
+	cancel context.CancelFunc // asks Run to stop, without waiting
+	stop   func() error       // asks Run to stop and waits for its result
+}
+
+// start runs a relay until stop is called or the test ends. setup runs
+// between New and Run (to install hooks).
+func (e *env) start(cfg relay.Config, setup ...func(*relay.Relay)) *running {
+	e.t.Helper()
+	r, err := relay.New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	run := &running{relay: r, cancel: cancel}
+	run.stop = sync.OnceValue(func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return fmt.Errorf("relay %s did not stop within 30s", cfg.Name)
+		}
+	})
+	e.t.Cleanup(func() {
+		if err := run.stop(); err != nil {
+			e.t.Errorf("relay %s: %v", cfg.Name, err)
+		}
+	})
+	return run
+}
+
+func (e *env) publish(evs ...warren.Event) {
+	e.t.Helper()
+	ctx := context.Background()
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := e.outbox.PublishBatch(ctx, tx, evs); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// publishN writes n events "<prefix>-<i>" in transactions of up to 1000.
+func (e *env) publishN(prefix string, n int) []string {
+	e.t.Helper()
+	ids := make([]string, 0, n)
+	for start := 0; start < n; start += 1000 {
+		var batch []warren.Event
+		for i := start; i < min(n, start+1000); i++ {
+			ev := event(fmt.Sprintf("%s-%d", prefix, i))
+			batch = append(batch, ev)
+			ids = append(ids, ev.ID)
+		}
+		e.publish(batch...)
+	}
+	return ids
+}
+
+func event(id string) warren.Event {
+	return warren.Event{
+		ID:            id,
+		Type:          "workitem.updated",
+		EntityType:    "issue",
+		EntityID:      "entity-" + id,
+		WorkspaceID:   "ws-1",
+		InitiatorType: warren.InitiatorUser,
+		Payload:       warren.Payload{Data: json.RawMessage(`{"name":"x"}`)},
+		Version:       "1.0",
+	}
+}
+
+// count runs SELECT count(*) FROM the table WHERE where.
+func (e *env) count(where string, args ...any) int {
+	e.t.Helper()
+	var n int
+	q := fmt.Sprintf("SELECT count(*) FROM %q WHERE %s", e.table, where)
+	if err := e.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func (e *env) exec(sql string, args ...any) {
+	e.t.Helper()
+	if _, err := e.pool.Exec(context.Background(), strings.ReplaceAll(sql, "{table}", fmt.Sprintf("%q", e.table)), args...); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// collector counts the messages of a queue by message id.
+type collector struct {
+	mu     sync.Mutex
+	counts map[string]int
+	first  map[string]time.Time
+	order  []amqp.Delivery
+	total  int
+}
+
+// consume collects everything that reaches queue until the test ends.
+func consume(t *testing.T, queue string) *collector {
+	t.Helper()
+	ch, err := testenv.AMQPConn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Qos(1000, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	deliveries, err := ch.Consume(queue, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &collector{counts: map[string]int{}, first: map[string]time.Time{}}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for d := range deliveries {
+			now := time.Now()
+			c.mu.Lock()
+			if c.counts[d.MessageId] == 0 {
+				c.first[d.MessageId] = now
+			}
+			c.counts[d.MessageId]++
+			c.total++
+			c.order = append(c.order, d)
+			c.mu.Unlock()
+		}
+	})
+	t.Cleanup(func() {
+		ch.Close()
+		wg.Wait()
+	})
+	return c
+}
+
+func (c *collector) distinct() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.counts)
+}
+
+func (c *collector) has(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[id] > 0
+}
+
+func (c *collector) receivedAt(id string) (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.first[id]
+	return at, ok
+}
+
+func (c *collector) deliveries() []amqp.Delivery {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]amqp.Delivery(nil), c.order...)
+}
+
+// requireExactlyOnce fails t unless every id arrived exactly once and
+// nothing else arrived.
+func (c *collector) requireExactlyOnce(t *testing.T, ids []string) {
+	t.Helper()
+	c.requireAll(t, ids)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, n := range c.counts {
+		if n != 1 {
+			t.Errorf("event %s arrived %d times", id, n)
+		}
+	}
+	if c.total != len(ids) {
+		t.Errorf("received %d messages for %d events", c.total, len(ids))
+	}
+}
+
+// requireAll fails t unless every id arrived at least once.
+func (c *collector) requireAll(t *testing.T, ids []string) {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	missing := 0
+	for _, id := range ids {
+		if c.counts[id] == 0 {
+			if missing < 5 {
+				t.Errorf("event %s never arrived", id)
+			}
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d events never arrived", missing, len(ids))
+	}
+}
+
+func (c *collector) waitDistinct(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, timeout, fmt.Sprintf("%d distinct events", n), func() bool { return c.distinct() >= n })
+}
+
+// counter counts hook calls and lets a test wait for the next one.
+type counter struct {
+	n atomic.Int64
+}
+
+func (c *counter) inc()         { c.n.Add(1) }
+func (c *counter) value() int64 { return c.n.Load() }
+func (c *counter) hook() func() { return c.inc }
+func (c *counter) waitAbove(t *testing.T, v int64, what string) {
+	t.Helper()
+	testenv.WaitFor(t, 20*time.Second, what, func() bool { return c.value() > v })
+}
+
+// takeOver starts a fresh relay with the given lease and requires that
+// every id then arrives exactly once: what an earlier relay left behind is
+// delivered, and nothing it already delivered comes again.
+func (e *env) takeOver(got *collector, ids []string, lease time.Duration) {
+	e.t.Helper()
+	cfg := e.config(testenv.Name(e.t, "takeover"))
+	cfg.Lease = lease
+	e.start(cfg)
+	got.waitDistinct(e.t, len(ids), 20*time.Second)
+	got.requireExactlyOnce(e.t, ids)
+}
+
+// requireDelivered waits until every id has arrived and every row of the
+// table (all kept, KeepDelivered) is marked delivered: nothing is lost,
+// and nothing is marked delivered that did not arrive.
+func (e *env) requireDelivered(got *collector, ids []string) {
+	e.t.Helper()
+	got.waitDistinct(e.t, len(ids), 30*time.Second)
+	got.requireAll(e.t, ids)
+	testenv.WaitFor(e.t, 20*time.Second, "every row delivered", func() bool { return e.count("state = 'delivered'") == len(ids) })
+	if n := e.count("true"); n != len(ids) {
+		e.t.Fatalf("the table holds %d rows for %d events", n, len(ids))
+	}
+}
+
+// hold stops a relay right after its first claim, holding the claimed
+// rows, until released (or the test ends).
+type hold struct {
+	t        *testing.T
+	claimed  chan []relay.Row
+	released chan struct{}
+	once     sync.Once
+}
+
+func newHold(t *testing.T) *hold {
+	return &hold{t: t, claimed: make(chan []relay.Row, 1), released: make(chan struct{})}
+}
+
+// install is an env.start setup function.
+func (h *hold) install(r *relay.Relay) {
+	first := true
+	relay.SetAfterClaimHook(r, func(rows []relay.Row) {
+		if !first {
+			return
+		}
+		first = false
+		h.claimed <- rows
+		select {
+		case <-h.released:
+		case <-h.t.Context().Done(): // the test ended: let the relay stop
+		}
+	})
+}
+
+// wait returns the rows of the first claim.
+func (h *hold) wait() []relay.Row {
+	h.t.Helper()
+	select {
+	case rows := <-h.claimed:
+		return rows
+	case <-time.After(20 * time.Second):
+		h.t.Fatal("the relay claimed nothing within 20s")
+		return nil
+	}
+}
+
+// release lets the relay go on.
+func (h *hold) release() { h.once.Do(func() { close(h.released) }) }
+
+// testLogger sends the relay's warnings and errors to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+// proxy forwards TCP connections to a target while up; while down it
+// drops its connections and refuses new ones, like a broker that is away.
+// Stalled, it keeps connections open but forwards nothing, like a broker
+// that stopped answering.
+type proxy struct {
+	ln      net.Listener
+	target  string
+	mu      sync.Mutex
+	up      bool
+	open    chan struct{} // closed while traffic flows; replaced while stalled
+	conns   map[net.Conn]struct{}
+	refused atomic.Int64
+	wg      sync.WaitGroup
+}
+
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := make(chan struct{})
+	close(open)
+	p := &proxy{ln: ln, target: target, up: true, open: open, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		ln.Close()
+		p.stall(false)
+		p.setUp(false)
+		p.wg.Wait()
+	})
+	return p
+}
+
+// amqpURL is the broker URL with its host replaced by the proxy's.
+func (p *proxy) amqpURL(t *testing.T, brokerURL string) string {
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = p.ln.Addr().String()
+	return u.String()
+}
+
+func (p *proxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if !p.up {
+			p.mu.Unlock()
+			p.refused.Add(1)
+			client.Close()
+			continue
+		}
+		server, err := net.Dial("tcp", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			client.Close()
+			continue
+		}
+		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			defer dst.Close()
+			defer src.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				if n > 0 {
+					p.mu.Lock()
+					open := p.open
+					p.mu.Unlock()
+					<-open // hold the bytes while stalled
+					if _, err := dst.Write(buf[:n]); err != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+		p.wg.Go(func() { pipe(server, client) })
+		p.wg.Go(func() { pipe(client, server) })
+	}
+}
+
+// stall stops (or resumes) forwarding without closing anything.
+func (p *proxy) stall(stalled bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.open: // flowing
+		if stalled {
+			p.open = make(chan struct{})
+		}
+	default: // stalled
+		if !stalled {
+			close(p.open)
+		}
+	}
+}
+
+func (p *proxy) setUp(up bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = up
+	if !up {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// producer writes events from a goroutine, paced by a ticker, until
+// finished: load that keeps flowing while a test breaks connections.
+type producer struct {
+	e      *env
+	prefix string
+	ids    []string
+	err    error
+	quit   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func (e *env) startProducer(prefix string, perTick int, every time.Duration) *producer {
+	p := &producer{e: e, prefix: prefix, quit: make(chan struct{})}
+	p.wg.Go(func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.quit:
+				return
+			case <-tick.C:
+			}
+			if err := p.write(perTick); err != nil {
+				p.err = err
+				return
+			}
+		}
+	})
+	e.t.Cleanup(func() { p.finish() })
+	return p
+}
+
+func (p *producer) write(n int) error {
+	ctx := context.Background()
+	tx, err := p.e.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	var batch []warren.Event
+	for range n {
+		batch = append(batch, event(fmt.Sprintf("%s-%d", p.prefix, len(p.ids)+len(batch))))
+	}
+	if _, err := p.e.outbox.PublishBatch(ctx, tx, batch); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	for _, ev := range batch {
+		p.ids = append(p.ids, ev.ID)
+	}
+	return nil
+}
+
+// finish stops the producer and returns the ids of the events it committed.
+func (p *producer) finish() []string {
+	select {
+	case <-p.quit:
+	default:
+		close(p.quit)
+	}
+	p.wg.Wait()
+	if p.err != nil {
+		p.e.t.Fatalf("producer: %v", p.err)
+	}
+	return p.ids
+}

@@ -1,0 +1,137 @@
+package relay
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one embedded schema step, migrations/NNN_name.sql, where
+// {table} and {table_suffix} stand for the quoted table name and the names
+// of objects named after it.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+var migrations = must(loadMigrations(migrationFiles))
+
+func loadMigrations(fsys fs.FS) ([]migration, error) {
+	names, err := fs.Glob(fsys, "migrations/*.sql")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, name := range names {
+		base := strings.TrimSuffix(path.Base(name), ".sql")
+		num, label, ok := strings.Cut(base, "_")
+		version, err := strconv.Atoi(num)
+		if !ok || err != nil || version < 1 {
+			return nil, fmt.Errorf("migration %s: name must be NNN_label.sql", name)
+		}
+		body, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: version, name: label, sql: string(body)})
+	}
+	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration versions must run 1, 2, 3, … without gaps; found %d at position %d", m.version, i+1)
+		}
+	}
+	return out, nil
+}
+
+// SchemaVersion returns the outbox schema version this package writes
+// and expects: the number of its embedded migrations.
+func SchemaVersion() int { return len(migrations) }
+
+// ErrSchema is wrapped by the errors that say the table's schema is not
+// the one this package expects: not created yet, older (run Migrate), or
+// newer (this binary is older than the database).
+var ErrSchema = errors.New("outbox schema mismatch")
+
+// MigrateResult says what [Outbox.Migrate] did.
+type MigrateResult struct {
+	Table    string
+	From, To int // schema versions before and after; equal when nothing was applied
+}
+
+// Migrate creates the outbox table or brings it up to [SchemaVersion]. It
+// is safe to call at every start and from several processes at once: an
+// advisory lock on the table's name serialises them, and every step runs
+// with its version record in one transaction. The versions applied are
+// recorded in a table named after the outbox with the suffix
+// "_migrations".
+func (o *Outbox) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
+	res := MigrateResult{Table: o.table}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return res, fmt.Errorf("migrate %s: %w", o.table, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "warren.relay.migrate:"+o.table); err != nil {
+		return res, fmt.Errorf("migrate %s: lock: %w", o.table, err)
+	}
+	createLog := render(o.table, `CREATE TABLE IF NOT EXISTS {table_migrations} (
+		version    integer     PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`)
+	if _, err := tx.Exec(ctx, createLog); err != nil {
+		return res, fmt.Errorf("migrate %s: %w", o.table, err)
+	}
+	if err := tx.QueryRow(ctx, o.sql.schemaVersion).Scan(&res.From); err != nil {
+		return res, fmt.Errorf("migrate %s: read version: %w", o.table, err)
+	}
+	res.To = res.From
+	if res.From > SchemaVersion() {
+		return res, fmt.Errorf("migrate %s: %w: the table is at version %d, newer than this build of warren knows (%d)", o.table, ErrSchema, res.From, SchemaVersion())
+	}
+	record := render(o.table, `INSERT INTO {table_migrations} (version, name) VALUES ($1, $2)`)
+	for _, m := range migrations[res.From:] {
+		if _, err := tx.Exec(ctx, render(o.table, m.sql)); err != nil {
+			return res, fmt.Errorf("migrate %s: step %d (%s): %w", o.table, m.version, m.name, err)
+		}
+		if _, err := tx.Exec(ctx, record, m.version, m.name); err != nil {
+			return res, fmt.Errorf("migrate %s: record step %d: %w", o.table, m.version, err)
+		}
+		res.To = m.version
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return res, fmt.Errorf("migrate %s: commit: %w", o.table, err)
+	}
+	return res, nil
+}
+
+// CheckSchema returns nil when the table is at [SchemaVersion], and an
+// error wrapping [ErrSchema] that says what to do when it is not.
+func (o *Outbox) CheckSchema(ctx context.Context, db DB) error {
+	var version int
+	err := db.QueryRow(ctx, o.sql.schemaVersion).Scan(&version)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
+		return fmt.Errorf("outbox %s: %w: the table does not exist; run `warren outbox migrate` or Outbox.Migrate", o.table, ErrSchema)
+	case err != nil:
+		return fmt.Errorf("outbox %s: read schema version: %w", o.table, err)
+	case version < SchemaVersion():
+		return fmt.Errorf("outbox %s: %w: the table is at version %d, this build needs %d; run `warren outbox migrate` or Outbox.Migrate", o.table, ErrSchema, version, SchemaVersion())
+	case version > SchemaVersion():
+		return fmt.Errorf("outbox %s: %w: the table is at version %d, newer than this build of warren knows (%d)", o.table, ErrSchema, version, SchemaVersion())
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Stats is a snapshot of an outbox table.
+type Stats struct {
+	Pending          int64         // rows not yet delivered or dead, in flight and retrying included
+	InFlight         int64         // pending rows leased to a relay right now
+	Retrying         int64         // pending rows waiting out the delay after a failed attempt
+	Dead             int64         // rows that will not be tried again unless redriven
+	Delivered        int64         // delivered rows kept by KeepDelivered, until purged
+	OldestPendingAge time.Duration // how long the oldest pending row has waited; 0 when none
+}
+
+// Stats counts the table's rows by state. The counts run on the partial
+// indexes, so they stay cheap while the pending set is small.
+func (o *Outbox) Stats(ctx context.Context, db DB) (Stats, error) {
+	var s Stats
+	var oldest float64
+	err := db.QueryRow(ctx, o.sql.stats).Scan(&s.Pending, &s.InFlight, &s.Retrying, &s.Dead, &s.Delivered, &oldest)
+	if err != nil {
+		return Stats{}, fmt.Errorf("outbox %s: stats: %w", o.table, err)
+	}
+	s.OldestPendingAge = time.Duration(oldest * float64(time.Second))
+	return s, nil
+}
+
+// Filter selects dead rows for [Outbox.Dead] and [Outbox.Redrive]. Its
+// conditions are combined with AND; the zero Filter selects every dead row.
+type Filter struct {
+	EventTypePrefix string   // event_type starts with this
+	EntityID        string   // entity_id equals this
+	EventIDs        []string // event_id is one of these
+	Limit           int      // at most this many rows, oldest first; 0 means no limit
+}
+
+func (f Filter) args() []any {
+	var limit any // NULL: no limit
+	if f.Limit > 0 {
+		limit = f.Limit
+	}
+	ids := f.EventIDs
+	if ids == nil {
+		ids = []string{}
+	}
+	return []any{f.EventTypePrefix, f.EntityID, ids, limit}
+}
+
+// Dead lists dead rows matching f, oldest first.
+func (o *Outbox) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
+	rows, err := db.Query(ctx, o.sql.dead, f.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
+	}
+	out, err := collectRows(rows)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
+	}
+	return out, nil
+}
+
+// Redrive makes the dead rows matching f pending again with their attempts
+// reset, wakes the relays, and returns how many it changed. Their claims
+// counter is kept, so a relay still holding an old claim on one stays
+// fenced off.
+func (o *Outbox) Redrive(ctx context.Context, db DB, f Filter) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, o.sql.redrive, append(f.args(), o.channel)...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox %s: redrive: %w", o.table, err)
+	}
+	return n, nil
+}
+
+// PurgeOptions say which finished rows [Outbox.Purge] deletes.
+type PurgeOptions struct {
+	// Before is the cutoff: rows that became delivered or dead before it
+	// are deleted. Required.
+	Before time.Time
+
+	// States are the states to purge, Delivered and Dead (the default is
+	// both). Pending rows are never purged.
+	States []State
+
+	// BatchSize is how many rows one transaction archives and deletes.
+	// Default 1000.
+	BatchSize int
+
+	// Archive, when set, receives every batch before it is deleted, inside
+	// the transaction that deletes it. When it returns an error, the batch
+	// is not deleted and Purge stops with an error wrapping
+	// [ErrArchiveFailed]. A batch whose delete fails after a successful
+	// archive is archived again by the next Purge, so Archive should be
+	// idempotent (key it on event_id).
+	Archive func(ctx context.Context, rows []Row) error
+}
+
+// DefaultPurgeBatchSize is PurgeOptions.BatchSize's default.
+const DefaultPurgeBatchSize = 1000
+
+// ErrArchiveFailed is wrapped by Purge's error when the archive hook failed.
+var ErrArchiveFailed = errors.New("archive failed; nothing of that batch was deleted")
+
+// Purge deletes finished rows older than the cutoff, one batch per
+// transaction, archiving each batch first when an Archive hook is set. It
+// returns how many rows it deleted, including those of batches committed
+// before an error.
+func (o *Outbox) Purge(ctx context.Context, db DB, opts PurgeOptions) (int64, error) {
+	if opts.Before.IsZero() {
+		return 0, fmt.Errorf("%w: PurgeOptions.Before (the cutoff) is required", ErrInvalidConfig)
+	}
+	states := opts.States
+	if len(states) == 0 {
+		states = []State{Delivered, Dead}
+	}
+	names := make([]string, len(states))
+	for i, s := range states {
+		if s != Delivered && s != Dead {
+			return 0, fmt.Errorf("%w: Purge deletes only %q and %q rows, not %q", ErrInvalidConfig, Delivered, Dead, s)
+		}
+		names[i] = string(s)
+	}
+	batch := opts.BatchSize
+	if batch <= 0 {
+		batch = DefaultPurgeBatchSize
+	}
+	var total int64
+	for {
+		n, err := o.purgeBatch(ctx, db, names, opts.Before, batch, opts.Archive)
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+	}
+}
+
+func (o *Outbox) purgeBatch(ctx context.Context, db DB, states []string, before time.Time, batch int, archive func(context.Context, []Row) error) (int64, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("outbox %s: purge: %w", o.table, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	rows, err := tx.Query(ctx, o.sql.purgeSelect, states, before, batch)
+	if err != nil {
+		return 0, fmt.Errorf("outbox %s: purge: select: %w", o.table, err)
+	}
+	found, err := collectRows(rows)
+	if err != nil {
+		return 0, fmt.Errorf("outbox %s: purge: select: %w", o.table, err)
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	if archive != nil {
+		if err := archive(ctx, found); err != nil {
+			return 0, fmt.Errorf("outbox %s: purge: %w: %w", o.table, ErrArchiveFailed, err)
+		}
+	}
+	// The delete runs only after the archive succeeded, in the transaction
+	// that locked the rows it archived: a failed archive deletes nothing.
+	ids := make([]int64, len(found))
+	for i, r := range found {
+		ids[i] = r.ID
+	}
+	tag, err := tx.Exec(ctx, o.sql.purgeDelete, ids)
+	if err != nil {
+		return 0, fmt.Errorf("outbox %s: purge: delete: %w", o.table, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return 0, fmt.Errorf("outbox %s: purge: commit: %w", o.table, err)
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,222 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/relay"
+)
+
+func TestStats(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s, err := e.outbox.Stats(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s != (relay.Stats{}) {
+		t.Fatalf("stats of an empty table: %+v", s)
+	}
+	e.publishN("ev", 6)
+	e.exec(`UPDATE {table} SET inserted_at = now() - interval '10 minutes' WHERE event_id = 'ev-0'`)
+	e.exec(`UPDATE {table} SET claimed_by = 'r', attempts = 1, claims = 1, available_at = now() + interval '1 minute' WHERE event_id = 'ev-1'`)
+	e.exec(`UPDATE {table} SET attempts = 1, claims = 1, available_at = now() + interval '1 minute' WHERE event_id = 'ev-2'`)
+	e.exec(`UPDATE {table} SET state = 'dead', finished_at = now() WHERE event_id IN ('ev-3', 'ev-4')`)
+	e.exec(`UPDATE {table} SET state = 'delivered', finished_at = now() WHERE event_id = 'ev-5'`)
+	s, err = e.outbox.Stats(ctx, e.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	age := s.OldestPendingAge
+	s.OldestPendingAge = 0
+	if want := (relay.Stats{Pending: 3, InFlight: 1, Retrying: 1, Dead: 2, Delivered: 1}); s != want {
+		t.Errorf("stats %+v, want %+v", s, want)
+	}
+	if age < 10*time.Minute || age > 11*time.Minute {
+		t.Errorf("oldest pending age %v, want about 10m", age)
+	}
+}
+
+func TestDeadAndRedrive(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	ctx := context.Background()
+	var evs = []struct{ id, typ, entity string }{
+		{"w1", "workitem.created", "e1"}, {"w2", "workitem.updated", "e2"}, {"w3", "workitem.deleted", "e3"},
+		{"l1", "label.created", "e4"}, {"l2", "label.deleted", "e5"},
+	}
+	for _, x := range evs {
+		ev := event(x.id)
+		ev.Type, ev.EntityID = x.typ, x.entity
+		e.publish(ev)
+	}
+	e.exec(`UPDATE {table} SET state = 'dead', finished_at = now(), attempts = 5, claims = 5, last_error = 'broker said no'`)
+
+	check := func(f relay.Filter, want ...string) {
+		t.Helper()
+		rows, err := e.outbox.Dead(ctx, e.pool, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range rows {
+			ids = append(ids, r.Event.ID)
+			if r.State != relay.Dead || r.LastError != "broker said no" || r.Attempts != 5 || r.FinishedAt.IsZero() {
+				t.Errorf("dead row %+v", r)
+			}
+		}
+		if !slices.Equal(ids, want) {
+			t.Errorf("Dead(%+v) = %v, want %v", f, ids, want)
+		}
+	}
+	check(relay.Filter{}, "w1", "w2", "w3", "l1", "l2")
+	check(relay.Filter{EventTypePrefix: "workitem."}, "w1", "w2", "w3")
+	check(relay.Filter{EntityID: "e2"}, "w2")
+	check(relay.Filter{EventIDs: []string{"w3", "l2", "nope"}}, "w3", "l2")
+	check(relay.Filter{Limit: 2}, "w1", "w2")
+	check(relay.Filter{EventTypePrefix: "%"}) // a literal prefix, not a pattern
+	check(relay.Filter{EventTypePrefix: "workitem.", EntityID: "e4"})
+
+	e.start(e.config(testenv.Name(t, "relay")))
+	n, err := e.outbox.Redrive(ctx, e.pool, relay.Filter{EventTypePrefix: "label."})
+	if err != nil || n != 2 {
+		t.Fatalf("Redrive: %d, %v; want 2", n, err)
+	}
+	got.waitDistinct(t, 2, 10*time.Second)
+	if !got.has("l1") || !got.has("l2") {
+		t.Fatalf("redriven rows did not arrive: %v", got.deliveries())
+	}
+	check(relay.Filter{}, "w1", "w2", "w3")
+}
+
+func TestPurge(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.publishN("old-delivered", 5)
+	e.publishN("old-dead", 2)
+	e.publishN("new-delivered", 2)
+	e.publishN("old-pending", 3)
+	e.exec(`UPDATE {table} SET state = 'delivered', finished_at = now() - interval '3 days' WHERE event_id LIKE 'old-delivered-%'`)
+	e.exec(`UPDATE {table} SET state = 'dead', finished_at = now() - interval '3 days' WHERE event_id LIKE 'old-dead-%'`)
+	e.exec(`UPDATE {table} SET state = 'delivered', finished_at = now() - interval '1 hour' WHERE event_id LIKE 'new-delivered-%'`)
+	e.exec(`UPDATE {table} SET inserted_at = now() - interval '3 days' WHERE event_id LIKE 'old-pending-%'`)
+	cutoff := time.Now().Add(-48 * time.Hour)
+
+	// A failing archive deletes nothing.
+	var offered int
+	n, err := e.outbox.Purge(ctx, e.pool, relay.PurgeOptions{Before: cutoff, Archive: func(_ context.Context, rows []relay.Row) error {
+		offered += len(rows)
+		return errors.New("archive store is down")
+	}})
+	if !errors.Is(err, relay.ErrArchiveFailed) || n != 0 {
+		t.Fatalf("Purge with a failing archive: %d, %v; want 0 and ErrArchiveFailed", n, err)
+	}
+	if offered == 0 {
+		t.Fatal("the archive hook was never called")
+	}
+	if left := e.count("true"); left != 12 {
+		t.Fatalf("a failing archive deleted %d rows", 12-left)
+	}
+
+	var mu sync.Mutex
+	var archived [][]string
+	archive := func(_ context.Context, rows []relay.Row) error {
+		var ids []string
+		for _, r := range rows {
+			if r.Event.Type != "workitem.updated" || r.FinishedAt.IsZero() {
+				return fmt.Errorf("archive got an incomplete row %+v", r)
+			}
+			ids = append(ids, r.Event.ID)
+		}
+		mu.Lock()
+		archived = append(archived, ids)
+		mu.Unlock()
+		return nil
+	}
+	n, err = e.outbox.Purge(ctx, e.pool, relay.PurgeOptions{Before: cutoff, States: []relay.State{relay.Dead}, Archive: archive})
+	if err != nil || n != 2 {
+		t.Fatalf("purge dead: %d, %v; want 2", n, err)
+	}
+	n, err = e.outbox.Purge(ctx, e.pool, relay.PurgeOptions{Before: cutoff, BatchSize: 2, Archive: archive})
+	if err != nil || n != 5 {
+		t.Fatalf("purge: %d, %v; want 5", n, err)
+	}
+	var sizes []int
+	for _, batch := range archived {
+		sizes = append(sizes, len(batch))
+	}
+	if !slices.Equal(sizes, []int{2, 2, 2, 1}) {
+		t.Errorf("archive batches %v, want [2 2 2 1]", sizes)
+	}
+	if left := e.count("event_id LIKE 'new-delivered-%' OR event_id LIKE 'old-pending-%'"); left != 5 || e.count("true") != 5 {
+		t.Errorf("purge removed rows newer than the cutoff or pending rows")
+	}
+
+	for name, opts := range map[string]relay.PurgeOptions{
+		"no cutoff":     {},
+		"pending state": {Before: cutoff, States: []relay.State{relay.Pending}},
+	} {
+		if _, err := e.outbox.Purge(ctx, e.pool, opts); !errors.Is(err, relay.ErrInvalidConfig) {
+			t.Errorf("%s: got %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+func TestMigrate(t *testing.T) {
+	pool := testenv.PgPool(t)
+	ctx := context.Background()
+	table := testenv.Name(t, "ob")
+	testenv.DropTables(t, table, table+"_migrations")
+	ob, err := relay.NewOutbox(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.CheckSchema(ctx, pool); !errors.Is(err, relay.ErrSchema) {
+		t.Fatalf("CheckSchema before Migrate: %v, want ErrSchema", err)
+	}
+
+	// Several processes starting at once all succeed; one of them creates.
+	results := make([]relay.MigrateResult, 4)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { results[i], errs[i] = ob.Migrate(ctx, pool) })
+	}
+	wg.Wait()
+	created := 0
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Fatalf("concurrent Migrate: %v", errs[i])
+		}
+		if res.To != relay.SchemaVersion() {
+			t.Errorf("Migrate ended at version %d, want %d", res.To, relay.SchemaVersion())
+		}
+		if res.From == 0 {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Errorf("%d Migrate calls created the table, want 1", created)
+	}
+	if err := ob.CheckSchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+
+	// A database migrated by a newer warren is refused, not altered.
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %q (version, name) VALUES (99, 'future')`, table+"_migrations")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.CheckSchema(ctx, pool); !errors.Is(err, relay.ErrSchema) {
+		t.Errorf("CheckSchema on a newer schema: %v", err)
+	}
+	if _, err := ob.Migrate(ctx, pool); !errors.Is(err, relay.ErrSchema) {
+		t.Errorf("Migrate on a newer schema: %v", err)
+	}
+}

@@ -1,0 +1,91 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DB is what the outbox operations need from Postgres. *pgxpool.Pool,
+// *pgx.Conn and pgx.Tx all satisfy it. [Outbox.Publish] deliberately does
+// not take a DB: it takes a pgx.Tx.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Outbox is one outbox table: the statements that write, claim, inspect and
+// trim it. It holds no connection, so it is cheap and safe to share.
+type Outbox struct {
+	table   string
+	channel string
+	sql     statements
+}
+
+// maxTableLen leaves room under Postgres's 63-byte identifier limit for the
+// suffixes of the indexes, constraints and migrations table named after
+// the outbox table.
+const maxTableLen = 48
+
+var tableNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// validateTable accepts a plain lower-case identifier. Anything else —
+// upper case, quotes, dots, spaces — is refused rather than quoted into
+// a name nobody can type back in psql.
+func validateTable(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("table name is empty")
+	case len(name) > maxTableLen:
+		return fmt.Errorf("table name %q is %d bytes, more than %d", name, len(name), maxTableLen)
+	case !tableNameRE.MatchString(name):
+		return fmt.Errorf("table name %q must match %s", name, tableNameRE)
+	}
+	return nil
+}
+
+// NewOutbox returns the outbox stored in table ("" means [DefaultTable]).
+// The name is validated and every statement quotes it.
+func NewOutbox(table string) (*Outbox, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := validateTable(table); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	o := &Outbox{table: table, channel: "warren." + table}
+	o.sql = renderStatements(table)
+	return o, nil
+}
+
+var defaultOutbox = must(NewOutbox(DefaultTable))
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// Table returns the table's name.
+func (o *Outbox) Table() string { return o.table }
+
+// Channel returns the LISTEN/NOTIFY channel that Publish signals and the
+// relay listens on: "warren." followed by the table name.
+func (o *Outbox) Channel() string { return o.channel }
+
+var placeholderRE = regexp.MustCompile(`\{table(_[a-z_]+)?\}`)
+
+// render replaces {table} with the quoted table name and {table_suffix}
+// with the quoted name of an object named after it (an index, the
+// migrations table).
+func render(table, query string) string {
+	return placeholderRE.ReplaceAllStringFunc(query, func(m string) string {
+		return pgx.Identifier{table + m[len("{table"):len(m)-1]}.Sanitize()
+	})
+}

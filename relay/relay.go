@@ -1,0 +1,520 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
+)
+
+// Relay moves events from an outbox table to a RabbitMQ exchange. Any
+// number of relays may run on one table at once, in one process or many.
+type Relay struct {
+	cfg      Config
+	outbox   *Outbox
+	claimSQL string
+	poolCfg  *pgxpool.Config // nil when cfg.Pool is set
+	log      *slog.Logger
+	wake     *broadcast
+	running  atomic.Bool
+	hooks    hooks
+}
+
+// hooks let tests act at exact points of the relay's work. All are nil
+// outside tests.
+type hooks struct {
+	afterClaim  func(rows []Row) // between a committed claim and the first publish
+	afterSettle func()           // after a claimed batch was settled (or given up on)
+	listening   func()           // after each successful LISTEN
+	connected   func()           // after each broker session is set up
+}
+
+// New checks cfg and returns a relay ready to Run. It does no I/O.
+func New(cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	ob, err := NewOutbox(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	r := &Relay{
+		cfg:      cfg,
+		outbox:   ob,
+		claimSQL: ob.sql.claim,
+		log:      cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
+		wake:     newBroadcast(),
+	}
+	if cfg.OrderByEntity {
+		r.claimSQL = ob.sql.claimOrdered
+	}
+	if cfg.Pool == nil {
+		pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+		if err != nil {
+			return nil, fmt.Errorf("%w: DatabaseURL: %s", ErrInvalidConfig, redact.Error(err, cfg.DatabaseURL))
+		}
+		if pc.ConnConfig.RuntimeParams["application_name"] == "" {
+			pc.ConnConfig.RuntimeParams["application_name"] = cfg.Name
+		}
+		r.poolCfg = pc
+	}
+	return r, nil
+}
+
+// Name returns the relay's name (Config.Name after defaults).
+func (r *Relay) Name() string { return r.cfg.Name }
+
+// Outbox returns the table the relay reads.
+func (r *Relay) Outbox() *Outbox { return r.outbox }
+
+// Run relays events until ctx ends, then stops gracefully: publishes
+// already sent are waited for and settled, and rows claimed but not yet
+// published are released for the next relay at once, their attempt not
+// counted. It returns nil after a graceful stop.
+//
+// Losing the broker or Postgres does not end Run: it reconnects with
+// backoff, and rows wait in the table meanwhile. Run returns an error
+// only when it cannot work at all: the table is missing or at another
+// schema version (wrapping [ErrSchema]). Run may be called once.
+func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("relay: Run may be called only once")
+	}
+	pool := r.cfg.Pool
+	if pool == nil {
+		p, err := pgxpool.NewWithConfig(ctx, r.poolCfg)
+		if err != nil {
+			return fmt.Errorf("relay: open pool for %s: %s", redact.URL(r.cfg.DatabaseURL), redact.Error(err, r.cfg.DatabaseURL))
+		}
+		defer p.Close()
+		pool = p
+	}
+	if err := r.waitForSchema(ctx, pool); err != nil || ctx.Err() != nil {
+		return err
+	}
+	r.log.Info("relay started", "amqp_url", redact.URL(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL), "batch_size", r.cfg.BatchSize,
+		"workers", r.cfg.Workers, "lease", r.cfg.Lease, "keep_delivered", r.cfg.KeepDelivered, "order_by_entity", r.cfg.OrderByEntity)
+
+	listenCtx, stopListening := context.WithCancel(ctx)
+	var listener sync.WaitGroup
+	if !r.cfg.DisableListen {
+		listener.Go(func() { r.listen(listenCtx, pool) })
+	}
+	r.runBroker(ctx, pool)
+	stopListening()
+	listener.Wait()
+	r.log.Info("relay stopped")
+	return nil
+}
+
+// waitForSchema checks the table until Postgres answers. A wrong schema
+// is final; an unreachable database is waited out.
+func (r *Relay) waitForSchema(ctx context.Context, pool *pgxpool.Pool) error {
+	b := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
+	for {
+		err := r.outbox.CheckSchema(ctx, pool)
+		if err == nil || errors.Is(err, ErrSchema) || ctx.Err() != nil {
+			return err
+		}
+		wait := b.NextBackOff()
+		r.log.Warn("postgres unreachable, will retry", "error", redact.Error(err, r.cfg.DatabaseURL), "retry_in", wait.Round(time.Millisecond))
+		if !sleep(ctx.Done(), wait) {
+			return nil
+		}
+	}
+}
+
+// runBroker keeps a broker session up until ctx ends.
+func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) {
+	dial := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
+	pause := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
+	for {
+		conn, err := amqpx.DialRetry(ctx, r.cfg.AMQPURL, amqpx.DialOptions{Name: r.cfg.Name}, dial, r.log)
+		if err != nil {
+			return // ctx ended
+		}
+		started := time.Now()
+		err = r.session(ctx, conn, pool)
+		conn.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		// A session that fails at once (the exchange cannot be declared)
+		// must not turn into a reconnect loop at full speed.
+		if time.Since(started) > r.cfg.ReconnectMaxDelay {
+			pause.Reset()
+		}
+		wait := pause.NextBackOff()
+		r.log.Warn("broker session ended, reconnecting", "error", err, "retry_in", wait.Round(time.Millisecond))
+		if !sleep(ctx.Done(), wait) {
+			return
+		}
+	}
+}
+
+// session declares the exchange, opens a confirming publisher and runs the
+// workers until ctx ends or the publisher's channel closes.
+func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpool.Pool) error {
+	if err := declareExchange(conn, r.cfg.Exchange); err != nil {
+		return err
+	}
+	pub, err := amqpx.NewPublisher(conn, r.cfg.MaxInFlight)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+
+	sessionCtx, lose := context.WithCancelCause(ctx)
+	defer lose(nil)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case e := <-pub.NotifyClose():
+			lose(fmt.Errorf("publish channel closed: %w", closeError(e)))
+		case <-sessionCtx.Done():
+		}
+	})
+	r.log.Info("connected to broker", "amqp_url", redact.URL(r.cfg.AMQPURL))
+	if r.hooks.connected != nil {
+		r.hooks.connected()
+	}
+	for range r.cfg.Workers {
+		wg.Go(func() { r.work(sessionCtx, pool, pub) })
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	return context.Cause(sessionCtx)
+}
+
+func closeError(e *amqp.Error) error {
+	if e == nil {
+		return amqpx.ErrClosed
+	}
+	return e
+}
+
+// declareExchange declares the durable fanout exchange on a channel of its
+// own: a mismatch closes that channel, not the publisher's.
+func declareExchange(conn *amqp.Connection, exchange string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %q: %w", exchange, err)
+	}
+	return nil
+}
+
+// work is one claim–publish–settle loop. It stops claiming when ctx ends;
+// the cycle under way finishes first.
+func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publisher) {
+	poll := r.cfg.PollMin
+	dbRetry := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
+	for ctx.Err() == nil {
+		wake := r.wake.C()
+		n, err := r.cycle(ctx, pool, pub)
+		var wait time.Duration
+		switch {
+		case err != nil:
+			wait = dbRetry.NextBackOff()
+			r.log.Warn("claim failed, will retry", "error", redact.Error(err, r.cfg.DatabaseURL), "retry_in", wait.Round(time.Millisecond))
+		case n == r.cfg.BatchSize:
+			dbRetry.Reset()
+			poll = r.cfg.PollMin
+			continue // more are probably waiting
+		case n > 0:
+			dbRetry.Reset()
+			poll = r.cfg.PollMin
+			wait = poll
+		default:
+			dbRetry.Reset()
+			wait = poll
+			poll = min(poll*2, r.cfg.PollMax)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+			poll = r.cfg.PollMin
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// claimed is a row as the claim returned it.
+type claimed struct {
+	Row
+	exhausted bool  // its attempts were spent: the claim made it dead
+	decodeErr error // its payload or extra column does not decode
+}
+
+// cycle claims one batch, publishes it and settles it. It returns how many
+// rows it claimed.
+func (r *Relay) cycle(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publisher) (int, error) {
+	// The lease runs from the claim's transaction time; measuring from
+	// before the claim keeps the settle deadline inside it.
+	leaseEnd := time.Now().Add(r.cfg.Lease)
+	rows, err := r.claim(ctx, pool)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	if r.hooks.afterClaim != nil {
+		plain := make([]Row, len(rows))
+		for i, c := range rows {
+			plain[i] = c.Row
+		}
+		r.hooks.afterClaim(plain)
+	}
+	results := r.publish(ctx, pub, rows)
+	r.settle(ctx, pool, rows, results, leaseEnd)
+	if r.hooks.afterSettle != nil {
+		r.hooks.afterSettle()
+	}
+	return len(rows), nil
+}
+
+func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error) {
+	// Not cancelled by a stop: a claim that committed must be returned so
+	// its rows can be released, not left leased.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
+	defer cancel()
+	rows, err := pool.Query(cctx, r.claimSQL, r.cfg.BatchSize, r.cfg.Lease.Seconds(), r.cfg.MaxAttempts, r.cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	var out []claimed
+	for rows.Next() {
+		var c claimed
+		var err error
+		c.Row, c.decodeErr, err = scanRow(rows, &c.exhausted)
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return out, nil
+}
+
+// outcome is what became of one claimed row.
+type outcome uint8
+
+const (
+	deadAtClaim outcome = iota // the claim made it dead; nothing to settle
+	delivered                  // confirmed by the broker and not returned
+	failed                     // not confirmed: retry later, dead when attempts are spent
+	rejected                   // cannot be published at all: dead now
+	released                   // not tried (stopping): give the attempt back
+)
+
+type result struct {
+	outcome outcome
+	err     error
+}
+
+// publish sends every row of the batch at once and waits for every
+// verdict. Only a confirm without a return counts as delivered; a nack, a
+// return, a closed channel and a timeout all leave the row in the table.
+func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claimed) []result {
+	results := make([]result, len(rows))
+	var wg sync.WaitGroup
+	for i, c := range rows {
+		if c.exhausted {
+			r.log.Error("outbox row is dead", "event_id", c.Event.ID, "event_type", c.Event.Type, "attempts", c.Attempts, "error", c.LastError)
+			continue
+		}
+		msg, err := r.encode(c)
+		if err != nil {
+			results[i] = result{rejected, err}
+			continue
+		}
+		if ctx.Err() != nil {
+			results[i] = result{outcome: released}
+			continue
+		}
+		wg.Go(func() {
+			// A publish that started is not cut short by a stop: it runs
+			// to its verdict so the row can be settled either way.
+			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+			defer cancel()
+			err := pub.Publish(pctx, r.cfg.Exchange, c.Event.Type, msg)
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("no confirm from the broker within PublishTimeout (%v): %w", r.cfg.PublishTimeout, err)
+			}
+			if err != nil {
+				results[i] = result{failed, err}
+				return
+			}
+			results[i] = result{outcome: delivered}
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// encode builds the message; an error means no attempt can succeed.
+func (r *Relay) encode(c claimed) (amqp.Publishing, error) {
+	if c.decodeErr != nil {
+		return amqp.Publishing{}, c.decodeErr
+	}
+	msg, err := amqpx.EventPublishing(c.Event)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	if len(msg.Body) > r.cfg.MaxMessageBytes {
+		return amqp.Publishing{}, fmt.Errorf("encoded event is %d bytes, more than MaxMessageBytes (%d)", len(msg.Body), r.cfg.MaxMessageBytes)
+	}
+	return msg, nil
+}
+
+// maxErrorText bounds last_error.
+const maxErrorText = 2000
+
+// settleMinTimeout is the least time one settle attempt gets.
+const settleMinTimeout = 5 * time.Second
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// settle records every verdict of a batch in at most three fenced
+// statements sent in one round trip, retrying while the lease lasts. If
+// it cannot, the rows are claimed again after their lease: published
+// twice, never lost.
+func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, results []result, leaseEnd time.Time) {
+	var ok, giveBack fence
+	var bad failures
+	for i, c := range rows {
+		res := results[i]
+		switch res.outcome {
+		case delivered:
+			ok.add(c)
+		case released:
+			giveBack.add(c)
+		case failed, rejected:
+			bad.add(c, res, r.cfg.RetryMin, r.cfg.RetryMax)
+		}
+	}
+	if len(ok.ids)+len(giveBack.ids)+len(bad.ids) == 0 {
+		return
+	}
+	if len(bad.ids) > 0 {
+		r.log.Warn("rows not delivered", "count", len(bad.ids), "first_event_id", bad.eventIDs[0], "first_error", bad.errs[0])
+	}
+	// Retries stop at the lease's end, but one attempt is always made: the
+	// fence makes a late settle safe, and one that lands spares a
+	// duplicate when nobody has reclaimed the rows yet.
+	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(leaseEnd, time.Now().Add(settleMinTimeout)))
+	defer cancel()
+	retry := amqpx.NewBackOff(time.Second)
+	for {
+		err := r.sendSettle(sctx, pool, &ok, &giveBack, &bad)
+		if err == nil {
+			return
+		}
+		wait := retry.NextBackOff()
+		if time.Now().Add(wait).After(leaseEnd) {
+			r.log.Error("could not settle claimed rows before their lease ends; they will be published again",
+				"delivered", len(ok.ids), "failed", len(bad.ids), "released", len(giveBack.ids), "error", redact.Error(err, r.cfg.DatabaseURL))
+			return
+		}
+		r.log.Warn("settle failed, will retry", "error", redact.Error(err, r.cfg.DatabaseURL), "retry_in", wait.Round(time.Millisecond))
+		sleep(sctx.Done(), wait)
+	}
+}
+
+func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack *fence, bad *failures) error {
+	// Deleting (or marking delivered) comes only after the broker's
+	// confirm: the confirm is the durable copy that replaces the row.
+	var b pgx.Batch
+	if len(ok.ids) > 0 {
+		q := r.outbox.sql.settleDelete
+		if r.cfg.KeepDelivered {
+			q = r.outbox.sql.settleKeep
+		}
+		b.Queue(q, ok.ids, ok.claims).Exec(func(tag pgconn.CommandTag) error {
+			if lost := len(ok.ids) - int(tag.RowsAffected()); lost > 0 {
+				r.log.Warn("delivered rows had been claimed again before they were settled (lease too short?); they may be published twice", "count", lost)
+			}
+			return nil
+		})
+	}
+	if len(bad.ids) > 0 {
+		b.Queue(r.outbox.sql.settleFailure, bad.ids, bad.claims, bad.errs, bad.delays, bad.permanent, r.cfg.MaxAttempts).Query(func(rows pgx.Rows) error {
+			var (
+				id       int64
+				eventID  string
+				state    string
+				attempts int
+			)
+			_, err := pgx.ForEachRow(rows, []any{&id, &eventID, &state, &attempts}, func() error {
+				if State(state) == Dead {
+					r.log.Error("outbox row is dead", "event_id", eventID, "attempts", attempts, "error", bad.errorOf(id))
+				}
+				return nil
+			})
+			return err
+		})
+	}
+	if len(giveBack.ids) > 0 {
+		b.Queue(r.outbox.sql.release, giveBack.ids, giveBack.claims, r.outbox.channel)
+	}
+	return pool.SendBatch(ctx, &b).Close()
+}
+
+// fence lists claimed rows by (id, claims), the key every settle
+// statement matches on.
+type fence struct{ ids, claims []int64 }
+
+func (f *fence) add(c claimed) {
+	f.ids = append(f.ids, c.ID)
+	f.claims = append(f.claims, c.Claims)
+}
+
+type failures struct {
+	fence
+	eventIDs  []string
+	errs      []string
+	delays    []float64 // seconds
+	permanent []bool
+}
+
+func (f *failures) add(c claimed, res result, lo, hi time.Duration) {
+	f.fence.add(c)
+	f.eventIDs = append(f.eventIDs, c.Event.ID)
+	f.errs = append(f.errs, truncate(res.err.Error(), maxErrorText))
+	f.delays = append(f.delays, retryDelay(c.Attempts, lo, hi).Seconds())
+	f.permanent = append(f.permanent, res.outcome == rejected)
+}
+
+func (f *failures) errorOf(id int64) string {
+	for i, x := range f.ids {
+		if x == id {
+			return f.errs[i]
+		}
+	}
+	return ""
+}

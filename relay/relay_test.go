@@ -1,0 +1,710 @@
+package relay_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/relay"
+)
+
+// childEnv, when set, makes the test binary a relay that claims a batch
+// and then hangs, to be killed with SIGKILL by TestRelayKilledAfterClaim.
+const childEnv = "WARREN_RELAY_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		os.Exit(runChild(spec))
+	}
+	os.Exit(m.Run())
+}
+
+type childSpec struct {
+	DatabaseURL, AMQPURL, Exchange, Table, Name string
+	Lease                                       time.Duration
+}
+
+func runChild(spec string) int {
+	var s childSpec
+	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	r, err := relay.New(relay.Config{
+		DatabaseURL: s.DatabaseURL, AMQPURL: s.AMQPURL, Exchange: s.Exchange, Table: s.Table, Name: s.Name,
+		Lease: s.Lease, PublishTimeout: s.Lease / 2, Workers: 1, BatchSize: 1000,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	relay.SetAfterClaimHook(r, func(rows []relay.Row) {
+		fmt.Printf("claimed %d\n", len(rows))
+		time.Sleep(time.Hour) // hang holding the claim until the parent kills us
+	})
+	if err := r.Run(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// The outbox row commits or rolls back with the business change.
+func TestRolledBackTransactionPublishesNothing(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	business := testenv.Name(t, "biz")
+	testenv.DropTables(t, business)
+	e.exec(fmt.Sprintf(`CREATE TABLE %q (id text PRIMARY KEY)`, business))
+	e.start(e.config(testenv.Name(t, "relay")))
+
+	ctx := context.Background()
+	write := func(id string, commit bool) {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		if _, err := tx.Exec(ctx, fmt.Sprintf(`INSERT INTO %q VALUES ($1)`, business), id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.outbox.Publish(ctx, tx, event(id)); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("rolled-back", false)
+	write("committed", true)
+	got.waitDistinct(t, 1, 10*time.Second)
+	if !got.has("committed") {
+		t.Fatal("the committed event did not arrive")
+	}
+	if n := e.count("event_id = 'rolled-back'"); n != 0 {
+		t.Fatalf("the rolled-back event left %d rows", n)
+	}
+	// Nothing else can arrive later: the committed row is settled and the
+	// table is empty.
+	testenv.WaitFor(t, 10*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
+	if got.distinct() != 1 || got.has("rolled-back") {
+		t.Fatalf("received %v", got.deliveries())
+	}
+}
+
+// Three relays on one table deliver every one of 10,000 events exactly
+// once (no faults, so no lease lapses and no duplicates).
+func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	var connected counter
+	claimedBy := make([]counter, 3)
+	for i := range 3 {
+		cfg := e.config(testenv.Name(t, fmt.Sprintf("relay%d", i)))
+		cfg.Lease = time.Minute
+		e.start(cfg, func(r *relay.Relay) {
+			relay.SetConnectedHook(r, connected.hook())
+			relay.SetAfterClaimHook(r, func(rows []relay.Row) { claimedBy[i].n.Add(int64(len(rows))) })
+		})
+	}
+	testenv.WaitFor(t, 20*time.Second, "three relays connected", func() bool { return connected.value() == 3 })
+
+	start := time.Now()
+	ids := e.publishN("ev", 10000)
+	got.waitDistinct(t, len(ids), 90*time.Second)
+	elapsed := time.Since(start)
+	testenv.WaitFor(t, 20*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
+	got.requireExactlyOnce(t, ids)
+	for i := range claimedBy {
+		if claimedBy[i].value() == 0 {
+			t.Errorf("relay %d claimed nothing: the relays did not share the work", i)
+		}
+	}
+	t.Logf("10000 events written and relayed by 3 relays in %v; claimed per relay: %d, %d, %d",
+		elapsed.Round(time.Millisecond), claimedBy[0].value(), claimedBy[1].value(), claimedBy[2].value())
+}
+
+// A relay that hangs after claiming holds its rows only until the lease
+// lapses; then another relay delivers them.
+func TestHungRelayRowsAreTakenOverAfterLease(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	ids := e.publishN("ev", 40)
+
+	held := newHold(t)
+	hung := e.config(testenv.Name(t, "hung"))
+	hung.Lease, hung.PublishTimeout, hung.Workers = time.Second, 500*time.Millisecond, 1
+	e.start(hung, held.install)
+	if rows := held.wait(); len(rows) != len(ids) {
+		t.Fatalf("the hung relay claimed %d rows, want %d", len(rows), len(ids))
+	}
+	claimedAt := time.Now()
+	e.takeOver(got, ids, 5*time.Second)
+	if waited := time.Since(claimedAt); waited < 900*time.Millisecond {
+		t.Errorf("rows were taken over after %v, before their 1s lease lapsed", waited)
+	}
+}
+
+// A relay process killed with SIGKILL right after its claim committed:
+// after the lease, another relay delivers every claimed row.
+func TestRelayKilledAfterClaim(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	ids := e.publishN("ev", 300)
+
+	childName := testenv.Name(t, "child")
+	spec, _ := json.Marshal(childSpec{
+		DatabaseURL: testenv.DatabaseURL(t), AMQPURL: testenv.AMQPURL(t),
+		Exchange: e.exchange, Table: e.table, Name: childName, Lease: 2 * time.Second,
+	})
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1)
+	go func() { // ends when the child's stdout closes, at its death
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	select {
+	case line := <-lines:
+		if line != fmt.Sprintf("claimed %d", len(ids)) {
+			t.Fatalf("child said %q", line)
+		}
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("child relay never claimed; its log:\n%s", stderr.String())
+	}
+	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup, no release
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	for range lines {
+	}
+	if n := e.count("claimed_by = $1 AND attempts = 1 AND state = 'pending'", childName); n != len(ids) {
+		t.Fatalf("%d rows are leased to the dead relay, want %d", n, len(ids))
+	}
+	if got.distinct() != 0 {
+		t.Fatal("the child published before it was killed")
+	}
+
+	e.takeOver(got, ids, 5*time.Second)
+}
+
+// A stop right after a claim publishes nothing and hands the rows back at
+// once, without spending their attempt: the next relay does not wait for
+// the lease.
+func TestGracefulStopReleasesUnpublishedClaims(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	ids := e.publishN("ev", 50)
+
+	held := newHold(t)
+	cfg := e.config(testenv.Name(t, "stopping"))
+	cfg.Lease, cfg.Workers = time.Hour, 1
+	run := e.start(cfg, held.install)
+	held.wait()
+	run.cancel()
+	held.release()
+	if err := run.stop(); err != nil {
+		t.Fatalf("Run after a stop: %v", err)
+	}
+	if n := e.count("state = 'pending' AND attempts = 0 AND claimed_by IS NULL AND available_at <= now()"); n != len(ids) {
+		t.Fatalf("%d of %d rows were released", n, len(ids))
+	}
+	if got.distinct() != 0 {
+		t.Fatal("a stopping relay published after its context ended")
+	}
+	e.takeOver(got, ids, time.Hour) // at once, not after a lease
+}
+
+// Stopping in the middle of a stream leaves nothing half done: every row
+// is either settled after its confirm or released, so the next relay
+// delivers the rest and nothing arrives twice.
+func TestGracefulStopUnderLoad(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	ids := e.publishN("ev", 3000)
+	cfg := e.config(testenv.Name(t, "first"))
+	cfg.BatchSize, cfg.Lease = 50, time.Hour
+	run := e.start(cfg)
+	got.waitDistinct(t, 300, 20*time.Second)
+	if err := run.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count("claimed_by IS NOT NULL OR attempts <> 0"); n != 0 {
+		t.Fatalf("%d rows are still leased or charged an attempt after a graceful stop", n)
+	}
+	left := e.count("true")
+	if left == 0 {
+		t.Fatal("the relay finished everything before the stop; the test proves nothing")
+	}
+	e.takeOver(got, ids, time.Hour)
+	t.Logf("stopped with %d of %d rows left", left, len(ids))
+}
+
+// A relay that stalls past its lease and then settles must not overwrite
+// what the relay that reclaimed the rows decides, whether its own publish
+// failed or succeeded.
+func TestStaleRelayCannotOverwriteReclaimedRows(t *testing.T) {
+	for _, staleSucceeds := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale publish succeeds=%v", staleSucceeds), func(t *testing.T) {
+			e := newEnv(t)
+			e.bindQueue()
+			got := consume(t, e.queue)
+			ids := e.publishN("ev", 20)
+
+			staleHeld := newHold(t)
+			var staleSettled counter
+			stale := e.config(testenv.Name(t, "stale"))
+			stale.Lease, stale.PublishTimeout, stale.Workers = time.Second, 500*time.Millisecond, 1
+			stale.MaxAttempts, stale.KeepDelivered = 1, true // an unfenced failure would make the rows dead
+			if !staleSucceeds {
+				stale.Exchange = testenv.Name(t, "unbound") // no queue: every publish is returned
+				testenv.CleanupExchanges(t, stale.Exchange)
+			}
+			e.start(stale, staleHeld.install, func(r *relay.Relay) { relay.SetAfterSettleHook(r, staleSettled.hook()) })
+			staleHeld.wait()
+
+			freshHeld := newHold(t)
+			fresh := e.config(testenv.Name(t, "fresh"))
+			fresh.Lease, fresh.Workers, fresh.KeepDelivered = time.Minute, 1, true
+			e.start(fresh, freshHeld.install)
+			freshHeld.wait() // the rows are now leased to fresh, claims = 2
+
+			type state struct {
+				State, ClaimedBy string
+				Attempts         int
+				Claims           int64
+				Available        time.Time
+			}
+			snapshot := func() map[string]state {
+				rows, err := e.pool.Query(context.Background(), fmt.Sprintf(
+					`SELECT event_id, state, coalesce(claimed_by, ''), attempts, claims, available_at FROM %q`, e.table))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				out := map[string]state{}
+				for rows.Next() {
+					var id string
+					var s state
+					if err := rows.Scan(&id, &s.State, &s.ClaimedBy, &s.Attempts, &s.Claims, &s.Available); err != nil {
+						t.Fatal(err)
+					}
+					out[id] = s
+				}
+				return out
+			}
+			before := snapshot()
+			for id, s := range before {
+				if s.ClaimedBy != fresh.Name || s.Claims != 2 || s.State != "pending" {
+					t.Fatalf("row %s is %+v, want claimed by %s with claims 2", id, s, fresh.Name)
+				}
+			}
+			staleHeld.release()
+			staleSettled.waitAbove(t, 0, "the stale relay to settle")
+			if after := snapshot(); !mapsEqual(before, after) {
+				t.Fatalf("the stale relay's settle changed rows it no longer held:\nbefore %v\nafter  %v", before, after)
+			}
+			freshHeld.release()
+			testenv.WaitFor(t, 10*time.Second, "all rows delivered", func() bool { return e.count("state = 'delivered'") == len(ids) })
+			got.waitDistinct(t, len(ids), 10*time.Second)
+			if n := e.count("last_error IS NOT NULL"); n != 0 {
+				t.Errorf("%d rows carry the stale relay's error", n)
+			}
+		})
+	}
+}
+
+func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// The broker or Postgres drops the relay's connections again and again
+// while events are written: the relay reconnects, every event arrives, and
+// every row marked delivered was confirmed (it is in the queue).
+func TestConnectionsLostWhileEventsFlow(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// back installs the hook that signals a reconnect.
+		back func(*relay.Relay, func())
+		// cut drops the connections whose name contains the relay's.
+		cut func(testing.TB, string) int
+	}{
+		{"broker closes the connection", relay.SetConnectedHook, testenv.CloseConnections},
+		{"postgres terminates the backends", relay.SetListeningHook, testenv.TerminateBackends},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.bindQueue()
+			got := consume(t, e.queue)
+			name := testenv.Name(t, "relay")
+			var reconnected counter
+			cfg := e.config(name)
+			cfg.KeepDelivered = true
+			e.start(cfg, func(r *relay.Relay) { c.back(r, reconnected.hook()) })
+			reconnected.waitAbove(t, 0, "the relay to connect")
+
+			prod := e.startProducer("ev", 10, 10*time.Millisecond)
+			for range 3 {
+				was := reconnected.value()
+				if n := c.cut(t, name); n == 0 {
+					t.Fatalf("found no connection named %s to drop", name)
+				}
+				reconnected.waitAbove(t, was, "the relay to reconnect")
+			}
+			ids := prod.finish()
+			e.requireDelivered(got, ids)
+			t.Logf("%d events, %d messages received across 3 connection losses", len(ids), len(got.deliveries()))
+		})
+	}
+}
+
+// The broker goes away for a while (a proxy in front of it drops and
+// refuses connections): rows wait in the table, nothing is marked
+// delivered, and everything arrives once it is back.
+func TestBrokerOutageRowsWait(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	brokerURL := testenv.AMQPURL(t)
+	p := startProxy(t, hostOf(t, brokerURL))
+	var connected counter
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.AMQPURL, cfg.KeepDelivered = p.amqpURL(t, brokerURL), true
+	e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
+	connected.waitAbove(t, 0, "the relay to connect")
+
+	before := e.publishN("before", 100)
+	got.waitDistinct(t, len(before), 10*time.Second)
+
+	p.setUp(false)
+	during := e.publishN("during", 200)
+	refused := p.refused.Load()
+	testenv.WaitFor(t, 20*time.Second, "two refused reconnects", func() bool { return p.refused.Load() >= refused+2 })
+	if n := e.count("event_id LIKE 'during-%' AND state = 'pending'"); n != len(during) {
+		t.Fatalf("%d of %d rows written during the outage are pending", n, len(during))
+	}
+	if got.distinct() != len(before) {
+		t.Fatalf("%d events arrived during the outage", got.distinct()-len(before))
+	}
+
+	p.setUp(true)
+	e.requireDelivered(got, append(before, during...))
+}
+
+// A broker that stops answering: publishes that get no confirm within
+// PublishTimeout are failures, not deliveries; once it answers again every
+// event is delivered.
+func TestPublishTimeoutIsAFailure(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	brokerURL := testenv.AMQPURL(t)
+	p := startProxy(t, hostOf(t, brokerURL))
+	var connected counter
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.AMQPURL, cfg.KeepDelivered, cfg.MaxAttempts = p.amqpURL(t, brokerURL), true, 1000
+	cfg.PublishTimeout, cfg.Lease = 200*time.Millisecond, 2*time.Second
+	e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
+	connected.waitAbove(t, 0, "the relay to connect")
+
+	p.stall(true)
+	ids := e.publishN("ev", 5)
+	testenv.WaitFor(t, 20*time.Second, "timed-out attempts on every row", func() bool {
+		return e.count("attempts >= 2 AND last_error LIKE 'no confirm from the broker within PublishTimeout%'") == len(ids)
+	})
+	if n := e.count("state <> 'pending'"); n != 0 {
+		t.Fatalf("%d rows left pending without a confirm", n)
+	}
+	p.stall(false)
+	e.requireDelivered(got, ids)
+}
+
+// Without LISTEN the relay still delivers everything, by polling alone,
+// and opens no listener connection.
+func TestPollingAloneDelivers(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	name := testenv.Name(t, "relay")
+	cfg := e.config(name)
+	cfg.DisableListen = true
+	e.start(cfg)
+	ids := e.publishN("ev", 200)
+	got.waitDistinct(t, len(ids), 20*time.Second)
+	got.requireExactlyOnce(t, ids)
+	var listeners int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, name+" listener").Scan(&listeners); err != nil {
+		t.Fatal(err)
+	}
+	if listeners != 0 {
+		t.Fatalf("%d listener connections with DisableListen", listeners)
+	}
+}
+
+func hostOf(t *testing.T, rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Port() == "" {
+		return u.Hostname() + ":5672"
+	}
+	return u.Host
+}
+
+// Under mandatory, an exchange with no bound queue returns the message:
+// that is a failed attempt, not a delivery.
+func TestUnroutableIsNotDelivered(t *testing.T) {
+	e := newEnv(t) // the exchange exists, nothing is bound to it
+	ids := e.publishN("ev", 5)
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.KeepDelivered, cfg.MaxAttempts = true, 1000
+	e.start(cfg)
+	testenv.WaitFor(t, 20*time.Second, "three returned attempts per row", func() bool {
+		return e.count("attempts >= 3 AND last_error LIKE '%returned%'") == len(ids)
+	})
+	if n := e.count("state <> 'pending'"); n != 0 {
+		t.Fatalf("%d unroutable rows left pending", n)
+	}
+	e.bindQueue()
+	e.requireDelivered(consume(t, e.queue), ids)
+}
+
+// Rows that cannot be published end dead — at once when retrying cannot
+// help, after MaxAttempts when the broker keeps refusing — while the other
+// rows flow.
+func TestPoisonRowsDieWhileTheRestFlow(t *testing.T) {
+	e := newEnv(t)
+	e.refusePoison()
+	got := consume(t, e.queue)
+
+	var good []warren.Event
+	var goodIDs []string
+	for i := range 50 {
+		ev := event(fmt.Sprintf("good-%d", i))
+		ev.Type = "good.updated"
+		good = append(good, ev)
+		goodIDs = append(goodIDs, ev.ID)
+	}
+	nacked := event("nacked")
+	nacked.Type = "poison.updated"
+	big := event("too-big")
+	big.Type = "good.big"
+	big.Payload.Data = json.RawMessage(`{"blob":"` + strings.Repeat("x", 4096) + `"}`)
+	e.publish(slices.Concat(good[:25], []warren.Event{nacked, big})...)
+	e.publish(good[25:]...)
+	// A row written around the table's checks (say by an old trigger).
+	e.exec(`ALTER TABLE {table} DROP CONSTRAINT ` + fmt.Sprintf("%q", e.table+"_extra_check"))
+	e.exec(`INSERT INTO {table} (event_id, event_type, extra) VALUES ('undecodable', 'good.x', '[1,2]')`)
+
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.MaxAttempts, cfg.MaxMessageBytes = 3, 2048
+	e.start(cfg)
+	got.waitDistinct(t, len(good), 20*time.Second)
+	testenv.WaitFor(t, 20*time.Second, "three dead rows", func() bool { return e.count("state = 'dead'") == 3 })
+
+	for id, want := range map[string]struct {
+		attempts int
+		err      string
+	}{
+		"nacked":      {3, "nacked"},
+		"too-big":     {1, "MaxMessageBytes"},
+		"undecodable": {1, "extra column is not a JSON object"},
+	} {
+		if n := e.count("event_id = $1 AND state = 'dead' AND attempts = $2 AND strpos(last_error, $3) > 0 AND finished_at IS NOT NULL", id, want.attempts, want.err); n != 1 {
+			var row struct {
+				state, lastError string
+				attempts         int
+			}
+			e.pool.QueryRow(context.Background(), fmt.Sprintf(`SELECT state, attempts, coalesce(last_error, '') FROM %q WHERE event_id = $1`, e.table), id).Scan(&row.state, &row.attempts, &row.lastError)
+			t.Errorf("row %s: %+v; want dead after %d attempts with an error mentioning %q", id, row, want.attempts, want.err)
+		}
+	}
+	got.requireExactlyOnce(t, goodIDs)
+	if n := e.count("true"); n != 3 {
+		t.Errorf("%d rows left, want only the 3 dead ones", n)
+	}
+}
+
+// A row whose last attempt's relay vanished (its lease lapsed with no
+// settle) is made dead at the next claim rather than tried again.
+func TestLapsedLastAttemptMakesRowDead(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	e.publish(event("doomed"), event("fine"))
+	e.exec(`UPDATE {table} SET attempts = 3, claims = 3, claimed_by = 'vanished', available_at = now() - interval '1 second',
+		last_error = 'earlier failure' WHERE event_id = 'doomed'`)
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.MaxAttempts = 3
+	e.start(cfg)
+	got.waitDistinct(t, 1, 10*time.Second)
+	testenv.WaitFor(t, 10*time.Second, "the doomed row dead", func() bool {
+		return e.count("event_id = 'doomed' AND state = 'dead' AND claimed_by IS NULL AND last_error LIKE 'gave up after 3 attempts%earlier failure%'") == 1
+	})
+	if got.has("doomed") {
+		t.Fatal("a row whose attempts were spent was published again")
+	}
+}
+
+// With OrderByEntity, each entity's events arrive in outbox order even
+// with several relays, and a failing row holds back only its own entity.
+func TestOrderByEntity(t *testing.T) {
+	e := newEnv(t)
+	e.refusePoison()
+	got := consume(t, e.queue)
+
+	// Entities a, b, c get 40 events each, interleaved; entity x's first
+	// event is refused by the broker, its 10 followers are fine.
+	var evs []warren.Event
+	mk := func(entity string, seq int, typ string) warren.Event {
+		ev := event(fmt.Sprintf("%s-%03d", entity, seq))
+		ev.EntityID, ev.Type = entity, typ
+		return ev
+	}
+	evs = append(evs, mk("x", 0, "poison.updated"))
+	for seq := range 40 {
+		for _, entity := range []string{"a", "b", "c"} {
+			evs = append(evs, mk(entity, seq, "good.updated"))
+		}
+		if seq < 10 {
+			evs = append(evs, mk("x", seq+1, "good.updated"))
+		}
+	}
+	e.publish(evs...)
+
+	for i := range 3 {
+		cfg := e.config(testenv.Name(t, fmt.Sprintf("relay%d", i)))
+		cfg.OrderByEntity, cfg.BatchSize = true, 7
+		cfg.MaxAttempts, cfg.RetryMin, cfg.RetryMax = 2, 4*time.Second, 4*time.Second
+		e.start(cfg)
+	}
+	got.waitDistinct(t, 120, 20*time.Second) // a, b and c
+	if n := e.count("entity_id = 'x' AND event_type = 'poison.updated' AND state = 'pending' AND attempts = 1"); n != 1 {
+		t.Fatal("the failing head of entity x is not waiting for its retry; the check below would prove nothing")
+	}
+	if n := e.count("entity_id = 'x' AND event_type = 'good.updated' AND claims = 0"); n != 10 {
+		t.Fatalf("%d of entity x's 10 later events were never claimed, want all 10 held back by its failing head", n)
+	}
+	got.waitDistinct(t, 130, 30*time.Second) // x's followers, after the head died
+	if n := e.count("event_id = 'x-000' AND state = 'dead'"); n != 1 {
+		t.Fatal("entity x's head is not dead")
+	}
+
+	last := map[string]int{}
+	for _, d := range got.deliveries() {
+		entity, seqText, _ := strings.Cut(d.MessageId, "-")
+		seq, _ := strconv.Atoi(seqText)
+		if prev, ok := last[entity]; ok && seq <= prev {
+			t.Errorf("entity %s: event %d arrived after %d", entity, seq, prev)
+		}
+		last[entity] = seq
+	}
+}
+
+// LISTEN/NOTIFY wakes an idle relay within milliseconds of a commit, far
+// sooner than its poll, also after its listener connection was killed.
+func TestNotifyWakesRelayBeforePoll(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	name := testenv.Name(t, "relay")
+	var listening, connected counter
+	cfg := e.config(name)
+	cfg.PollMin, cfg.PollMax, cfg.Workers = 10*time.Second, 10*time.Second, 1
+	e.start(cfg, func(r *relay.Relay) {
+		relay.SetListeningHook(r, listening.hook())
+		relay.SetConnectedHook(r, connected.hook())
+	})
+	connected.waitAbove(t, 0, "the relay to connect")
+	listening.waitAbove(t, 0, "the relay to listen")
+
+	measure := func(prefix string, n int) []time.Duration {
+		var lat []time.Duration
+		for i := range n {
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			e.publish(event(id))
+			committed := time.Now()
+			testenv.WaitFor(t, 5*time.Second, "event "+id, func() bool { return got.has(id) })
+			at, _ := got.receivedAt(id)
+			lat = append(lat, at.Sub(committed))
+		}
+		slices.Sort(lat)
+		return lat
+	}
+	lat := measure("ev", 30)
+	t.Logf("commit-to-consumer latency over %d events, poll 10s: p50 %v, max %v", len(lat), lat[len(lat)/2], lat[len(lat)-1])
+	if worst := lat[len(lat)-1]; worst > time.Second {
+		t.Errorf("slowest event took %v: notifications are not waking the relay", worst)
+	}
+
+	was := listening.value()
+	if n := testenv.TerminateBackends(t, name); n == 0 {
+		t.Fatal("terminated no backends of the relay")
+	}
+	listening.waitAbove(t, was, "the listener to reconnect")
+	lat = measure("after", 5)
+	if worst := lat[len(lat)-1]; worst > time.Second {
+		t.Errorf("after the listener reconnected the slowest event took %v", worst)
+	}
+}
+
+func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
+	table := testenv.Name(t, "m")
+	r, err := relay.New(relay.Config{DatabaseURL: testenv.DatabaseURL(t), Table: table, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = r.Run(ctx)
+	if !errors.Is(err, relay.ErrSchema) || !strings.Contains(err.Error(), "migrate") {
+		t.Fatalf("got %v, want ErrSchema telling to migrate", err)
+	}
+	if err := r.Run(ctx); err == nil {
+		t.Fatal("a second Run was accepted")
+	}
+}
