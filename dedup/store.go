@@ -49,17 +49,21 @@ var ErrLeaseLost = errors.New("dedup: lease lost")
 // concurrent use by many goroutines and processes.
 type Store interface {
 	// Claim tries to take key for lease. It takes over a key whose
-	// previous lease has expired without completion.
+	// previous lease has expired without completion. An empty key or a
+	// non-positive lease is an error.
 	Claim(ctx context.Context, key string, lease time.Duration) (Claim, error)
 
 	// Complete marks the claimed key done; it stays done for the store's
 	// retention period. It fails with ErrLeaseLost when c no longer holds
-	// the key.
+	// the key. Completing the same claim again succeeds and changes
+	// nothing, so a call retried after a lost reply (clients retry on
+	// network errors) does not report a lease it in fact kept as lost.
 	Complete(ctx context.Context, c Claim) error
 
 	// Release gives the key up so that the next claim acquires it at
 	// once. Releasing a claim that no longer holds the key is not an error
-	// and changes nothing.
+	// and changes nothing; in particular Release never undoes a Complete,
+	// so a caller unsure whether its completion landed may release.
 	Release(ctx context.Context, c Claim) error
 }
 

@@ -1,0 +1,24 @@
+// Package postgres is a [dedup.Store] on PostgreSQL (pgx/v5): one table
+// holds every lease and done-mark, one row per key, and Postgres's clock
+// decides when a lease or a retention ends, so replicas whose clocks
+// disagree still agree on the store.
+//
+// A claim is one INSERT … ON CONFLICT statement that creates the key's row,
+// takes over a row whose lease or retention has ended, or reports the row
+// it found as done or busy. Complete and Release are fenced by the claim's
+// token, so a claimer whose lease was taken over cannot mark or free the
+// new holder's key. A key longer than 512 bytes, or one that Postgres text
+// cannot hold (a NUL byte, invalid UTF-8), is stored as its SHA-256, so a
+// hostile event ID cannot make its event's claims fail.
+//
+// The store is also a [dedup.Transactor]: [Store.WithinTx] runs a handler
+// in a transaction, hands it the transaction through the context ([Tx]),
+// and writes the done-mark in that same transaction. The handler's writes
+// and the mark commit together or not at all, so a crash between the
+// commit and the message's ack leaves a key that is done, and the
+// redelivery is answered as a duplicate instead of running the handler's
+// writes a second time.
+//
+// [Store.Migrate] creates the table (embedded schema.sql, idempotent);
+// [Store.Purge] deletes rows that mean nothing any more, in batches.
+package postgres

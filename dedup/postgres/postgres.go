@@ -1,0 +1,314 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/dedup"
+)
+
+// Config configures a [Store]. The zero value is ready to use.
+type Config struct {
+	// Table is the table that holds the keys: a name, or schema.name,
+	// each part a letter or underscore followed by letters, digits and
+	// underscores, the table's name at most 48 bytes (its index's name
+	// adds a suffix within Postgres's 63). Default "warren_dedup".
+	Table string
+
+	// Retention is how long a completed key stays done. Default 7 days.
+	Retention time.Duration
+
+	// PurgeBatch is how many rows one statement of [Store.Purge] deletes.
+	// Default 1000.
+	PurgeBatch int
+}
+
+// Defaults of [Config].
+const (
+	DefaultTable      = "warren_dedup"
+	DefaultRetention  = 7 * 24 * time.Hour
+	DefaultPurgeBatch = 1000
+)
+
+const indexSuffix = "_expires_at_idx"
+
+var identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Store is a [dedup.Store] and [dedup.Transactor] on a Postgres table. It
+// is safe for concurrent use.
+type Store struct {
+	pool      *pgxpool.Pool
+	table     string // quoted, possibly schema-qualified
+	retention time.Duration
+	batch     int
+
+	claimSQL, completeSQL, releaseSQL, purgeSQL, schemaSQL string
+}
+
+var (
+	_ dedup.Store      = (*Store)(nil)
+	_ dedup.Transactor = (*Store)(nil)
+)
+
+//go:embed schema.sql
+var schemaTemplate string
+
+// New returns a store on pool. It does no I/O; call [Store.Migrate] before
+// first use to create the table.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("dedup/postgres: nil pool")
+	}
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.Retention < 0 || cfg.PurgeBatch < 0 {
+		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v) or PurgeBatch (%d)", cfg.Retention, cfg.PurgeBatch)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Retention < time.Millisecond {
+		return nil, fmt.Errorf("dedup/postgres: retention %v is below the store's 1ms resolution", cfg.Retention)
+	}
+	if cfg.PurgeBatch == 0 {
+		cfg.PurgeBatch = DefaultPurgeBatch
+	}
+	table, index, err := quoteTable(cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{pool: pool, table: table, retention: cfg.Retention, batch: cfg.PurgeBatch}
+	s.schemaSQL = strings.NewReplacer("{{table}}", table, "{{index}}", index).Replace(schemaTemplate)
+
+	// A claim writes the row in every case — inserting it, taking it over,
+	// or rewriting it unchanged — so that ON CONFLICT locks the row and the
+	// RETURNING clause reads its latest committed version. An ON CONFLICT
+	// … WHERE that skipped the write would return no row, and a second
+	// look would read a snapshot older than the conflict: a second round
+	// trip that can still answer wrong.
+	s.claimSQL = `INSERT INTO ` + table + ` AS d (key, token, expires_at)
+VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+ON CONFLICT (key) DO UPDATE SET
+	token      = CASE WHEN d.expires_at <= now() THEN excluded.token      ELSE d.token      END,
+	done_at    = CASE WHEN d.expires_at <= now() THEN NULL                ELSE d.done_at    END,
+	expires_at = CASE WHEN d.expires_at <= now() THEN excluded.expires_at ELSE d.expires_at END
+RETURNING d.token = $2, d.done_at IS NOT NULL`
+	// Completing a completed claim again matches its row and leaves it as
+	// it is (SET reads the row's old values).
+	s.completeSQL = `UPDATE ` + table + ` SET
+	done_at    = coalesce(done_at, now()),
+	expires_at = CASE WHEN done_at IS NULL THEN now() + $3 * interval '1 millisecond' ELSE expires_at END
+WHERE key = $1 AND token = $2`
+	s.releaseSQL = `DELETE FROM ` + table + ` WHERE key = $1 AND token = $2 AND done_at IS NULL`
+	s.purgeSQL = `DELETE FROM ` + table + ` WHERE key IN (
+	SELECT key FROM ` + table + ` WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	return s, nil
+}
+
+// quoteTable validates a configured table name and returns it and its
+// index's name quoted for SQL.
+func quoteTable(name string) (table, index string, err error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", "", fmt.Errorf("dedup/postgres: table %q: want name or schema.name", name)
+	}
+	for _, p := range parts {
+		if !identPart.MatchString(p) {
+			return "", "", fmt.Errorf("dedup/postgres: table %q: %q is not a plain identifier (letters, digits, underscores, not starting with a digit)", name, p)
+		}
+		if len(p) > 63 {
+			return "", "", fmt.Errorf("dedup/postgres: table %q: %q is longer than 63 bytes", name, p)
+		}
+	}
+	last := parts[len(parts)-1]
+	if len(last)+len(indexSuffix) > 63 {
+		return "", "", fmt.Errorf("dedup/postgres: table %q: name longer than %d bytes", name, 63-len(indexSuffix))
+	}
+	return pgx.Identifier(parts).Sanitize(), pgx.Identifier{last + indexSuffix}.Sanitize(), nil
+}
+
+// Migrate creates the store's table and index if they do not exist. It is
+// safe to call from many replicas at once: an advisory lock serialises the
+// DDL, which Postgres would otherwise let race into a duplicate-key error.
+func (s *Store) Migrate(ctx context.Context) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren/dedup/postgres migrate'))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.schemaSQL)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("dedup/postgres: migrate %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Claim implements [dedup.Store] in one statement.
+func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, error) {
+	if key == "" {
+		return dedup.Claim{}, errors.New("dedup/postgres: claim: empty key")
+	}
+	if lease < time.Millisecond {
+		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: lease must be at least 1ms, got %v", key, lease)
+	}
+	token := rand.Text()
+	var acquired, done bool
+	if err := s.pool.QueryRow(ctx, s.claimSQL, rowKey(key), token, lease.Milliseconds()).Scan(&acquired, &done); err != nil {
+		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: %w", key, err)
+	}
+	switch {
+	case acquired:
+		return dedup.Claim{Key: key, Token: token, Result: dedup.Acquired}, nil
+	case done:
+		return dedup.Claim{Key: key, Result: dedup.Done}, nil
+	default:
+		return dedup.Claim{Key: key, Result: dedup.Busy}, nil
+	}
+}
+
+// Complete implements [dedup.Store]. A lease that expired without being
+// taken over still holds its key and completes.
+func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
+	return s.complete(ctx, s.pool, c)
+}
+
+// complete writes the done-mark through db: the pool, or the handler's
+// transaction in WithinTx.
+func (s *Store) complete(ctx context.Context, db execer, c dedup.Claim) error {
+	if err := checkHeld(c); err != nil {
+		return err
+	}
+	tag, err := db.Exec(ctx, s.completeSQL, rowKey(c.Key), c.Token, s.retention.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
+	}
+	return nil
+}
+
+// maxRowKey is the longest key stored as itself. A btree entry is limited
+// to about 2.7 kB, and keys come from event IDs, which come from outside.
+const maxRowKey = 512
+
+// rowKey is the key column's value for key: key itself, or, for a key that
+// is too long for the index or that text cannot hold (a NUL byte, invalid
+// UTF-8), "sha256:" and its digest. Any key a caller passes thus works,
+// rather than failing every claim of its event.
+func rowKey(key string) string {
+	if len(key) <= maxRowKey && utf8.ValidString(key) && !strings.ContainsRune(key, 0) {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Release implements [dedup.Store]. It deletes the key's row only while it
+// is this claim's lease, never a done-mark.
+func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
+	if err := checkHeld(c); err != nil {
+		return err
+	}
+	if _, err := s.pool.Exec(ctx, s.releaseSQL, rowKey(c.Key), c.Token); err != nil {
+		return fmt.Errorf("dedup/postgres: release %q: %w", c.Key, err)
+	}
+	return nil
+}
+
+// Purge deletes the rows whose lease or retention has ended, PurgeBatch
+// rows per statement, until none are left, and returns how many it
+// deleted. Run it periodically (hourly is plenty); the store is correct
+// without it, only larger.
+//
+// Deleting needs no prior durable write: an expired row already means the
+// same as no row to every claim, so removing it changes no answer.
+func (s *Store) Purge(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		tag, err := s.pool.Exec(ctx, s.purgeSQL, s.batch)
+		if err != nil {
+			return total, fmt.Errorf("dedup/postgres: purge %s: %w", s.table, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(s.batch) {
+			return total, nil
+		}
+	}
+}
+
+// rollbackTimeout bounds the rollback WithinTx runs after a failure, on a
+// context the handler's cancellation does not reach.
+const rollbackTimeout = 10 * time.Second
+
+// WithinTx implements [dedup.Transactor]: it begins a transaction, calls
+// fn with a context that carries it (get it with [Tx]), and when fn returns
+// nil writes c's done-mark in the same transaction and commits. When fn
+// fails, or c no longer holds the key (ErrLeaseLost: the key was taken
+// over while fn ran), everything fn wrote is rolled back with the mark.
+//
+// fn must do its database work through the transaction; writes made on
+// another connection commit on their own and are not covered.
+func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context.Context) error) error {
+	if err := checkHeld(c); err != nil {
+		return err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("dedup/postgres: begin: %w", err)
+	}
+	defer func() {
+		// After Commit this is a no-op. Otherwise it runs even when ctx has
+		// ended (a handler timeout), and keeps fn's error as the result: a
+		// failed rollback closes the connection, which rolls back as well.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		_ = tx.Rollback(rctx)
+	}()
+	if err := fn(context.WithValue(ctx, txKey{}, tx)); err != nil {
+		return err
+	}
+	if err := s.complete(ctx, tx, c); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, err)
+	}
+	return nil
+}
+
+type txKey struct{}
+
+// Tx returns the transaction [Store.WithinTx] runs the handler in, and
+// false outside one (a handler run without the Dedup middleware's
+// Transactional option).
+func Tx(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+func checkHeld(c dedup.Claim) error {
+	if c.Key == "" || c.Token == "" {
+		return fmt.Errorf("dedup/postgres: claim %q holds no lease (result %v)", c.Key, c.Result)
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package redis
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/warrenmq/warren/dedup"
+)
+
+// Config configures a [Store]. The zero value is ready to use.
+type Config struct {
+	// Prefix starts every key the store writes, so several stores can
+	// share a Redis database. It must not contain '{' or '}': the store
+	// puts the dedup key in a hash tag of its own. Default "warren:dedup:".
+	Prefix string
+
+	// Retention is how long a completed key stays done. Default 7 days.
+	Retention time.Duration
+}
+
+// Defaults of [Config].
+const (
+	DefaultPrefix    = "warren:dedup:"
+	DefaultRetention = 7 * 24 * time.Hour
+)
+
+// Store is a [dedup.Store] on Redis. It is safe for concurrent use.
+type Store struct {
+	client    goredis.UniversalClient
+	prefix    string
+	retention time.Duration
+}
+
+var _ dedup.Store = (*Store)(nil)
+
+// New returns a store on client. It does no I/O.
+func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("dedup/redis: nil client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("dedup/redis: prefix %q contains a brace; the hash tag is the store's", cfg.Prefix)
+	}
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("dedup/redis: negative retention %v", cfg.Retention)
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Retention < time.Millisecond {
+		return nil, fmt.Errorf("dedup/redis: retention %v is below Redis's 1ms resolution", cfg.Retention)
+	}
+	return &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}, nil
+}
+
+// Results of claimScript.
+const (
+	claimAcquired = 1
+	claimDone     = 2
+	claimBusy     = 3
+)
+
+// claimScript is SET NX PX and, when the key exists, a look at what holds
+// it, in one round trip and atomically: a GET sent separately could find
+// the key released or expired in between and misreport it. (SET … NX GET
+// does the same natively but needs Redis 7.)
+var claimScript = goredis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+	return 1
+end
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, 1, 5) == 'done:' then
+	return 2
+end
+return 3
+`)
+
+// completeScript turns the claim's lease into a done-mark, "done:<token>",
+// if the key still holds the claim's token; a key that already holds this
+// claim's done-mark counts as completed, so a retried call succeeds. Tokens
+// are base32 (A–Z, 2–7), so no lease looks like a done-mark.
+var completeScript = goredis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2])
+	return 1
+end
+if v == 'done:' .. ARGV[1] then
+	return 1
+end
+return 0
+`)
+
+// releaseScript deletes the key if it still holds the claim's lease (never
+// a done-mark, which holds a different value).
+var releaseScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// redisKey is the Redis key of a dedup key.
+func (s *Store) redisKey(key string) string { return s.prefix + "{" + key + "}" }
+
+// Claim implements [dedup.Store] in one round trip.
+func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, error) {
+	if key == "" {
+		return dedup.Claim{}, errors.New("dedup/redis: claim: empty key")
+	}
+	if lease < time.Millisecond {
+		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: lease must be at least 1ms, got %v", key, lease)
+	}
+	token := rand.Text()
+	res, err := claimScript.Run(ctx, s.client, []string{s.redisKey(key)}, token, lease.Milliseconds()).Int()
+	if err != nil {
+		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: %w", key, err)
+	}
+	switch res {
+	case claimAcquired:
+		return dedup.Claim{Key: key, Token: token, Result: dedup.Acquired}, nil
+	case claimDone:
+		return dedup.Claim{Key: key, Result: dedup.Done}, nil
+	case claimBusy:
+		return dedup.Claim{Key: key, Result: dedup.Busy}, nil
+	}
+	return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: script answered %d", key, res)
+}
+
+// Complete implements [dedup.Store]. A lease that expired has left Redis,
+// so completing it fails with ErrLeaseLost even if nobody took it over.
+func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
+	if err := checkHeld(c); err != nil {
+		return err
+	}
+	ok, err := completeScript.Run(ctx, s.client, []string{s.redisKey(c.Key)}, c.Token, s.retention.Milliseconds()).Int()
+	if err != nil {
+		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, err)
+	}
+	if ok != 1 {
+		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, dedup.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Release implements [dedup.Store].
+func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
+	if err := checkHeld(c); err != nil {
+		return err
+	}
+	if err := releaseScript.Run(ctx, s.client, []string{s.redisKey(c.Key)}, c.Token).Err(); err != nil {
+		return fmt.Errorf("dedup/redis: release %q: %w", c.Key, err)
+	}
+	return nil
+}
+
+func checkHeld(c dedup.Claim) error {
+	if c.Key == "" || c.Token == "" {
+		return fmt.Errorf("dedup/redis: claim %q holds no lease (result %v)", c.Key, c.Result)
+	}
+	return nil
+}

@@ -1,0 +1,257 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dedup"
+)
+
+// DedupOptions configures [Dedup]. The zero value is ready to use.
+type DedupOptions struct {
+	// Lease is how long a claim keeps other workers off an event. It must
+	// be longer than the handler can run — bound the handler with [Timeout]
+	// below Dedup, shorter than Lease — or a slow handler's event can be
+	// taken over and handled twice. It is also how long an event waits
+	// when the process that claimed it dies. Default 5 minutes.
+	Lease time.Duration
+
+	// BusyDelay is how long a message waits before it comes back when
+	// another worker holds its event's lease. The wait does not spend an
+	// attempt. Default 5 seconds.
+	BusyDelay time.Duration
+
+	// Key derives a message's dedup key. A message for which it returns ""
+	// fails permanently. Default: Consumer + ":" + event_id ([DefaultKey]),
+	// so each consumer handles an event once, independently of the others.
+	Key func(m *warren.Message) string
+
+	// Transactional runs the handler inside the store's transaction
+	// ([dedup.Transactor]) so its database writes and the done-mark commit
+	// together: a handler's database effects then happen exactly once,
+	// even when the process dies between the commit and the ack. The store
+	// must implement dedup.Transactor; handlers get the transaction from
+	// the store's package (postgres.Tx(ctx)). Default false.
+	Transactional bool
+
+	// FailOpen runs the handler without deduplication when the store
+	// cannot be asked, trading possible duplicates for availability.
+	// Default false: a store error is a transient failure of the message,
+	// which is retried later, so no event is handled unclaimed.
+	FailOpen bool
+
+	// Logger receives what an outcome cannot carry: a lease lost under a
+	// slow handler, a done-mark that could not be written, a store error
+	// passed over in FailOpen mode. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Default values of [DedupOptions].
+const (
+	DefaultLease     = 5 * time.Minute
+	DefaultBusyDelay = 5 * time.Second
+)
+
+// settleTimeout bounds Complete and Release, which run on a context that
+// outlives the handler's: a handler cancelled by Timeout or shutdown must
+// still have its lease released, or its retry waits for the lease to end.
+const settleTimeout = 10 * time.Second
+
+// DefaultKey is the key [Dedup] uses unless told otherwise:
+// "<consumer>:<event_id>", or "" when either is missing.
+func DefaultKey(m *warren.Message) string {
+	if m.Consumer == "" || m.Event.ID == "" {
+		return ""
+	}
+	return m.Consumer + ":" + m.Event.ID
+}
+
+// Dedup lets each event through to the handlers below it once per key: it
+// claims the message's key in store with a lease, runs the handler when the
+// claim is acquired, and then marks the key done (the message is
+// acknowledged: done, skipped or duplicate) or releases it (a retry, a
+// deferral or a dead letter follows, and the next delivery must run the
+// handler). Other outcomes are errors the consumer understands:
+//
+//   - key already done: [warren.Duplicate], acknowledged and counted.
+//   - key busy under another worker's lease: [warren.Defer] for
+//     opts.BusyDelay, which does not spend an attempt.
+//   - store error: a transient failure (retried), unless opts.FailOpen.
+//
+// The handler's own error is returned unchanged.
+//
+// Dedup panics if store is nil, if a duration in opts is negative, or if
+// opts.Transactional is set and store does not implement dedup.Transactor.
+func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
+	d := &deduper{store: store, opts: opts}
+	if store == nil {
+		panic("middleware: Dedup: nil store")
+	}
+	if opts.Lease < 0 || opts.BusyDelay < 0 {
+		panic(fmt.Sprintf("middleware: Dedup: negative duration (Lease %v, BusyDelay %v)", opts.Lease, opts.BusyDelay))
+	}
+	if opts.Transactional {
+		tx, ok := store.(dedup.Transactor)
+		if !ok {
+			panic(fmt.Sprintf("middleware: Dedup: Transactional needs a store that implements dedup.Transactor; %T does not", store))
+		}
+		d.tx = tx
+	}
+	if d.opts.Lease == 0 {
+		d.opts.Lease = DefaultLease
+	}
+	if d.opts.BusyDelay == 0 {
+		d.opts.BusyDelay = DefaultBusyDelay
+	}
+	if d.opts.Key == nil {
+		d.opts.Key = DefaultKey
+	}
+	return func(next warren.Handler) warren.Handler {
+		return warren.HandlerFunc(func(ctx context.Context, m *warren.Message) error {
+			return d.handle(ctx, m, next)
+		})
+	}
+}
+
+type deduper struct {
+	store dedup.Store
+	tx    dedup.Transactor // non-nil in transactional mode
+	opts  DedupOptions
+}
+
+func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Handler) error {
+	key := d.opts.Key(m)
+	if key == "" {
+		return warren.Permanent(fmt.Errorf("dedup: no key for event %q of consumer %q (the default key needs both)", m.Event.ID, m.Consumer))
+	}
+	claim, err := d.store.Claim(ctx, key, d.opts.Lease)
+	if err != nil {
+		if d.opts.FailOpen && ctx.Err() == nil {
+			d.log(ctx, slog.LevelWarn, "dedup store failed; handling the event without deduplication (FailOpen)", m, key, err)
+			return next.Handle(ctx, m)
+		}
+		return fmt.Errorf("dedup: %w", err) // the store's error names the key
+	}
+	switch claim.Result {
+	case dedup.Acquired:
+	case dedup.Done:
+		return warren.Duplicate(fmt.Sprintf("event %s already handled (key %q)", m.Event.ID, key))
+	case dedup.Busy:
+		return warren.Defer(d.opts.BusyDelay, fmt.Sprintf("event %s is being handled by another worker (key %q)", m.Event.ID, key))
+	default:
+		return fmt.Errorf("dedup: claim %q: store answered %v", key, claim.Result)
+	}
+
+	settled := false
+	defer func() {
+		// The handler panicked. Recover, above, turns the panic into a
+		// retry, which must find the key free rather than wait out the lease.
+		if !settled {
+			d.release(ctx, m, claim)
+		}
+	}()
+	if d.tx != nil {
+		err = d.handleInTx(ctx, m, next, claim)
+		settled = true
+		return err
+	}
+	err = next.Handle(ctx, m)
+	settled = true
+	if !acknowledged(err) {
+		d.release(ctx, m, claim)
+		return err
+	}
+	if cerr := d.complete(ctx, claim); cerr != nil {
+		// The handler succeeded but the done-mark is not written. Returning
+		// an error would retry the message and so run the handler again for
+		// certain; acknowledging it runs the handler again only if the event
+		// is delivered again.
+		if errors.Is(cerr, dedup.ErrLeaseLost) {
+			// The lease ran out before the handler finished and another
+			// claimer took the key over (or, in a store that forgets expired
+			// leases such as Redis, simply ran out): the event may be handled
+			// twice. What remains guaranteed is that it is not lost: the key's
+			// new holder completes or releases it on its own.
+			d.log(ctx, slog.LevelWarn, "dedup lease expired before the handler finished; the event may be handled twice (make Lease longer than the handler's Timeout)", m, key, cerr)
+		} else {
+			// The lease still holds the key until it expires, so immediate
+			// redeliveries are held off; a redelivery after that runs again.
+			d.log(ctx, slog.LevelError, "event handled but its done-mark was not written; a later redelivery may handle it again", m, key, cerr)
+		}
+	}
+	return err
+}
+
+// handleInTx runs the handler in the store's transaction, which commits the
+// done-mark with the handler's writes when the message is to be
+// acknowledged, and rolls both back otherwise.
+func (d *deduper) handleInTx(ctx context.Context, m *warren.Message, next warren.Handler, claim dedup.Claim) error {
+	var handlerErr error
+	err := d.tx.WithinTx(ctx, claim, func(ctx context.Context) error {
+		handlerErr = next.Handle(ctx, m)
+		if acknowledged(handlerErr) {
+			return nil
+		}
+		return handlerErr
+	})
+	switch {
+	case err == nil:
+		return handlerErr
+	case !acknowledged(handlerErr):
+		d.release(ctx, m, claim)
+		return handlerErr
+	case errors.Is(err, dedup.ErrLeaseLost):
+		// The key was taken over while the handler ran, and the handler's
+		// writes were rolled back with the mark. The new holder handles the
+		// event; this delivery's retry finds the key done (or still busy).
+		return fmt.Errorf("dedup: handler's transaction rolled back: %w", err)
+	default:
+		// The commit failed and may or may not have happened. Release is
+		// fenced by the token and leaves a committed done-mark alone, so
+		// the retry finds the key done if it committed and free if not.
+		d.release(ctx, m, claim)
+		return fmt.Errorf("dedup: %w", err)
+	}
+}
+
+// acknowledged reports whether err leads the consumer to ack the message,
+// after which no delivery of it follows and the key should be done.
+func acknowledged(err error) bool {
+	switch outcome, _ := warren.Classify(err); outcome {
+	case warren.OutcomeDone, warren.OutcomeSkipped, warren.OutcomeDuplicate:
+		return true
+	}
+	return false
+}
+
+func (d *deduper) complete(ctx context.Context, c dedup.Claim) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	return d.store.Complete(ctx, c)
+}
+
+func (d *deduper) release(ctx context.Context, m *warren.Message, c dedup.Claim) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := d.store.Release(sctx, c); err != nil {
+		// The retry waits for the lease to expire (deferred as busy
+		// meanwhile) instead of running at once. Nothing is lost.
+		d.log(ctx, slog.LevelWarn, "dedup release failed; the retry waits for the lease to expire", m, c.Key, err)
+	}
+}
+
+func (d *deduper) log(ctx context.Context, level slog.Level, msg string, m *warren.Message, key string, err error) {
+	logger := d.opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	logger.LogAttrs(ctx, level, msg,
+		slog.String("event_id", m.Event.ID),
+		slog.String("consumer", m.Consumer),
+		slog.String("dedup_key", key),
+		slog.String("error", err.Error()))
+}
