@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -19,7 +20,11 @@ type command struct {
 }
 
 // commands lists the verbs in the order help shows them.
-var commands = []command{}
+var commands = []command{
+	{name: "dlq", summary: "inspect, replay, purge, export and import dead letters", run: runDLQ},
+	relayCommand,
+	outboxCommand,
+}
 
 // cliEnv is what every command reads and writes, so tests can run commands
 // in process.
@@ -66,12 +71,20 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 			fmt.Fprintf(env.stderr, "warren %s: %v\nRun 'warren %s --help' for usage.\n", c.name, err, c.name)
 			return 2
 		default:
-			fmt.Fprintf(env.stderr, "warren %s: %v\n", c.name, err)
+			fmt.Fprintf(env.stderr, "warren %s: %s\n", c.name, oneLine(err.Error()))
 			return 1
 		}
 	}
 	fmt.Fprintf(env.stderr, "warren: unknown command %q\nRun 'warren --help' for usage.\n", args[0])
 	return 2
+}
+
+// oneLine folds a multi-line error (pgx lists every address it tried on a
+// line of its own) into the one line a failed command prints.
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, ":\n\t", ": ")
+	s = strings.ReplaceAll(s, "\n\t", "; ")
+	return strings.ReplaceAll(s, "\n", " ")
 }
 
 func printUsage(w io.Writer) {

@@ -1,0 +1,276 @@
+package main
+
+// Helpers every verb of the command shares: flags, help text layout, and
+// printing for humans and scripts.
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/term"
+)
+
+// flagSet is a flag.FlagSet that keeps its flags in the order they were
+// defined (for help), names their arguments, accepts flags after
+// positional arguments, and prints nothing itself.
+type flagSet struct {
+	fs    *flag.FlagSet
+	order []flagDoc
+}
+
+type flagDoc struct{ name, arg, usage, def string }
+
+func newFlagSet() *flagSet {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{fs: fs}
+}
+
+func (f *flagSet) doc(name, arg, usage, def string) {
+	f.order = append(f.order, flagDoc{name, arg, usage, def})
+}
+
+func (f *flagSet) String(p *string, name, arg, usage, def string) {
+	f.fs.StringVar(p, name, def, usage)
+	f.doc(name, arg, usage, def)
+}
+
+func (f *flagSet) Int(p *int, name, arg, usage string, def int) {
+	f.fs.IntVar(p, name, def, usage)
+	f.doc(name, arg, usage, fmt.Sprint(def))
+}
+
+func (f *flagSet) Float(p *float64, name, arg, usage string, def float64) {
+	f.fs.Float64Var(p, name, def, usage)
+	f.doc(name, arg, usage, fmt.Sprint(def))
+}
+
+func (f *flagSet) Bool(p *bool, name, usage string) {
+	f.fs.BoolVar(p, name, false, usage)
+	f.doc(name, "", usage, "")
+}
+
+func (f *flagSet) Var(v flag.Value, name, arg, usage string) {
+	f.fs.Var(v, name, usage)
+	f.doc(name, arg, usage, "")
+}
+
+// parse parses args, allowing flags and positional arguments in any order
+// ("--" ends the flags), and returns the positional ones.
+func (f *flagSet) parse(args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := f.fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return nil, err
+			}
+			// The flag package names flags with one dash; warren's
+			// help uses two.
+			msg := strings.NewReplacer("flag -", "flag --", ": -", ": --").Replace(err.Error())
+			return nil, errors.New(msg)
+		}
+		args = f.fs.Args()
+		if len(args) == 0 {
+			return positional, nil
+		}
+		if args[0] == "--" {
+			return append(positional, args[1:]...), nil
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+func (f *flagSet) isSet(name string) bool {
+	set := false
+	f.fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}
+
+func (f *flagSet) printDefaults(w io.Writer) {
+	width := 0
+	for _, d := range f.order {
+		width = max(width, len(flagSynopsis(d)))
+	}
+	for _, d := range f.order {
+		line := d.usage
+		if d.def != "" && d.def != "0" {
+			line += fmt.Sprintf(" (default %s)", d.def)
+		}
+		// Usage text wraps under itself, clear of the flag column.
+		text := strings.ReplaceAll(wrap(line, max(30, 78-width-4)), "\n", "\n"+strings.Repeat(" ", width+4))
+		fmt.Fprintf(w, "  %-*s  %s\n", width, flagSynopsis(d), text)
+	}
+}
+
+func flagSynopsis(d flagDoc) string {
+	if d.arg == "" {
+		return "--" + d.name
+	}
+	return "--" + d.name + " " + d.arg
+}
+
+func fileIsTerminal(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// wrap breaks text into lines of at most width columns, keeping blank
+// lines between paragraphs.
+func wrap(text string, width int) string {
+	var out []string
+	for _, para := range strings.Split(text, "\n\n") {
+		var line string
+		var lines []string
+		for _, word := range strings.Fields(para) {
+			if line != "" && len(line)+1+len(word) > width {
+				lines = append(lines, line)
+				line = ""
+			}
+			if line != "" {
+				line += " "
+			}
+			line += word
+		}
+		if line != "" {
+			lines = append(lines, line)
+		}
+		out = append(out, strings.Join(lines, "\n"))
+	}
+	return strings.Join(out, "\n\n")
+}
+
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "help" || arg == "-help"
+}
+
+// listFlag collects a repeatable, comma-separated flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			return errors.New("empty value")
+		}
+		*l = append(*l, item)
+	}
+	return nil
+}
+
+// ageFlag is a duration that also accepts whole or fractional days ("7d").
+type ageFlag time.Duration
+
+func (a *ageFlag) String() string { return time.Duration(*a).String() }
+
+func (a *ageFlag) Set(v string) error {
+	var d time.Duration
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil || n != n || n > 1e5 {
+			return fmt.Errorf("not an age like 90s, 30m, 2h or 7d")
+		}
+		d = time.Duration(n * float64(24*time.Hour))
+	} else {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("not an age like 90s, 30m, 2h or 7d")
+		}
+	}
+	if d <= 0 {
+		return errors.New("an age must be positive")
+	}
+	*a = ageFlag(d)
+	return nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// clean makes text from a message safe to print on a terminal: control
+// characters, bidirectional overrides and invalid UTF-8 are shown escaped
+// instead of being interpreted.
+func clean(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD"):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r):
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// cleanLines is clean for multi-line text: newlines and tabs stay.
+func cleanLines(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		parts := strings.Split(l, "\t")
+		for j, p := range parts {
+			parts[j] = clean(p)
+		}
+		lines[i] = strings.Join(parts, "\t")
+	}
+	return strings.Join(lines, "\n")
+}
+
+// cell is clean text cut to max runes, for a table column.
+func cell(s string, max int) string {
+	s = clean(s)
+	if s == "" {
+		return "-"
+	}
+	if utf8.RuneCountInString(s) > max {
+		s = string([]rune(s)[:max-1]) + "…"
+	}
+	return s
+}
+
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// age is how long ago t was, compactly ("-" when unknown).
+func age(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "in the future"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+}
+
+func when(t, now time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("%s (%s)", t.UTC().Format(time.RFC3339), age(t, now))
+}

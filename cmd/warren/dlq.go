@@ -1,0 +1,357 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
+)
+
+// dlqSub is one `warren dlq` subcommand.
+type dlqSub struct {
+	name     string
+	args     string // what follows the flags in the synopsis
+	summary  string
+	about    string // the help's description paragraph
+	examples []string
+	flags    func(fs *flagSet, o *dlqOptions)
+	// changes marks subcommands that alter queues: they confirm first.
+	changes bool
+	run     func(ctx context.Context, c *dlqCall) error
+}
+
+var dlqSubs = []dlqSub{
+	{
+		name: "ls", summary: "list dead messages, head of the queue first",
+		about: "List dead messages with what killed them, head of the queue first. The queue is left as it was.",
+		examples: []string{
+			"warren dlq ls --queue webhook",
+			"warren dlq ls --queue webhook --class permanent --newer-than 1h --limit 0",
+			"warren dlq ls --queue webhook --json | jq -r '.[].event_id'",
+		},
+		flags: func(fs *flagSet, o *dlqOptions) { o.filterFlags(fs); o.limitFlag(fs, 20); o.jsonFlag(fs) },
+		run:   runDLQList,
+	},
+	{
+		name: "show", args: "[EVENT_ID...]", summary: "print dead messages in full: metadata, properties, headers, body",
+		about: "Print dead messages in full: the decoded failure record (error, class, attempts, failure times, origin, RabbitMQ's x-death), every property and header, and the body. With EVENT_IDs, shows those events; otherwise the first --limit messages that match the filters. The queue is left as it was.",
+		examples: []string{
+			"warren dlq show --queue webhook 0b7c5e2a-9f7d-4c1e-8a53-2f0f4f1c9d11",
+			"warren dlq show --queue webhook --class undecodable --limit 3",
+		},
+		flags: func(fs *flagSet, o *dlqOptions) { o.filterFlags(fs); o.limitFlag(fs, 1); o.jsonFlag(fs) },
+		run:   runDLQShow,
+	},
+	{
+		name: "stats", summary: "count dead messages by error class, event type and error",
+		about: "Count the dead messages by error class, by event type and by error text, largest group first: what broke, and how much. The queue is left as it was.",
+		examples: []string{
+			"warren dlq stats --queue webhook",
+			"warren dlq stats --queue webhook --by error --top 0",
+			"warren dlq stats --queue webhook --type workitem. --json",
+		},
+		flags: func(fs *flagSet, o *dlqOptions) {
+			o.filterFlags(fs)
+			fs.String(&o.by, "by", "LIST", "which groupings to print: class, type, error (comma-separated)", "class,type,error")
+			fs.Int(&o.top, "top", "N", "rows per grouping; 0 prints all", 10)
+			o.jsonFlag(fs)
+		},
+		run: runDLQStats,
+	},
+	{
+		name: "replay", summary: "send dead messages back to the queue they failed in", changes: true,
+		about: "Send dead messages back to the queue each one failed in, through the default exchange: only that consumer sees them again, never the other consumers of the event's exchange. Each message is published with publisher confirms and removed from the dead-letter queue only once the broker has the copy, in queue order. The copy's attempts, error and class are reset, so it gets a full set of retries, and its replay count (x-warren-replays) goes up by one.\n\nCtrl-C stops after the message in flight; every message is then in the dead-letter queue or its origin queue.",
+		examples: []string{
+			"warren dlq replay --queue webhook --type workitem. --limit 100",
+			"warren dlq replay --queue webhook --error 'connection refused' --rate 20 --yes",
+			"warren dlq replay --queue webhook --class expired --dry-run",
+			"warren dlq replay --queue webhook --id 0b7c5e2a-9f7d-4c1e-8a53-2f0f4f1c9d11 --to webhook-debug",
+		},
+		flags: func(fs *flagSet, o *dlqOptions) {
+			o.filterFlags(fs)
+			o.limitFlag(fs, 0)
+			fs.Float(&o.rate, "rate", "N", "replay at most N messages a second; 0 is as fast as the broker confirms", 0)
+			fs.String(&o.to, "to", "QUEUE", "send every message to QUEUE instead of its origin queue", "")
+			o.changeFlags(fs)
+		},
+		run: runDLQReplay,
+	},
+	{
+		name: "purge", summary: "delete dead messages", changes: true,
+		about: "Delete the dead messages that match the filters, leaving the others in place and in order. Deleted messages are gone: export them first to keep a copy.",
+		examples: []string{
+			"warren dlq purge --queue webhook --class undecodable --older-than 7d --dry-run",
+			"warren dlq export --queue webhook --class undecodable --output undecodable.jsonl && warren dlq purge --queue webhook --class undecodable --yes",
+		},
+		flags: func(fs *flagSet, o *dlqOptions) { o.filterFlags(fs); o.limitFlag(fs, 0); o.changeFlags(fs) },
+		run:   runDLQPurge,
+	},
+	{
+		name: "export", summary: "write dead messages to a JSON Lines file",
+		about: "Write dead messages as JSON Lines, one message per line: body, every property, and headers with their AMQP types, plus the decoded failure record for reading. 'warren dlq import' publishes such a file back exactly. The queue is left as it was.",
+		examples: []string{
+			"warren dlq export --queue webhook --output webhook-dead.jsonl",
+			"warren dlq export --queue webhook --type workitem. | jq -c '{id: .event_id, error: .metadata.error}'",
+		},
+		flags: func(fs *flagSet, o *dlqOptions) {
+			o.filterFlags(fs)
+			o.limitFlag(fs, 0)
+			fs.String(&o.output, "output", "FILE", "write to FILE instead of standard output", "")
+		},
+		run: runDLQExport,
+	},
+	{
+		name: "import", args: "FILE", summary: "publish messages from a JSON Lines file into a queue", changes: true,
+		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. The whole file is checked before anything is published. FILE '-' reads standard input (then --yes is required).",
+		examples: []string{
+			"warren dlq import --queue webhook webhook-dead.jsonl",
+			"warren dlq export --queue webhook --amqp-url \"$OLD\" | warren dlq import --queue webhook --amqp-url \"$NEW\" --yes -",
+		},
+		flags: func(fs *flagSet, o *dlqOptions) {
+			fs.String(&o.to, "to", "QUEUE", "publish into QUEUE instead of the dead-letter queue", "")
+			fs.Bool(&o.yes, "yes", "do not ask for confirmation")
+			o.jsonFlag(fs)
+		},
+		run: runDLQImport,
+	},
+}
+
+// dlqOptions holds every flag of every subcommand; each registers its own.
+type dlqOptions struct {
+	queue, amqpURL string
+	json           bool
+
+	types, classes, ids  listFlag
+	errorText            string
+	olderThan, newerThan ageFlag
+	limit, top           int
+	rate                 float64
+	to, output, by       string
+	dryRun, yes          bool
+}
+
+func (o *dlqOptions) commonFlags(fs *flagSet) {
+	fs.String(&o.queue, "queue", "NAME", "the consumer's name (its dead-letter queue is NAME.dlq), or the queue's full name; required", "")
+	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
+}
+
+func (o *dlqOptions) filterFlags(fs *flagSet) {
+	fs.Var(&o.types, "type", "PREFIX", "only events whose type starts with PREFIX, e.g. workitem. (repeatable, or comma-separated)")
+	fs.Var(&o.classes, "class", "CLASS", "only this error class: "+classNames()+" (repeatable, or comma-separated)")
+	fs.String(&o.errorText, "error", "TEXT", "only messages whose error contains TEXT", "")
+	fs.Var(&o.olderThan, "older-than", "AGE", "only messages that died at least AGE ago: 90s, 30m, 2h, 7d")
+	fs.Var(&o.newerThan, "newer-than", "AGE", "only messages that died less than AGE ago")
+	fs.Var(&o.ids, "id", "EVENT_ID", "only this event (repeatable, or comma-separated)")
+}
+
+func (o *dlqOptions) limitFlag(fs *flagSet, def int) {
+	fs.Int(&o.limit, "limit", "N", "at most N messages; 0 means no limit", def)
+}
+
+func (o *dlqOptions) jsonFlag(fs *flagSet) {
+	fs.Bool(&o.json, "json", "print JSON for scripts instead of text")
+}
+
+func (o *dlqOptions) changeFlags(fs *flagSet) {
+	fs.Bool(&o.dryRun, "dry-run", "show what would be done and change nothing")
+	fs.Bool(&o.yes, "yes", "do not ask for confirmation")
+	o.jsonFlag(fs)
+}
+
+// filter turns the filter flags into a dlq.Filter, or a usage error.
+func (o *dlqOptions) filter() (dlq.Filter, error) {
+	f := dlq.Filter{
+		TypePrefixes: o.types, ErrorContains: o.errorText, EventIDs: o.ids,
+		OlderThan: time.Duration(o.olderThan), NewerThan: time.Duration(o.newerThan),
+	}
+	for _, name := range o.classes {
+		c, err := dlq.ParseClass(name)
+		if err != nil {
+			return f, usagef("--class: %v", strings.TrimPrefix(err.Error(), dlq.ErrBadFilter.Error()+": "))
+		}
+		f.Classes = append(f.Classes, c)
+	}
+	if err := f.Validate(); err != nil {
+		return f, usagef("%v", err)
+	}
+	return f, nil
+}
+
+func classNames() string {
+	names := make([]string, len(dlq.Classes))
+	for i, c := range dlq.Classes {
+		names[i] = string(c)
+	}
+	return strings.Join(names, ", ")
+}
+
+// dlqCall is one run of a subcommand, connected and with flags parsed.
+type dlqCall struct {
+	env    *cliEnv
+	sub    *dlqSub
+	opts   *dlqOptions
+	fs     *flagSet
+	filter dlq.Filter
+	args   []string
+	queue  *dlq.Queue
+}
+
+func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand (%s)", subNames())
+	}
+	if isHelp(args[0]) {
+		printDLQUsage(env.stdout)
+		return flag.ErrHelp
+	}
+	var sub *dlqSub
+	for i := range dlqSubs {
+		if dlqSubs[i].name == args[0] {
+			sub = &dlqSubs[i]
+		}
+	}
+	if sub == nil {
+		return usagef("unknown subcommand %q (want %s)", args[0], subNames())
+	}
+	o := &dlqOptions{}
+	fs := newFlagSet()
+	o.commonFlags(fs)
+	sub.flags(fs, o)
+	positional, err := fs.parse(args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		printSubUsage(env.stdout, sub, fs)
+		return err
+	}
+	if err != nil {
+		return usagef("%s: %v", sub.name, err)
+	}
+	call := &dlqCall{env: env, sub: sub, opts: o, fs: fs, args: positional}
+	if err := call.validate(); err != nil {
+		return err
+	}
+	rawURL := cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL)
+	err = call.connectAndRun(ctx, rawURL)
+	return redact.Error(err, rawURL)
+}
+
+// validate checks the command line before anything touches the broker.
+func (c *dlqCall) validate() error {
+	o := c.opts
+	if o.queue == "" {
+		return usagef("%s: --queue is required", c.sub.name)
+	}
+	var err error
+	if c.filter, err = o.filter(); err != nil {
+		return err
+	}
+	switch {
+	case o.limit < 0:
+		return usagef("--limit must not be negative")
+	case o.top < 0:
+		return usagef("--top must not be negative")
+	case o.rate < 0 || o.rate != o.rate:
+		return usagef("--rate must be a positive number of messages a second")
+	}
+	switch c.sub.name {
+	case "show":
+		c.filter.EventIDs = append(c.filter.EventIDs, c.args...)
+		if len(c.args) > 0 && !c.fs.isSet("limit") {
+			o.limit = 0
+		}
+	case "import":
+		if len(c.args) != 1 {
+			return usagef("import: want one FILE (or - for standard input), got %d arguments", len(c.args))
+		}
+	default:
+		if len(c.args) > 0 {
+			return usagef("%s: unexpected argument %q (it takes flags only; see 'warren dlq %s --help')", c.sub.name, c.args[0], c.sub.name)
+		}
+	}
+	if c.sub.name == "stats" {
+		for _, by := range strings.Split(o.by, ",") {
+			if by := strings.TrimSpace(by); by != "class" && by != "type" && by != "error" {
+				return usagef("--by: unknown grouping %q (want class, type, error)", by)
+			}
+		}
+	}
+	if c.sub.changes && !o.dryRun && !o.yes {
+		if !isTerminal(dlqStdin) || (c.sub.name == "import" && c.args[0] == "-") {
+			return usagef("%s changes queues: pass --yes to confirm (there is no terminal to ask on)", c.sub.name)
+		}
+	}
+	return nil
+}
+
+func (c *dlqCall) connectAndRun(ctx context.Context, rawURL string) error {
+	conn, err := amqpx.Dial(ctx, rawURL, amqpx.DialOptions{Name: "warren dlq " + c.sub.name})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if c.queue, err = dlq.Open(ctx, conn, c.opts.queue); err != nil {
+		return err
+	}
+	return c.sub.run(ctx, c)
+}
+
+// confirm asks the question on the terminal unless --yes was given (validate
+// made sure there is a terminal otherwise).
+func (c *dlqCall) confirm(question string) error {
+	if c.opts.yes {
+		return nil
+	}
+	fmt.Fprintf(c.env.stderr, "%s [y/N] ", question)
+	answer, err := readAnswer(dlqStdin)
+	if err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return errors.New("cancelled; nothing was changed")
+	}
+	return nil
+}
+
+func readAnswer(r io.Reader) (string, error) {
+	var b strings.Builder
+	buf := make([]byte, 1)
+	for {
+		n, err := r.Read(buf)
+		if n == 1 {
+			if buf[0] == '\n' {
+				return b.String(), nil
+			}
+			b.WriteByte(buf[0])
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return b.String(), nil
+			}
+			return "", err
+		}
+	}
+}
+
+func subNames() string {
+	names := make([]string, len(dlqSubs))
+	for i, s := range dlqSubs {
+		names[i] = s.name
+	}
+	return strings.Join(names, ", ")
+}
+
+var (
+	// dlqStdin is where confirmations are read from.
+	dlqStdin io.Reader = os.Stdin
+	// isTerminal reports whether f is an *os.File on a terminal. Tests
+	// replace it.
+	isTerminal = fileIsTerminal
+)

@@ -1,0 +1,482 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
+)
+
+func runDLQList(ctx context.Context, c *dlqCall) error {
+	msgs, err := c.peek(ctx)
+	if err != nil {
+		return err
+	}
+	if c.opts.json {
+		return writeJSON(c.env.stdout, msgs)
+	}
+	depth, err := c.queue.Count(ctx)
+	if err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		fmt.Fprintf(c.env.stdout, "no matching messages (%d in %s)\n", depth, c.queue.Name())
+		return nil
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POS\tEVENT ID\tTYPE\tCLASS\tATTEMPTS\tDIED\tERROR")
+	for _, m := range msgs {
+		md := m.Metadata
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Position, cell(m.EventID, 40), cell(m.EventType, 32),
+			cell(string(md.Class), 12), md.Attempts, age(md.LastFailure, now), cell(md.Error, 70))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.env.stdout, "\n%d shown; %d messages in %s\n", len(msgs), depth, c.queue.Name())
+	return nil
+}
+
+func (c *dlqCall) peek(ctx context.Context) ([]dlq.Message, error) {
+	prog, done := c.progress("reading", "matched")
+	msgs, err := c.queue.Peek(ctx, dlq.PeekOptions{Filter: c.filter, Limit: c.opts.limit, Progress: prog})
+	done()
+	if msgs == nil {
+		msgs = []dlq.Message{}
+	}
+	return msgs, err
+}
+
+func runDLQShow(ctx context.Context, c *dlqCall) error {
+	msgs, err := c.peek(ctx)
+	if err != nil {
+		return err
+	}
+	if c.opts.json {
+		return writeJSON(c.env.stdout, msgs)
+	}
+	if len(msgs) == 0 {
+		return fmt.Errorf("no matching message in %s", c.queue.Name())
+	}
+	for i, m := range msgs {
+		if i > 0 {
+			fmt.Fprintln(c.env.stdout)
+		}
+		if err := printMessage(c.env.stdout, &m, time.Now()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func printMessage(w io.Writer, m *dlq.Message, now time.Time) error {
+	md := m.Metadata
+	fmt.Fprintf(w, "── message at position %d ──\n", m.Position)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "  %s\t%s\n", k, v)
+		}
+	}
+	row("event id", clean(m.EventID))
+	row("event type", clean(m.EventType))
+	row("class", clean(string(md.Class)))
+	row("error", clean(md.Error))
+	row("attempts", strconv.Itoa(md.Attempts))
+	row("first failure", when(md.FirstFailure, now))
+	row("last failure", when(md.LastFailure, now))
+	row("origin queue", clean(md.OriginQueue))
+	if md.OriginExchange != "" || md.OriginRoutingKey != "" {
+		row("origin", fmt.Sprintf("exchange %q, routing key %q", md.OriginExchange, md.OriginRoutingKey))
+	}
+	row("replays to", clean(m.Origin()))
+	row("consumer", clean(md.Consumer))
+	row("host", clean(md.Host))
+	if md.Replays > 0 {
+		row("replays", strconv.Itoa(md.Replays))
+	}
+	for i, d := range md.Deaths {
+		row(fmt.Sprintf("x-death[%d]", i), fmt.Sprintf("%s from queue %s ×%d at %s (exchange %q, keys %q)",
+			clean(d.Reason), clean(d.Queue), d.Count, when(d.Time, now), d.Exchange, d.RoutingKeys))
+	}
+	for _, p := range md.Problems {
+		row("problem", clean(p))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "  properties:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range []struct{ k, v string }{
+		{"content_type", m.ContentType}, {"content_encoding", m.ContentEncoding},
+		{"delivery_mode", nonZero(m.DeliveryMode)}, {"priority", nonZero(m.Priority)},
+		{"correlation_id", m.CorrelationId}, {"reply_to", m.ReplyTo}, {"expiration", m.Expiration},
+		{"message_id", m.MessageId}, {"timestamp", when(m.Timestamp, now)}, {"type", m.Type},
+		{"user_id", m.UserId}, {"app_id", m.AppId},
+	} {
+		if p.v != "" {
+			fmt.Fprintf(tw, "    %s\t%s\n", p.k, clean(p.v))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(m.Headers) > 0 {
+		fmt.Fprintln(w, "  headers:")
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		keys := make([]string, 0, len(m.Headers))
+		for k := range m.Headers {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(tw, "    %s\t%s\n", clean(k), clean(headerText(m.Headers[k])))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(w, "  body (%d bytes):\n", len(m.Body))
+	fmt.Fprintln(w, indent(bodyText(m.Body), "    "))
+	return nil
+}
+
+// headerText shows a header value with its AMQP type where a plain
+// rendering would hide it.
+func headerText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return fmt.Sprintf("bytes %x", x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	case amqp.Table, []any:
+		b, err := json.Marshal(x)
+		if err == nil {
+			return string(b)
+		}
+	}
+	return fmt.Sprintf("%v (%T)", v, v)
+}
+
+func bodyText(body []byte) string {
+	if !utf8.Valid(body) {
+		return fmt.Sprintf("(not UTF-8; hex) %x", body)
+	}
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, body, "", "  ") == nil {
+		return cleanLines(pretty.String())
+	}
+	return cleanLines(string(body))
+}
+
+func runDLQStats(ctx context.Context, c *dlqCall) error {
+	prog, done := c.progress("counting", "matched")
+	st, err := c.queue.Stats(ctx, dlq.StatsOptions{Filter: c.filter, Progress: prog})
+	done()
+	if err != nil {
+		return err
+	}
+	if c.opts.json {
+		return writeJSON(c.env.stdout, st)
+	}
+	w := c.env.stdout
+	fmt.Fprintf(w, "%s: %d dead messages", st.Queue, st.Total)
+	if !c.filter.IsZero() {
+		fmt.Fprint(w, " matching the filters")
+	}
+	fmt.Fprintln(w)
+	now := time.Now()
+	for _, by := range strings.Split(c.opts.by, ",") {
+		var title string
+		var groups []dlq.Group
+		switch strings.TrimSpace(by) {
+		case "class":
+			title, groups = "CLASS", st.ByClass
+		case "type":
+			title, groups = "EVENT TYPE", st.ByType
+		case "error":
+			title, groups = "ERROR", st.ByError
+		}
+		fmt.Fprintln(w)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintf(tw, "%s\tCOUNT\tOLDEST\tNEWEST\n", title)
+		shown := groups
+		if c.opts.top > 0 && len(shown) > c.opts.top {
+			shown = shown[:c.opts.top]
+		}
+		for _, g := range shown {
+			key := cell(g.Key, 70)
+			if g.Key == "" {
+				key = "(none)"
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", key, g.Count, age(g.Oldest, now), age(g.Newest, now))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if more := len(groups) - len(shown); more > 0 {
+			fmt.Fprintf(w, "… and %d more (--top 0 shows all)\n", more)
+		}
+	}
+	return nil
+}
+
+func runDLQReplay(ctx context.Context, c *dlqCall) error {
+	opts := dlq.ReplayOptions{Filter: c.filter, Limit: c.opts.limit, Rate: c.opts.rate, To: c.opts.to}
+	return c.change("replay", func(dry dlq.Result) string {
+		return fmt.Sprintf("Replay %d of %d messages in %s to %s?", dry.Matched, dry.Total, c.queue.Name(), queueList(dry.Queues))
+	}, func(dryRun bool, progress func(dlq.Progress)) (dlq.Result, error) {
+		opts.DryRun, opts.Progress = dryRun, progress
+		return c.queue.Replay(ctx, opts)
+	})
+}
+
+func runDLQPurge(ctx context.Context, c *dlqCall) error {
+	opts := dlq.PurgeOptions{Filter: c.filter, Limit: c.opts.limit}
+	return c.change("purge", func(dry dlq.Result) string {
+		return fmt.Sprintf("Delete %d of %d messages in %s for good?", dry.Matched, dry.Total, c.queue.Name())
+	}, func(dryRun bool, progress func(dlq.Progress)) (dlq.Result, error) {
+		opts.DryRun, opts.Progress = dryRun, progress
+		return c.queue.Purge(ctx, opts)
+	})
+}
+
+// change runs a replay or a purge. Asked on a terminal (no --yes, no
+// --dry-run), it first runs do as a dry run so the question can give the
+// real numbers.
+func (c *dlqCall) change(op string, question func(dlq.Result) string, do func(dryRun bool, progress func(dlq.Progress)) (dlq.Result, error)) error {
+	var res dlq.Result
+	var err error
+	if !c.opts.dryRun && !c.opts.yes {
+		c.withProgress("checking", "matched", func(p func(dlq.Progress)) { res, err = do(true, p) })
+		if err != nil {
+			return err
+		}
+		if res.Matched == 0 {
+			return c.report(op, res, nil)
+		}
+		if err := c.confirm(question(res)); err != nil {
+			return err
+		}
+	}
+	c.withProgress(verbs[op].doing, verbs[op].did, func(p func(dlq.Progress)) { res, err = do(c.opts.dryRun, p) })
+	return c.report(op, res, err)
+}
+
+func runDLQExport(ctx context.Context, c *dlqCall) (err error) {
+	out, dest := c.env.stdout, "standard output"
+	var file *os.File
+	if c.opts.output != "" && c.opts.output != "-" {
+		// Written under a temporary name and renamed when complete, so
+		// the named file is never a partial export.
+		dest = c.opts.output
+		file, err = os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".*.tmp")
+		if err != nil {
+			return fmt.Errorf("create export file: %w", err)
+		}
+		defer func() {
+			if err != nil {
+				file.Close()
+				os.Remove(file.Name())
+			}
+		}()
+		out = file
+	}
+	var n int
+	c.withProgress("exporting", "exported", func(p func(dlq.Progress)) {
+		n, err = c.queue.Export(ctx, out, dlq.ExportOptions{Filter: c.filter, Limit: c.opts.limit, Progress: p})
+	})
+	if err != nil {
+		return err
+	}
+	if file != nil {
+		if err = file.Close(); err != nil {
+			return fmt.Errorf("write %s: %w", dest, err)
+		}
+		if err = os.Rename(file.Name(), dest); err != nil {
+			return fmt.Errorf("write %s: %w", dest, err)
+		}
+	}
+	fmt.Fprintf(c.env.stderr, "exported %d messages from %s to %s\n", n, c.queue.Name(), dest)
+	return nil
+}
+
+func runDLQImport(ctx context.Context, c *dlqCall) error {
+	in, name := dlqStdin, "standard input"
+	if c.args[0] != "-" {
+		name = c.args[0]
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	msgs, err := dlq.ReadMessages(in)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	target := cmp.Or(c.opts.to, c.queue.Name())
+	if err := c.confirm(fmt.Sprintf("Publish %d messages from %s into %s?", len(msgs), name, target)); err != nil {
+		return err
+	}
+	var res dlq.Result
+	c.withProgress(verbs["import"].doing, verbs["import"].did, func(p func(dlq.Progress)) {
+		res, err = c.queue.Import(ctx, msgs, dlq.ImportOptions{To: c.opts.to, Progress: p})
+	})
+	return c.report("import", res, err)
+}
+
+var verbs = map[string]struct{ doing, did, would string }{
+	"replay": {"replaying", "replayed", "would replay"},
+	"purge":  {"purging", "purged", "would purge"},
+	"import": {"importing", "imported", "would import"},
+}
+
+// report prints what a changing operation did, then turns its error, if
+// any, into one line that says what state the queues are in.
+func (c *dlqCall) report(op string, res dlq.Result, opErr error) error {
+	interrupted := errors.Is(opErr, context.Canceled)
+	if c.opts.json {
+		out := struct {
+			Queue       string `json:"queue"`
+			Operation   string `json:"operation"`
+			Interrupted bool   `json:"interrupted,omitempty"`
+			Error       string `json:"error,omitempty"`
+			dlq.Result
+		}{Queue: c.queue.Name(), Operation: op, Interrupted: interrupted, Result: res}
+		if opErr != nil {
+			out.Error = opErr.Error()
+		}
+		if err := writeJSON(c.env.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		w := c.env.stdout
+		verb := verbs[op].did
+		if res.DryRun {
+			verb = "dry run: " + verbs[op].would
+		}
+		if op == "import" {
+			fmt.Fprintf(w, "%s %d of %d messages\n", verb, res.Done, res.Total)
+		} else {
+			n := res.Done
+			if res.DryRun {
+				n = res.Matched
+			}
+			fmt.Fprintf(w, "%s %d of %d messages in %s (%d looked at)\n", verb, n, res.Total, c.queue.Name(), res.Scanned)
+		}
+		for _, q := range slices.Sorted(mapsKeys(res.Queues)) {
+			fmt.Fprintf(w, "  %6d → %s\n", res.Queues[q], clean(q))
+		}
+		if res.DryRun {
+			fmt.Fprintln(w, "nothing was changed")
+		}
+	}
+	switch {
+	case opErr == nil:
+		return nil
+	case interrupted && op == "import":
+		return fmt.Errorf("interrupted: imported the file's first %d of %d messages", res.Done, res.Total)
+	case interrupted:
+		return fmt.Errorf("interrupted: %s %d messages; every other message is still in %s", verbs[op].did, res.Done, c.queue.Name())
+	}
+	return opErr
+}
+
+func mapsKeys(m map[string]int) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func queueList(qs map[string]int) string {
+	names := slices.Sorted(mapsKeys(qs))
+	for i, n := range names {
+		names[i] = clean(n)
+	}
+	return strings.Join(names, ", ")
+}
+
+// withProgress runs f with a progress callback that draws a bar on stderr
+// when stderr is a terminal, and clears the bar afterwards.
+func (c *dlqCall) withProgress(verb, doneWord string, f func(func(dlq.Progress))) {
+	prog, done := c.progress(verb, doneWord)
+	defer done()
+	f(prog)
+}
+
+func (c *dlqCall) progress(verb, doneWord string) (func(dlq.Progress), func()) {
+	if !isTerminal(c.env.stderr) {
+		return nil, func() {}
+	}
+	bar := &progressBar{w: c.env.stderr, verb: verb, doneWord: doneWord, start: time.Now()}
+	return bar.update, bar.clear
+}
+
+// progressBar draws one self-overwriting line. It stays silent for
+// operations that finish quickly, so short commands do not flicker.
+type progressBar struct {
+	w              io.Writer
+	verb, doneWord string
+	start, last    time.Time
+	drawn          bool
+}
+
+const progressDelay = 300 * time.Millisecond
+
+func (b *progressBar) update(p dlq.Progress) {
+	now := time.Now()
+	if now.Sub(b.start) < progressDelay || now.Sub(b.last) < 100*time.Millisecond {
+		return
+	}
+	b.last, b.drawn = now, true
+	const width = 30
+	filled := width
+	if p.Total > 0 {
+		filled = min(width, p.Scanned*width/p.Total)
+	}
+	done := p.Done
+	if b.doneWord == "matched" { // reads and dry runs count what they select
+		done = p.Matched
+	}
+	fmt.Fprintf(b.w, "\r%s [%s%s] %d/%d, %d %s", b.verb, strings.Repeat("=", filled), strings.Repeat(" ", width-filled),
+		p.Scanned, p.Total, done, b.doneWord)
+}
+
+func (b *progressBar) clear() {
+	if b.drawn {
+		fmt.Fprint(b.w, "\r\033[K")
+	}
+}
+
+func nonZero(n uint8) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(int(n))
+}

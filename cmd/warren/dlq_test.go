@@ -1,0 +1,582 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "warren-cli-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildWarren builds the command once per test process; every CLI test runs
+// the real binary.
+var buildWarren = sync.OnceValues(func() (string, error) {
+	bin := filepath.Join(binDir, "warren")
+	// go test puts its own GOROOT/bin first on PATH.
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// runWarren runs the built binary with AMQP_URL pointing at the test broker
+// and stdin from stdin (empty when nil), so never a terminal.
+func runWarren(t *testing.T, stdin []byte, args ...string) result {
+	t.Helper()
+	cmd := warrenCmd(t, stdin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("run warren %v: %v", args, err)
+	}
+	return result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}
+}
+
+func warrenCmd(t *testing.T, stdin []byte, args ...string) *exec.Cmd {
+	t.Helper()
+	bin, err := buildWarren()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "AMQP_URL="+testenv.AMQPURL(t))
+	cmd.Stdin = bytes.NewReader(stdin)
+	return cmd
+}
+
+// ok runs warren and fails t unless it exits 0.
+func ok(t *testing.T, args ...string) result {
+	t.Helper()
+	r := runWarren(t, nil, args...)
+	if r.code != 0 {
+		t.Fatalf("warren %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func decodeJSON[T any](t *testing.T, s string) T {
+	t.Helper()
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("decode %T from %.300q: %v", v, s, err)
+	}
+	return v
+}
+
+var (
+	cliTypes   = []string{"workitem.created", "workitem.updated", "cycle.created", "module.deleted", "label.created"}
+	cliClasses = []dlq.Class{dlq.ClassPermanent, dlq.ClassExhausted, dlq.ClassUndecodable, dlq.ClassUnhandled}
+)
+
+// deadMessages returns n dead messages of mixed types, classes and errors;
+// the type and the class vary independently.
+func deadMessages(top testenv.DeadLetterTopology, n int) []amqp.Publishing {
+	out := make([]amqp.Publishing, n)
+	for i := range out {
+		class := cliClasses[(i/len(cliTypes))%len(cliClasses)]
+		d := testenv.Dead{
+			ID: fmt.Sprintf("ev-%05d", i), Type: cliTypes[i%len(cliTypes)], Class: class,
+			Err: fmt.Sprintf("%s failure #%d", class, i%3), At: time.Now().Add(-time.Duration(i) * time.Second), Attempts: 1 + i%5,
+		}
+		if class == dlq.ClassUndecodable {
+			d.Body = []byte("{not json")
+		}
+		out[i] = top.Message(d)
+	}
+	return out
+}
+
+func expiredMessages(n int) []amqp.Publishing {
+	out := make([]amqp.Publishing, n)
+	for i := range out {
+		out[i] = amqp.Publishing{MessageId: fmt.Sprintf("exp-%03d", i), Type: cliTypes[i%len(cliTypes)], ContentType: "application/json",
+			DeliveryMode: amqp.Persistent, Body: []byte(fmt.Sprintf(`{"event_id":"exp-%03d"}`, i))}
+	}
+	return out
+}
+
+// 10,000 dead messages: stats groups them exactly; a filtered replay moves
+// exactly the matching ones, to the origin queue only (a second queue on
+// the consumer's fanout exchange stays empty), and the rest stay.
+func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	sibling := testenv.Name(t, "sibling")
+	testenv.CleanupQueues(t, sibling)
+	if _, err := ch.QueueDeclare(sibling, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(sibling, "", top.Exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	dead := deadMessages(top, 9800)
+	start := time.Now()
+	testenv.PublishConfirmed(t, conn, top.DLQ, dead)
+	top.Expire(t, conn, expiredMessages(200))
+	t.Logf("published 10,000 dead messages in %v", time.Since(start))
+
+	want := map[string]map[string]int{"class": {}, "type": {}, "error": {}}
+	matching := map[string]bool{}
+	for _, p := range dead {
+		md := dlq.ParseMetadata(p.Headers)
+		want["class"][string(md.Class)]++
+		want["type"][p.Type]++
+		want["error"][md.Error]++
+		if strings.HasPrefix(p.Type, "workitem.") && (md.Class == dlq.ClassPermanent || md.Class == dlq.ClassExhausted) {
+			matching[p.MessageId] = true
+		}
+	}
+	for _, p := range expiredMessages(200) {
+		want["class"]["expired"]++
+		want["type"][p.Type]++
+		want["error"]["dead-lettered by the broker (expired) from queue "+top.Consumer]++
+	}
+
+	start = time.Now()
+	st := decodeJSON[dlq.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
+	t.Logf("stats over 10,000 messages took %v", time.Since(start))
+	if st.Total != 10000 {
+		t.Fatalf("stats total %d, want 10000", st.Total)
+	}
+	for name, groups := range map[string][]dlq.Group{"class": st.ByClass, "type": st.ByType, "error": st.ByError} {
+		got := map[string]int{}
+		for _, g := range groups {
+			got[g.Key] = g.Count
+		}
+		if !reflect.DeepEqual(got, want[name]) {
+			t.Errorf("stats by %s:\n got %v\nwant %v", name, got, want[name])
+		}
+	}
+	human := ok(t, "dlq", "stats", "--queue", top.Consumer).stdout
+	for _, s := range []string{top.DLQ + `: 10000 dead messages`, `\nCLASS +COUNT +OLDEST +NEWEST\n`, `\nexpired +200 `, `\nEVENT TYPE +COUNT`, `\nworkitem\.created +2000 `, `\nERROR +COUNT`, `… and 3 more`} {
+		if !regexp.MustCompile(s).MatchString(human) {
+			t.Errorf("stats output lacks %s:\n%s", s, human)
+		}
+	}
+
+	start = time.Now()
+	r := ok(t, "dlq", "replay", "--queue", top.DLQ, "--type", "workitem.", "--class", "permanent,exhausted", "--yes", "--json")
+	t.Logf("replay of %d matching messages took %v", len(matching), time.Since(start))
+	res := decodeJSON[dlq.Result](t, r.stdout)
+	if res.Done != len(matching) || res.Scanned != 10000 || res.Queues[top.Consumer] != len(matching) || len(res.Queues) != 1 {
+		t.Fatalf("replay result %+v, want %d replayed to %s", res, len(matching), top.Consumer)
+	}
+	if n := testenv.QueueDepth(t, ch, sibling); n != 0 {
+		t.Fatalf("the other queue on the fanout exchange got %d messages", n)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the rest back in the DLQ", func() bool {
+		return testenv.QueueDepth(t, ch, top.DLQ) == 10000-len(matching)
+	})
+	replayed := testenv.Drain(t, conn, top.Consumer)
+	got := map[string]bool{}
+	for _, d := range replayed {
+		got[d.MessageId] = true
+	}
+	if len(replayed) != len(matching) || !reflect.DeepEqual(got, matching) {
+		t.Fatalf("origin queue holds %d messages, want exactly the %d matching", len(replayed), len(matching))
+	}
+	left := decodeJSON[dlq.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--type", "workitem.", "--class", "permanent,exhausted", "--json").stdout)
+	if left.Total != 0 {
+		t.Fatalf("%d matching messages left in the DLQ", left.Total)
+	}
+}
+
+// SIGINT halfway through a rate-limited replay: the command stops with a
+// non-zero exit and one line saying so, and every message is afterwards in
+// the DLQ or the origin queue, exactly once.
+func TestCLIReplayInterruptedBySIGINT(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	const total = 600
+	msgs := deadMessages(top, total)
+	testenv.PublishConfirmed(t, conn, top.DLQ, msgs)
+
+	cmd := warrenCmd(t, nil, "dlq", "replay", "--queue", top.Consumer, "--rate", "300", "--yes")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the replay to get going", func() bool {
+		return testenv.QueueDepth(t, ch, top.Consumer) >= total/3
+	})
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 1 {
+		t.Fatalf("interrupted replay exited %d (%v), want 1\nstderr: %s", code, err, stderr.String())
+	}
+	if lines := strings.Split(strings.TrimSpace(stderr.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "interrupted") {
+		t.Fatalf("stderr: %q", stderr.String())
+	}
+
+	testenv.WaitFor(t, 10*time.Second, "every message accounted for", func() bool {
+		return testenv.QueueDepth(t, ch, top.DLQ)+testenv.QueueDepth(t, ch, top.Consumer) >= total
+	})
+	origin, dead := testenv.Drain(t, conn, top.Consumer), testenv.Drain(t, conn, top.DLQ)
+	t.Logf("after SIGINT: %d in the origin queue, %d in the DLQ; stdout %q, stderr %q", len(origin), len(dead), stdout.String(), stderr.String())
+	if len(origin) == 0 || len(origin) == total {
+		t.Fatalf("the interrupt did not land mid-replay: %d of %d replayed", len(origin), total)
+	}
+	all := append(testenv.MessageIDs(origin), testenv.MessageIDs(dead)...)
+	slices.Sort(all)
+	var want []string
+	for _, m := range msgs {
+		want = append(want, m.MessageId)
+	}
+	slices.Sort(want)
+	if !slices.Equal(all, want) {
+		t.Fatalf("origin (%d) + DLQ (%d) is not every message exactly once", len(origin), len(dead))
+	}
+	if !strings.Contains(stdout.String(), fmt.Sprintf("replayed %d of", len(origin))) {
+		t.Errorf("the summary does not match what was moved (%d): %q", len(origin), stdout.String())
+	}
+}
+
+// Export then import reproduces every message: body, every property, and
+// headers of every AMQP type, RabbitMQ's x-death included.
+func TestCLIExportImportRoundTrip(t *testing.T) {
+	conn, ch, src := testenv.NewDeadLetterTopology(t)
+	dst := testenv.DeclareDeadLetterTopology(t, ch)
+	odd := src.Message(testenv.Dead{ID: "odd", Type: "workitem.updated", Class: dlq.ClassExhausted, Err: "boom\nsecond line", Attempts: 5})
+	for k, v := range (amqp.Table{
+		"i8": int8(-3), "u8": uint8(200), "i16": int16(-300), "u16": uint16(60000), "i32": int32(-70000), "u32": uint32(4000000000),
+		"i64": int64(-1 << 40), "f32": float32(1.25), "f64": 2.5e-300, "dec": amqp.Decimal{Scale: 2, Value: 12345},
+		"arr": []any{"x", int32(1), amqp.Table{"k": "v"}}, "ts": time.Unix(1700000000, 0), "tbl": amqp.Table{"n": amqp.Table{"z": true}},
+		"bin": []byte{0, 1, 255}, "void": nil, "not-utf8": "\xff\xfe",
+	}) {
+		odd.Headers[k] = v
+	}
+	odd.Body = []byte{0xff, 0x00, 'x'}
+	odd.ContentType, odd.ContentEncoding, odd.Priority, odd.CorrelationId, odd.ReplyTo, odd.AppId, odd.Expiration =
+		"application/octet-stream", "gzip", 7, "corr", "reply.q", "tests", "86400000"
+	testenv.PublishInOrder(t, conn, src.DLQ, append(deadMessages(src, 30), odd))
+	src.Expire(t, conn, expiredMessages(3))
+
+	file := filepath.Join(t.TempDir(), "dead.jsonl")
+	r := ok(t, "dlq", "export", "--queue", src.Consumer, "--output", file)
+	if !strings.Contains(r.stderr, "exported 34 messages") {
+		t.Fatalf("export said %q", r.stderr)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(data, []byte("\n")); n != 34 {
+		t.Fatalf("export file has %d lines, want 34", n)
+	}
+	if stdoutExport := ok(t, "dlq", "export", "--queue", src.Consumer).stdout; stdoutExport != string(data) {
+		t.Fatal("export to standard output differs from export to a file")
+	}
+
+	if r := runWarren(t, nil, "dlq", "import", "--queue", dst.Consumer, file); r.code != 2 {
+		t.Fatalf("import without --yes and no terminal: exit %d, %s", r.code, r.stderr)
+	}
+	r = ok(t, "dlq", "import", "--queue", dst.Consumer, "--yes", file)
+	if !strings.Contains(r.stdout, "imported 34 of 34") {
+		t.Fatalf("import said %q", r.stdout)
+	}
+	orig, copied := testenv.Drain(t, conn, src.DLQ), testenv.Drain(t, conn, dst.DLQ)
+	if len(orig) != 34 || len(copied) != 34 {
+		t.Fatalf("%d originals, %d copies", len(orig), len(copied))
+	}
+	for i := range orig {
+		a, b := testenv.AsPublishing(orig[i]), testenv.AsPublishing(copied[i])
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("message %d differs after export and import:\n got %#v\nwant %#v", i, b, a)
+		}
+	}
+	if _, ok := copied[33].Headers["x-death"]; !ok {
+		t.Fatal("x-death lost in the round trip")
+	}
+
+	// Standard input works too.
+	r = runWarren(t, data, "dlq", "import", "--queue", dst.Consumer, "--yes", "--json", "-")
+	if r.code != 0 || decodeJSON[dlq.Result](t, r.stdout).Done != 34 {
+		t.Fatalf("import from stdin: exit %d, %s %s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// ls, show, stats and export leave the DLQ as it was: same count, same
+// order, same content.
+func TestCLIReadsLeaveQueueUnchanged(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	msgs := deadMessages(top, 200)
+	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
+
+	ls := ok(t, "dlq", "ls", "--queue", top.Consumer).stdout
+	if !strings.Contains(ls, "POS") || !strings.Contains(ls, "ev-00019") || strings.Contains(ls, "ev-00020") || !strings.Contains(ls, "20 shown; 200 messages") {
+		t.Fatalf("ls output:\n%s", ls)
+	}
+	listed := decodeJSON[[]json.RawMessage](t, ok(t, "dlq", "ls", "--queue", top.Consumer, "--limit", "0", "--type", "cycle.", "--json").stdout)
+	if len(listed) != 40 {
+		t.Fatalf("ls --type cycle. --limit 0 listed %d, want 40", len(listed))
+	}
+	var first dlq.Message
+	if err := first.UnmarshalJSON(listed[0]); err != nil || first.EventID != "ev-00002" || first.Position != 2 {
+		t.Fatalf("first listed: %+v, %v", first, err)
+	}
+	show := ok(t, "dlq", "show", "--queue", top.Consumer, "ev-00042").stdout
+	for _, s := range []string{"event id", "ev-00042", "class", "permanent", "attempts", "3", "origin queue", top.Consumer, "x-warren-error", "body ("} {
+		if !strings.Contains(show, s) {
+			t.Errorf("show output lacks %q:\n%s", s, show)
+		}
+	}
+	ok(t, "dlq", "show", "--queue", top.Consumer, "--class", "undecodable", "--limit", "3", "--json")
+	ok(t, "dlq", "stats", "--queue", top.Consumer)
+	ok(t, "dlq", "export", "--queue", top.Consumer)
+	ok(t, "dlq", "replay", "--queue", top.Consumer, "--dry-run")
+	ok(t, "dlq", "purge", "--queue", top.Consumer, "--dry-run")
+
+	testenv.WaitFor(t, 5*time.Second, "all 200 in the DLQ", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 200 })
+	after := testenv.Drain(t, conn, top.DLQ)
+	if len(after) != 200 {
+		t.Fatalf("DLQ holds %d messages after reading, want 200", len(after))
+	}
+	for i, d := range after {
+		if !reflect.DeepEqual(testenv.AsPublishing(d), msgs[i]) {
+			t.Fatalf("message %d changed or moved:\n got %#v\nwant %#v", i, testenv.AsPublishing(d), msgs[i])
+		}
+	}
+}
+
+func TestCLIPurge(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 100))
+	r := ok(t, "dlq", "purge", "--queue", top.Consumer, "--class", "undecodable", "--dry-run")
+	if !strings.Contains(r.stdout, "would purge 25 of 100") || !strings.Contains(r.stdout, "nothing was changed") {
+		t.Fatalf("dry run said %q", r.stdout)
+	}
+	r = ok(t, "dlq", "purge", "--queue", top.Consumer, "--class", "undecodable", "--limit", "10", "--yes", "--json")
+	if res := decodeJSON[dlq.Result](t, r.stdout); res.Done != 10 {
+		t.Fatalf("purge --limit 10 purged %d", res.Done)
+	}
+	testenv.WaitFor(t, 5*time.Second, "90 left", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 90 })
+	left := decodeJSON[dlq.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
+	for _, g := range left.ByClass {
+		if g.Key == "undecodable" && g.Count != 15 {
+			t.Fatalf("%d undecodable left, want 15", g.Count)
+		}
+	}
+}
+
+// Bad input of every kind gets one line on stderr, no stack trace, and a
+// non-zero exit: 2 for a wrong command line, 1 for a failed operation.
+func TestCLIBadInput(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
+	badFile := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(badFile, []byte(`{"body":"ok"}`+"\n"+`{"body":"x","headers":{"n":{"type":"int8","value":999}}}`+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown queue", []string{"dlq", "ls", "--queue", top.Consumer + "-nope"}, 1, "no such queue"},
+		{"unknown queue, full name", []string{"dlq", "stats", "--queue", "nope-" + top.DLQ}, 1, "no such queue"},
+		{"unreachable broker", []string{"dlq", "ls", "--queue", top.Consumer, "--amqp-url", "amqp://guest:s3cret@127.0.0.1:1/"}, 1, "connection refused"},
+		{"malformed class", []string{"dlq", "replay", "--queue", top.Consumer, "--class", "permanant", "--yes"}, 2, `unknown error class "permanant"`},
+		{"malformed age", []string{"dlq", "purge", "--queue", top.Consumer, "--older-than", "yesterday", "--yes"}, 2, "--older-than"},
+		{"contradictory ages", []string{"dlq", "ls", "--queue", top.Consumer, "--older-than", "2h", "--newer-than", "1h"}, 2, "no message is older"},
+		{"negative limit", []string{"dlq", "ls", "--queue", top.Consumer, "--limit", "-1"}, 2, "--limit"},
+		{"negative rate", []string{"dlq", "replay", "--queue", top.Consumer, "--rate", "-5", "--yes"}, 2, "--rate"},
+		{"unknown flag", []string{"dlq", "ls", "--queue", top.Consumer, "--colour"}, 2, "--colour"},
+		{"missing queue", []string{"dlq", "stats"}, 2, "--queue is required"},
+		{"unknown subcommand", []string{"dlq", "list"}, 2, `unknown subcommand "list"`},
+		{"unknown command", []string{"dlx"}, 2, `unknown command "dlx"`},
+		{"stray argument", []string{"dlq", "ls", "--queue", top.Consumer, "extra"}, 2, `unexpected argument "extra"`},
+		{"replay without --yes", []string{"dlq", "replay", "--queue", top.Consumer}, 2, "--yes"},
+		{"missing target", []string{"dlq", "replay", "--queue", top.Consumer, "--to", top.Consumer + "-nope", "--yes"}, 1, "no such queue"},
+		{"damaged import", []string{"dlq", "import", "--queue", top.Consumer, "--yes", badFile}, 1, "line 2"},
+		{"missing import file", []string{"dlq", "import", "--queue", top.Consumer, "--yes", badFile + ".nope"}, 1, "no such file"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runWarren(t, nil, c.args...)
+			if r.code != c.code {
+				t.Fatalf("exit %d, want %d\nstderr: %s", r.code, c.code, r.stderr)
+			}
+			first, _, _ := strings.Cut(r.stderr, "\n")
+			if !strings.Contains(first, c.want) {
+				t.Fatalf("first line of stderr %q lacks %q", first, c.want)
+			}
+			lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+			if len(lines) > 2 || (len(lines) == 2 && !strings.HasPrefix(lines[1], "Run 'warren")) {
+				t.Fatalf("more than a one-line error:\n%s", r.stderr)
+			}
+			for _, bad := range []string{"s3cret", "goroutine", "panic", ".go:"} {
+				if strings.Contains(r.stderr+r.stdout, bad) {
+					t.Fatalf("output contains %q:\n%s%s", bad, r.stdout, r.stderr)
+				}
+			}
+		})
+	}
+	if n := testenv.QueueDepth(t, ch, top.DLQ); n != 5 {
+		t.Fatalf("bad command lines changed the DLQ: %d messages, want 5", n)
+	}
+	if n := testenv.QueueDepth(t, ch, top.Consumer); n != 0 {
+		t.Fatalf("bad command lines replayed %d messages", n)
+	}
+}
+
+func TestCLIHelp(t *testing.T) {
+	r := ok(t, "--help")
+	if !strings.Contains(r.stdout, "dlq ") {
+		t.Fatalf("warren --help lacks dlq:\n%s", r.stdout)
+	}
+	r = ok(t, "dlq", "--help")
+	for _, s := range []string{"Usage: warren dlq <subcommand>", "Subcommands:", "Filters", "Examples:", "Exit status"} {
+		if !strings.Contains(r.stdout, s) {
+			t.Errorf("warren dlq --help lacks %q", s)
+		}
+	}
+	for _, sub := range dlqSubs {
+		r := ok(t, "dlq", sub.name, "--help")
+		for _, s := range []string{"Usage: warren dlq " + sub.name, "Flags:", "--queue NAME", "--amqp-url URL", "Examples:\n  warren dlq"} {
+			if !strings.Contains(r.stdout, s) {
+				t.Errorf("warren dlq %s --help lacks %q:\n%s", sub.name, s, r.stdout)
+			}
+		}
+		if strings.Contains(r.stdout, "guest:guest") {
+			t.Errorf("warren dlq %s --help prints the default password", sub.name)
+		}
+	}
+	if r := runWarren(t, nil, "dlq"); r.code != 2 {
+		t.Fatalf("warren dlq with no subcommand: exit %d", r.code)
+	}
+}
+
+// On a terminal, replay and purge say what they are about to do, with the
+// numbers, and do nothing unless the answer is yes. (In process, with the
+// terminal faked: the binary tests never have one.)
+func TestDLQConfirmsOnATerminal(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
+
+	oldStdin, oldIsTerminal := dlqStdin, isTerminal
+	t.Cleanup(func() { dlqStdin, isTerminal = oldStdin, oldIsTerminal })
+	isTerminal = func(any) bool { return true }
+	runWith := func(answer string, args ...string) (int, string) {
+		dlqStdin = strings.NewReader(answer)
+		var stdout, stderr bytes.Buffer
+		env := &cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+			if k == "AMQP_URL" {
+				return testenv.AMQPURL(t)
+			}
+			return ""
+		}}
+		code := run(context.Background(), env, args)
+		return code, stderr.String()
+	}
+
+	code, stderr := runWith("n\n", "dlq", "replay", "--queue", top.Consumer, "--type", "workitem.")
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("Replay 2 of 5 messages in %s to %s? [y/N]", top.DLQ, top.Consumer)) || !strings.Contains(stderr, "cancelled") {
+		t.Fatalf("declined replay: exit %d, stderr %q", code, stderr)
+	}
+	code, stderr = runWith("", "dlq", "purge", "--queue", top.Consumer)
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("Delete 5 of 5 messages in %s for good? [y/N]", top.DLQ)) {
+		t.Fatalf("purge with no answer: exit %d, stderr %q", code, stderr)
+	}
+	testenv.WaitFor(t, 5*time.Second, "all 5 still in the DLQ", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 5 })
+	if n := testenv.QueueDepth(t, ch, top.Consumer); n != 0 {
+		t.Fatalf("a declined replay moved %d messages", n)
+	}
+
+	if code, stderr = runWith("y\n", "dlq", "replay", "--queue", top.Consumer, "--type", "workitem."); code != 0 {
+		t.Fatalf("confirmed replay: exit %d, stderr %q", code, stderr)
+	}
+	if n := testenv.QueueDepth(t, ch, top.Consumer); n != 2 {
+		t.Fatalf("confirmed replay moved %d messages, want 2", n)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	var out bytes.Buffer
+	bar := &progressBar{w: &out, verb: "replaying", doneWord: "replayed", start: time.Now()}
+	bar.update(dlq.Progress{Total: 100, Scanned: 1})
+	bar.clear()
+	if out.Len() != 0 {
+		t.Fatalf("a bar was drawn for an operation younger than %v: %q", progressDelay, out.String())
+	}
+	bar.start = time.Now().Add(-time.Second)
+	bar.update(dlq.Progress{Total: 100, Scanned: 50, Done: 10})
+	bar.clear()
+	want := "\rreplaying [" + strings.Repeat("=", 15) + strings.Repeat(" ", 15) + "] 50/100, 10 replayed\r\033[K"
+	if out.String() != want {
+		t.Fatalf("bar drew %q, want %q", out.String(), want)
+	}
+
+	out.Reset()
+	check := &progressBar{w: &out, verb: "checking", doneWord: "matched", start: time.Now().Add(-time.Second)}
+	check.update(dlq.Progress{Total: 10, Scanned: 10, Matched: 4})
+	if !strings.HasSuffix(out.String(), "] 10/10, 4 matched") {
+		t.Fatalf("a dry run's bar drew %q", out.String())
+	}
+
+	c := &dlqCall{env: &cliEnv{stderr: &out}}
+	if prog, _ := c.progress("x", "y"); prog != nil {
+		t.Fatal("a progress bar on a writer that is not a terminal")
+	}
+}
+
+func TestCleanEscapesTerminalControls(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain ✓":          "plain ✓",
+		"red \x1b[31m":     `red \x1b[31m`,
+		"line\nbreak\ttab": `line\nbreak\ttab`,
+		"bad \xff utf8":    `bad \xff utf8`,
+		"rtl \u202eevil":   `rtl \u202eevil`,
+		"real \uFFFD kept": "real \uFFFD kept",
+	} {
+		if got := clean(in); got != want {
+			t.Errorf("clean(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,482 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/internal/redact"
+	"github.com/warrenmq/warren/relay"
+)
+
+// defaultOutboxDatabaseURL is the database when neither --database-url nor
+// DATABASE_URL says otherwise: the local development database.
+const defaultOutboxDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+var outboxCommand = command{name: "outbox", summary: "migrate, inspect, redrive and purge the outbox table", run: runOutbox}
+
+// outboxSub is one `warren outbox` subcommand.
+type outboxSub struct {
+	name, summary, about string
+	examples             []string
+	flags                func(fs *flagSet, o *outboxOptions)
+	run                  func(ctx context.Context, c *outboxCall) error
+}
+
+var outboxSubs = []outboxSub{
+	{
+		name: "migrate", summary: "create the outbox table or bring it up to date",
+		about: "Create the outbox table, its indexes and its migrations record, or apply the migrations it lacks. Safe to run at every deploy and from several places at once.",
+		examples: []string{
+			"warren outbox migrate",
+			"warren outbox migrate --table orders_outbox",
+		},
+		run: runOutboxMigrate,
+	},
+	{
+		name: "stats", summary: "count rows by state: pending, in flight, retrying, dead, delivered",
+		about: "Count the outbox rows by state and show how long the oldest pending row has waited. A growing pending count or age means the relay is down or falling behind; dead rows need a look ('warren outbox dead').",
+		examples: []string{
+			"warren outbox stats",
+			"warren outbox stats --json | jq .dead",
+		},
+		flags: func(fs *flagSet, o *outboxOptions) { o.jsonFlag(fs) },
+		run:   runOutboxStats,
+	},
+	{
+		name: "dead", summary: "list dead rows and why they died",
+		about: "List the rows the relay gave up on, oldest first, with their attempts and last error. --json prints each whole row, event included.",
+		examples: []string{
+			"warren outbox dead",
+			"warren outbox dead --type workitem. --limit 0 --json",
+		},
+		flags: func(fs *flagSet, o *outboxOptions) { o.filterFlags(fs); o.limitFlag(fs, 20); o.jsonFlag(fs) },
+		run:   runOutboxDead,
+	},
+	{
+		name: "redrive", summary: "make dead rows pending again",
+		about: "Make the dead rows that match the filters pending again with their attempts reset, so the relay publishes them at once. Without a filter, --all is required.",
+		examples: []string{
+			"warren outbox redrive --type workitem.",
+			"warren outbox redrive --id 0b7c5e2a-9f7d-4c1e-8a53-2f0f4f1c9d11",
+			"warren outbox redrive --all",
+		},
+		flags: func(fs *flagSet, o *outboxOptions) {
+			o.filterFlags(fs)
+			o.limitFlag(fs, 0)
+			fs.Bool(&o.all, "all", "redrive every dead row (needed when no filter is given)")
+		},
+		run: runOutboxRedrive,
+	},
+	{
+		name: "purge", summary: "delete delivered and dead rows older than a cutoff",
+		about: "Delete finished rows (delivered rows kept by --keep-delivered, and dead rows) that finished more than --older-than ago, in batches, one transaction each. With --archive FILE each batch is first appended to FILE as JSON Lines and synced to disk; if that fails, the batch is not deleted and purge stops. Pending rows are never purged. Needs --yes.",
+		examples: []string{
+			"warren outbox purge --older-than 7d --yes",
+			"warren outbox purge --older-than 2d --state dead --archive dead-rows.jsonl --yes",
+		},
+		flags: func(fs *flagSet, o *outboxOptions) {
+			fs.Var(&o.olderThan, "older-than", "AGE", "purge rows that finished at least AGE ago: 36h, 7d; required")
+			fs.String(&o.state, "state", "STATE", "which rows: delivered, dead or all", "all")
+			fs.Int(&o.batch, "batch", "N", "rows per transaction", relay.DefaultPurgeBatchSize)
+			fs.String(&o.archive, "archive", "FILE", "append each batch to FILE (JSON Lines) before deleting it", "")
+			fs.Bool(&o.yes, "yes", "confirm the deletion")
+		},
+		run: runOutboxPurge,
+	},
+}
+
+// outboxOptions holds every flag of every subcommand; each registers its
+// own.
+type outboxOptions struct {
+	db outboxDBFlags
+
+	json, all, yes bool
+	types, ids     listFlag
+	entity         string
+	limit, batch   int
+	olderThan      ageFlag
+	state, archive string
+}
+
+// outboxDBFlags are the flags that name the database and the table, shared
+// with 'warren relay run'.
+type outboxDBFlags struct{ databaseURL, table string }
+
+func (f *outboxDBFlags) register(fs *flagSet) {
+	fs.String(&f.databaseURL, "database-url", "URL", "the Postgres database; default $DATABASE_URL, else "+defaultOutboxDatabaseURL, "")
+	fs.String(&f.table, "table", "NAME", "the outbox table; default $WARREN_OUTBOX_TABLE, else "+relay.DefaultTable, "")
+}
+
+// resolve fills what the flags left empty from the environment and the
+// defaults.
+func (f *outboxDBFlags) resolve(env *cliEnv) {
+	f.databaseURL = cmp.Or(f.databaseURL, env.getenv("DATABASE_URL"), defaultOutboxDatabaseURL)
+	f.table = cmp.Or(f.table, env.getenv("WARREN_OUTBOX_TABLE"), relay.DefaultTable)
+}
+
+// open validates the table name and connects, with the password kept out
+// of every error.
+func (f *outboxDBFlags) open(ctx context.Context) (*relay.Outbox, *pgxpool.Pool, error) {
+	ob, err := relay.NewOutbox(f.table)
+	if err != nil {
+		return nil, nil, usagef("--table: %v", err)
+	}
+	cfg, err := pgxpool.ParseConfig(f.databaseURL)
+	if err != nil {
+		return nil, nil, usagef("--database-url: %v", redact.Error(err, f.databaseURL))
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = "warren outbox"
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		return nil, nil, fmt.Errorf("connect to %s: %w", redact.URL(f.databaseURL), err)
+	}
+	return ob, pool, nil
+}
+
+// redact keeps the database password out of err's text.
+func (f *outboxDBFlags) redact(err error) error { return redact.Error(err, f.databaseURL) }
+
+func (o *outboxOptions) jsonFlag(fs *flagSet) {
+	fs.Bool(&o.json, "json", "print JSON for scripts instead of text")
+}
+
+func (o *outboxOptions) limitFlag(fs *flagSet, def int) {
+	fs.Int(&o.limit, "limit", "N", "at most N rows, oldest first; 0 means no limit", def)
+}
+
+func (o *outboxOptions) filterFlags(fs *flagSet) {
+	fs.Var(&o.types, "type", "PREFIX", "only events whose type starts with PREFIX, e.g. workitem. (repeatable, or comma-separated)")
+	fs.String(&o.entity, "entity", "ID", "only events of this entity_id", "")
+	fs.Var(&o.ids, "id", "EVENT_ID", "only this event (repeatable, or comma-separated)")
+}
+
+// filters turns the filter flags into one relay.Filter per --type prefix
+// (a row matches any of them).
+func (o *outboxOptions) filters() []relay.Filter {
+	base := relay.Filter{EntityID: o.entity, EventIDs: o.ids, Limit: o.limit}
+	if len(o.types) == 0 {
+		return []relay.Filter{base}
+	}
+	out := make([]relay.Filter, len(o.types))
+	for i, prefix := range o.types {
+		out[i] = base
+		out[i].EventTypePrefix = prefix
+	}
+	return out
+}
+
+func (o *outboxOptions) hasFilter() bool {
+	return len(o.types) > 0 || o.entity != "" || len(o.ids) > 0
+}
+
+// outboxCall is one run of a subcommand, connected and with flags parsed.
+type outboxCall struct {
+	env    *cliEnv
+	opts   *outboxOptions
+	outbox *relay.Outbox
+	pool   *pgxpool.Pool
+}
+
+func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
+	if len(args) == 0 {
+		return usagef("missing subcommand (%s)", outboxSubNames())
+	}
+	if isHelp(args[0]) {
+		printOutboxUsage(env.stdout)
+		return flag.ErrHelp
+	}
+	var sub *outboxSub
+	for i := range outboxSubs {
+		if outboxSubs[i].name == args[0] {
+			sub = &outboxSubs[i]
+		}
+	}
+	if sub == nil {
+		return usagef("unknown subcommand %q (want %s)", args[0], outboxSubNames())
+	}
+	o := &outboxOptions{}
+	fs := newFlagSet()
+	o.db.register(fs)
+	if sub.flags != nil {
+		sub.flags(fs, o)
+	}
+	rest, err := fs.parse(args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(env.stdout, "Usage: warren outbox %s [flags]\n\n%s\n\nFlags:\n", sub.name, wrap(sub.about, 78))
+		fs.printDefaults(env.stdout)
+		fmt.Fprintln(env.stdout, "\nExamples:")
+		for _, ex := range sub.examples {
+			fmt.Fprintf(env.stdout, "  %s\n", ex)
+		}
+		return err
+	}
+	if err != nil {
+		return usagef("%s: %v", sub.name, err)
+	}
+	if len(rest) > 0 {
+		return usagef("%s: unexpected argument %q", sub.name, rest[0])
+	}
+	if err := o.validate(sub.name); err != nil {
+		return err
+	}
+	o.db.resolve(env)
+	ob, pool, err := o.db.open(ctx)
+	if err != nil {
+		return o.db.redact(err)
+	}
+	defer pool.Close()
+	return o.db.redact(sub.run(ctx, &outboxCall{env: env, opts: o, outbox: ob, pool: pool}))
+}
+
+// validate checks the command line before anything touches the database.
+func (o *outboxOptions) validate(sub string) error {
+	switch {
+	case o.limit < 0:
+		return usagef("--limit must not be negative")
+	case sub == "redrive" && !o.hasFilter() && !o.all:
+		return usagef("redrive: give a filter (--type, --entity, --id) or --all")
+	case sub == "redrive" && o.hasFilter() && o.all:
+		return usagef("redrive: --all and filters exclude each other")
+	case sub == "purge" && o.olderThan == 0:
+		return usagef("purge: --older-than is required")
+	case sub == "purge" && o.batch <= 0:
+		return usagef("purge: --batch must be positive")
+	case sub == "purge" && o.state != "all" && o.state != string(relay.Delivered) && o.state != string(relay.Dead):
+		return usagef("purge: --state must be delivered, dead or all, not %q", o.state)
+	case sub == "purge" && !o.yes:
+		return usagef("purge deletes rows: pass --yes to confirm")
+	}
+	return nil
+}
+
+func runOutboxMigrate(ctx context.Context, c *outboxCall) error {
+	res, err := c.outbox.Migrate(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	if res.From == res.To {
+		fmt.Fprintf(c.env.stdout, "outbox %s is up to date (schema version %d)\n", res.Table, res.To)
+		return nil
+	}
+	fmt.Fprintf(c.env.stdout, "outbox %s migrated from schema version %d to %d\n", res.Table, res.From, res.To)
+	return nil
+}
+
+// outboxStatsJSON is the --json form of relay.Stats.
+type outboxStatsJSON struct {
+	Table                   string  `json:"table"`
+	Pending                 int64   `json:"pending"`
+	InFlight                int64   `json:"in_flight"`
+	Retrying                int64   `json:"retrying"`
+	Dead                    int64   `json:"dead"`
+	Delivered               int64   `json:"delivered"`
+	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+}
+
+func runOutboxStats(ctx context.Context, c *outboxCall) error {
+	s, err := c.outbox.Stats(ctx, c.pool)
+	if err != nil {
+		return err
+	}
+	if c.opts.json {
+		return writeJSON(c.env.stdout, outboxStatsJSON{
+			Table: c.outbox.Table(), Pending: s.Pending, InFlight: s.InFlight, Retrying: s.Retrying,
+			Dead: s.Dead, Delivered: s.Delivered, OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(),
+		})
+	}
+	w := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "outbox\t%s\n", c.outbox.Table())
+	fmt.Fprintf(w, "pending\t%d\t(in flight %d, retrying %d)\n", s.Pending, s.InFlight, s.Retrying)
+	oldest := "-"
+	if s.Pending > 0 {
+		oldest = s.OldestPendingAge.Round(time.Second).String()
+	}
+	fmt.Fprintf(w, "oldest pending\t%s\n", oldest)
+	fmt.Fprintf(w, "dead\t%d\n", s.Dead)
+	fmt.Fprintf(w, "delivered (kept)\t%d\n", s.Delivered)
+	return w.Flush()
+}
+
+// deadRows lists the rows matching any of the filters, oldest first.
+func (c *outboxCall) deadRows(ctx context.Context) ([]relay.Row, error) {
+	seen := map[int64]bool{}
+	var out []relay.Row
+	for _, f := range c.opts.filters() {
+		rows, err := c.outbox.Dead(ctx, c.pool, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			if !seen[r.ID] {
+				seen[r.ID] = true
+				out = append(out, r)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b relay.Row) int { return cmp.Compare(a.ID, b.ID) })
+	if c.opts.limit > 0 && len(out) > c.opts.limit {
+		out = out[:c.opts.limit]
+	}
+	return out, nil
+}
+
+func runOutboxDead(ctx context.Context, c *outboxCall) error {
+	rows, err := c.deadRows(ctx)
+	if err != nil {
+		return err
+	}
+	if c.opts.json {
+		out := make([]outboxRowJSON, len(rows))
+		for i, r := range rows {
+			if out[i], err = newOutboxRowJSON(r); err != nil {
+				return err
+			}
+		}
+		return writeJSON(c.env.stdout, out)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(c.env.stdout, "no dead rows match")
+		return nil
+	}
+	now := time.Now()
+	w := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tEVENT_ID\tTYPE\tATTEMPTS\tDIED\tERROR")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, cell(r.Event.ID, 40), cell(r.Event.Type, 30), r.Attempts, age(r.FinishedAt, now), cell(r.LastError, 80))
+	}
+	return w.Flush()
+}
+
+func runOutboxRedrive(ctx context.Context, c *outboxCall) error {
+	var total int64
+	for _, f := range c.opts.filters() {
+		if c.opts.limit > 0 {
+			f.Limit = c.opts.limit - int(total)
+			if f.Limit <= 0 {
+				break
+			}
+		}
+		n, err := c.outbox.Redrive(ctx, c.pool, f)
+		total += n
+		if err != nil {
+			return fmt.Errorf("%w (after redriving %d rows)", err, total)
+		}
+	}
+	fmt.Fprintf(c.env.stdout, "redrove %d dead rows of outbox %s\n", total, c.outbox.Table())
+	return nil
+}
+
+func runOutboxPurge(ctx context.Context, c *outboxCall) error {
+	opts := relay.PurgeOptions{Before: time.Now().Add(-time.Duration(c.opts.olderThan)), BatchSize: c.opts.batch}
+	if c.opts.state != "all" {
+		opts.States = []relay.State{relay.State(c.opts.state)}
+	}
+	if c.opts.archive != "" {
+		f, err := os.OpenFile(c.opts.archive, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return fmt.Errorf("open archive: %w; nothing was deleted", err)
+		}
+		defer f.Close()
+		opts.Archive = archiveTo(f)
+	}
+	n, err := c.outbox.Purge(ctx, c.pool, opts)
+	fmt.Fprintf(c.env.stdout, "purged %d rows of outbox %s\n", n, c.outbox.Table())
+	return err
+}
+
+// archiveTo appends each batch to f as JSON Lines and syncs it: the rows are
+// on disk before Purge deletes them.
+func archiveTo(f *os.File) func(context.Context, []relay.Row) error {
+	return func(_ context.Context, rows []relay.Row) error {
+		enc := json.NewEncoder(f)
+		enc.SetEscapeHTML(false)
+		for _, r := range rows {
+			line, err := newOutboxRowJSON(r)
+			if err != nil {
+				return err
+			}
+			if err := enc.Encode(line); err != nil {
+				return fmt.Errorf("write %s: %w", f.Name(), err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("sync %s: %w", f.Name(), err)
+		}
+		return nil
+	}
+}
+
+// outboxRowJSON is a row as the command prints and archives it: the event
+// in its wire form, and the relay's bookkeeping.
+type outboxRowJSON struct {
+	ID         int64           `json:"id"`
+	State      relay.State     `json:"state"`
+	Attempts   int             `json:"attempts"`
+	LastError  string          `json:"last_error,omitempty"`
+	InsertedAt time.Time       `json:"inserted_at"`
+	FinishedAt *time.Time      `json:"finished_at,omitempty"`
+	Event      json.RawMessage `json:"event"`
+}
+
+func newOutboxRowJSON(r relay.Row) (outboxRowJSON, error) {
+	event, err := json.Marshal(r.Event)
+	if err != nil {
+		return outboxRowJSON{}, fmt.Errorf("encode row %d: %w", r.ID, err)
+	}
+	out := outboxRowJSON{ID: r.ID, State: r.State, Attempts: r.Attempts, LastError: r.LastError, InsertedAt: r.InsertedAt, Event: event}
+	if !r.FinishedAt.IsZero() {
+		out.FinishedAt = &r.FinishedAt
+	}
+	return out, nil
+}
+
+func printOutboxUsage(w io.Writer) {
+	fmt.Fprint(w, `Usage: warren outbox <subcommand> [flags]
+
+Operate the transactional outbox table that 'warren relay run' drains.
+
+Subcommands:
+`)
+	for _, s := range outboxSubs {
+		fmt.Fprintf(w, "  %-8s %s\n", s.name, s.summary)
+	}
+	fmt.Fprintf(w, `
+Common flags:
+  --database-url URL  the Postgres database; default $DATABASE_URL, else %s
+  --table NAME        the outbox table; default $WARREN_OUTBOX_TABLE, else %s
+
+Passwords are never printed. Exit status: 0 success; 1 the operation failed;
+2 the command line was wrong.
+Run 'warren outbox <subcommand> --help' for a subcommand's flags.
+`, defaultOutboxDatabaseURL, relay.DefaultTable)
+}
+
+func outboxSubNames() string {
+	names := ""
+	for i, s := range outboxSubs {
+		if i > 0 {
+			names += ", "
+		}
+		names += s.name
+	}
+	return names
+}

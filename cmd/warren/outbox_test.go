@@ -1,0 +1,272 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	warrenpkg "github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/relay"
+)
+
+// outboxCLIResult is what one in-process run of the command produced.
+type outboxCLIResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// runOutboxCLI runs the command in process with the given environment.
+func runOutboxCLI(ctx context.Context, environ map[string]string, args ...string) outboxCLIResult {
+	var stdout, stderr bytes.Buffer
+	env := &cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return environ[k] }}
+	code := run(ctx, env, args)
+	return outboxCLIResult{stdout.String(), stderr.String(), code}
+}
+
+// outboxCLITable creates a migrated outbox table for the test through the
+// command itself and returns its environment and a pool on it.
+func outboxCLITable(t *testing.T) (map[string]string, *relay.Outbox, *pgxpool.Pool) {
+	t.Helper()
+	table := testenv.Name(t, "ob")
+	testenv.DropTables(t, table, table+"_migrations")
+	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": table, "AMQP_URL": testenv.AMQPURL(t)}
+	r := runOutboxCLI(context.Background(), environ, "outbox", "migrate")
+	if r.code != 0 || !strings.Contains(r.stdout, "migrated from schema version 0 to 1") {
+		t.Fatalf("outbox migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	ob, err := relay.NewOutbox(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return environ, ob, testenv.PgPool(t)
+}
+
+func outboxCLIPublish(t *testing.T, pool *pgxpool.Pool, ob *relay.Outbox, evs ...warrenpkg.Event) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := ob.PublishBatch(ctx, tx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func outboxCLIExec(t *testing.T, pool *pgxpool.Pool, ob *relay.Outbox, sql string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), strings.ReplaceAll(sql, "{table}", fmt.Sprintf("%q", ob.Table()))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func outboxCLICount(t *testing.T, pool *pgxpool.Pool, ob *relay.Outbox, where string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), fmt.Sprintf("SELECT count(*) FROM %q WHERE %s", ob.Table(), where)).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestOutboxCLIOperations(t *testing.T) {
+	ctx := context.Background()
+	environ, ob, pool := outboxCLITable(t)
+	if r := runOutboxCLI(ctx, environ, "outbox", "migrate"); r.code != 0 || !strings.Contains(r.stdout, "up to date") {
+		t.Fatalf("second migrate: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	}
+	var evs []warrenpkg.Event
+	for i, typ := range []string{"workitem.created", "workitem.updated", "label.deleted", "workitem.deleted", "state.created", "state.updated"} {
+		evs = append(evs, warrenpkg.Event{ID: fmt.Sprintf("ev-%d", i), Type: typ, EntityID: fmt.Sprintf("e%d", i), Payload: warrenpkg.Payload{Data: json.RawMessage(`{"n":1}`)}})
+	}
+	outboxCLIPublish(t, pool, ob, evs...)
+	outboxCLIExec(t, pool, ob, `UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now() - interval '2 hours',
+		last_error = E'broker said no\x1b[31m' WHERE event_id IN ('ev-0', 'ev-1', 'ev-2')`)
+	outboxCLIExec(t, pool, ob, `UPDATE {table} SET state = 'delivered', finished_at = now() - interval '2 hours' WHERE event_id = 'ev-3'`)
+
+	r := runOutboxCLI(ctx, environ, "outbox", "stats", "--json")
+	var stats outboxStatsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &stats); r.code != 0 || err != nil {
+		t.Fatalf("stats --json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if stats.Pending != 2 || stats.Dead != 3 || stats.Delivered != 1 || stats.Table != ob.Table() {
+		t.Errorf("stats %+v", stats)
+	}
+	if r := runOutboxCLI(ctx, environ, "outbox", "stats"); r.code != 0 || !strings.Contains(r.stdout, "dead              3") {
+		t.Errorf("stats: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	r = runOutboxCLI(ctx, environ, "outbox", "dead", "--type", "workitem.")
+	if r.code != 0 || !strings.Contains(r.stdout, "ev-0") || !strings.Contains(r.stdout, "ev-1") || strings.Contains(r.stdout, "ev-2") {
+		t.Errorf("dead --type workitem.: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout, "\x1b") {
+		t.Errorf("dead printed a raw escape sequence from the error text:\n%q", r.stdout)
+	}
+	r = runOutboxCLI(ctx, environ, "outbox", "dead", "--json", "--type", "label.,workitem.")
+	var rows []outboxRowJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rows); r.code != 0 || err != nil || len(rows) != 3 {
+		t.Fatalf("dead --json: exit %d, %v, %d rows\n%s%s", r.code, err, len(rows), r.stdout, r.stderr)
+	}
+	for i, row := range rows {
+		ev, err := warrenpkg.DecodeEvent(row.Event)
+		if err != nil || ev.ID != fmt.Sprintf("ev-%d", i) || row.State != relay.Dead || row.Attempts != 20 {
+			t.Errorf("dead --json row %d: %+v (%v)", i, row, err)
+		}
+	}
+
+	if r := runOutboxCLI(ctx, environ, "outbox", "redrive", "--type", "label."); r.code != 0 || !strings.Contains(r.stdout, "redrove 1 dead rows") {
+		t.Errorf("redrive: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if n := outboxCLICount(t, pool, ob, "event_id = 'ev-2' AND state = 'pending' AND attempts = 0"); n != 1 {
+		t.Error("the redriven row is not pending")
+	}
+
+	// An archive that cannot be written keeps every row.
+	r = runOutboxCLI(ctx, environ, "outbox", "purge", "--older-than", "1h", "--archive", "/dev/full", "--yes")
+	if r.code != 1 || !strings.Contains(r.stderr, "archive failed") {
+		t.Errorf("purge into /dev/full: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if n := outboxCLICount(t, pool, ob, "true"); n != 6 {
+		t.Fatalf("a failed archive deleted %d rows", 6-n)
+	}
+
+	archive := filepath.Join(t.TempDir(), "archive.jsonl")
+	r = runOutboxCLI(ctx, environ, "outbox", "purge", "--older-than", "1h", "--archive", archive, "--batch", "1", "--yes")
+	if r.code != 0 || !strings.Contains(r.stdout, "purged 3 rows") {
+		t.Fatalf("purge: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lines := 0
+	for sc := bufio.NewScanner(f); sc.Scan(); lines++ {
+		var row outboxRowJSON
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil || row.FinishedAt == nil {
+			t.Errorf("archive line %q: %v", sc.Text(), err)
+		}
+	}
+	if lines != 3 || outboxCLICount(t, pool, ob, "true") != 3 {
+		t.Errorf("archived %d lines; %d rows left, want 3 and 3", lines, outboxCLICount(t, pool, ob, "true"))
+	}
+}
+
+func TestOutboxCLIBadInput(t *testing.T) {
+	ctx := context.Background()
+	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t)}
+	for _, args := range [][]string{
+		{"outbox"},
+		{"outbox", "vacuum"},
+		{"outbox", "stats", "--table", "Bad-Name"},
+		{"outbox", "stats", "extra-argument"},
+		{"outbox", "redrive"},
+		{"outbox", "redrive", "--all", "--type", "x."},
+		{"outbox", "dead", "--limit", "-1"},
+		{"outbox", "purge", "--older-than", "7d"},
+		{"outbox", "purge", "--yes"},
+		{"outbox", "purge", "--older-than", "7d", "--state", "pending", "--yes"},
+		{"outbox", "purge", "--older-than", "-1h", "--yes"},
+		{"relay"},
+		{"relay", "walk"},
+		{"relay", "run", "--batch-size", "-5"},
+		{"relay", "run", "--lease", "1s", "--publish-timeout", "5s"},
+		{"relay", "run", "--exchange", "amq.direct"},
+	} {
+		if r := runOutboxCLI(ctx, environ, args...); r.code != 2 || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
+			t.Errorf("warren %s: exit %d, want 2 with a short message\n%s", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	for _, args := range [][]string{{"outbox", "--help"}, {"outbox", "purge", "--help"}, {"relay", "--help"}, {"relay", "run", "--help"}} {
+		if r := runOutboxCLI(ctx, environ, args...); r.code != 0 || !strings.Contains(r.stdout, "Usage: warren") {
+			t.Errorf("warren %s: exit %d\n%s", strings.Join(args, " "), r.code, r.stdout)
+		}
+	}
+}
+
+// Database passwords appear in no output, whatever fails.
+func TestOutboxCLIRedactsPasswords(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const secret = "hunter2hunter2"
+	for _, c := range []struct {
+		args []string
+		url  string
+	}{
+		{[]string{"outbox", "stats"}, "postgres://app:" + secret + "@127.0.0.1:1/x?connect_timeout=2"},
+		{[]string{"outbox", "stats"}, "postgres://app:" + secret + "@127.0.0.1:notaport/x"},
+		{[]string{"outbox", "migrate"}, "host=127.0.0.1 port=1 user=app password=" + secret + " connect_timeout=2"},
+		{[]string{"relay", "run", "--migrate"}, "postgres://app:" + secret + "@127.0.0.1:1/x?connect_timeout=2"},
+		{[]string{"relay", "run"}, "postgres://app:" + secret + "@127.0.0.1:notaport/x"},
+	} {
+		r := runOutboxCLI(ctx, map[string]string{"DATABASE_URL": c.url}, c.args...)
+		if r.code == 0 {
+			t.Errorf("%v with %s succeeded", c.args, c.url)
+		}
+		if strings.Contains(r.stdout+r.stderr, secret) {
+			t.Errorf("%v printed the password:\n%s%s", c.args, r.stdout, r.stderr)
+		}
+	}
+}
+
+// 'warren relay run' relays committed events and exits 0 when stopped.
+func TestRelayRunCLI(t *testing.T) {
+	environ, ob, pool := outboxCLITable(t)
+	exchange, queue := testenv.Name(t, "ex"), testenv.Name(t, "q")
+	testenv.CleanupExchanges(t, exchange)
+	testenv.CleanupQueues(t, queue)
+	ch := testenv.Channel(t)
+	// Declared as the relay declares it, so its own declaration is a no-op.
+	if err := ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.QueueBind(queue, "", exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var evs []warrenpkg.Event
+	for i := range 20 {
+		evs = append(evs, warrenpkg.Event{ID: fmt.Sprintf("ev-%d", i), Type: "workitem.created"})
+	}
+	outboxCLIPublish(t, pool, ob, evs...)
+
+	environ["WARREN_EXCHANGE"] = exchange
+	name := testenv.Name(t, "relay")
+	ctx, cancel := context.WithCancel(context.Background())
+	var r outboxCLIResult
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		r = runOutboxCLI(ctx, environ, "relay", "run", "--migrate", "--name", name)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-finished
+	})
+	testenv.WaitFor(t, 30*time.Second, "20 events in the queue", func() bool { return testenv.QueueDepth(t, ch, queue) == 20 })
+	cancel() // what SIGTERM does to the command's context
+	<-finished
+	if r.code != 0 || !strings.Contains(r.stderr, "relay stopped") || !strings.Contains(r.stdout, "schema version 1") {
+		t.Fatalf("relay run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if n := outboxCLICount(t, pool, ob, "true"); n != 0 {
+		t.Errorf("%d rows left after relaying", n)
+	}
+}
