@@ -134,6 +134,9 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the consumer stopped handling messages after the bad one")
 			}
+			// The copy is in the DLQ once confirmed; the worker counts it
+			// right after, so wait for the count rather than race it.
+			testenv.WaitFor(t, 5*time.Second, "the dead letter to be counted", func() bool { return c.Stats().DeadLettered >= 1 })
 			if s := c.Stats(); s.DeadLettered != 1 {
 				t.Errorf("stats %+v, want 1 dead-lettered", s)
 			}

@@ -152,6 +152,7 @@ func TestDeferDoesNotSpendAnAttempt(t *testing.T) {
 	if got := rec.attempts["busy"]; got[0] != 1 || got[1] != 1 || got[2] != 1 {
 		t.Errorf("attempts = %v, want [1 1 1]: deferrals must not count", got)
 	}
+	testenv.WaitFor(t, 5*time.Second, "both deferrals to be counted", func() bool { return c.Stats().Deferred >= 2 })
 	if s := c.Stats(); s.Deferred != 2 || s.DeadLettered != 0 {
 		t.Errorf("stats %+v, want 2 deferred and nothing dead", s)
 	}
