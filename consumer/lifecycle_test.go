@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,6 +31,14 @@ func TestSurvivesConnectionLoss(t *testing.T) {
 		open chan struct{}
 	}{{n / 4, make(chan struct{})}, {n / 2, make(chan struct{})}}
 	var seq atomic.Int64
+	opened := make([]sync.Once, len(gates))
+	open := func(i int) { opened[i].Do(func() { close(gates[i].open) }) }
+	// On failure, let blocked handlers go so the consumer can stop.
+	t.Cleanup(func() {
+		for i := range gates {
+			open(i)
+		}
+	})
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.ReconnectMaxDelay = 500 * time.Millisecond })
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
 		k := seq.Add(1)
@@ -44,7 +53,7 @@ func TestSurvivesConnectionLoss(t *testing.T) {
 	stop := start(t, c)
 	newPublisher(t).events(c.Topology().Exchange, "", manyEvents(n, "ev", "workitem.updated")...)
 
-	for i, g := range gates {
+	for i := range gates {
 		testenv.WaitFor(t, 30*time.Second, "handlers to block at the gate", func() bool {
 			return c.Stats().InFlight == int64(c.Config().Workers)
 		})
@@ -54,7 +63,7 @@ func TestSurvivesConnectionLoss(t *testing.T) {
 		testenv.WaitFor(t, 20*time.Second, "the consumer to reconnect", func() bool {
 			return c.Stats().Reconnects >= uint64(i+1) && c.Health().Ready
 		})
-		close(g.open)
+		open(i)
 	}
 	rec.waitDistinct(t, n, 60*time.Second)
 	if err := stop(); err != nil {

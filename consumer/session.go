@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -56,6 +57,18 @@ func (c *BaseConsumer) startSession(conn *amqp.Connection, jobs chan<- job) (*se
 func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 	conn := s.conn
 	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	s.background.Go(func() {
+		// The broker blocks a publishing connection during a memory or disk
+		// alarm: retries and dead letters wait, and so do acks.
+		for b := range blocked {
+			if b.Active {
+				c.log.Warn("the broker blocked this connection; retries, dead letters and acks wait until it lifts", "reason", b.Reason)
+			} else {
+				c.log.Info("the broker unblocked this connection")
+			}
+		}
+	})
 
 	ch, err := conn.Channel()
 	if err != nil {
@@ -157,30 +170,52 @@ func (s *session) stopConsuming() {
 	s.forwarders.Wait()
 }
 
+// closeTimeout bounds each step of closing a session against a broker that
+// stopped reading (a blocked connection): pending acks get this long to go
+// out, the connection close as long again.
+const closeTimeout = 5 * time.Second
+
 // close ends a healthy session after the workers have finished: pending
-// acks are sent, then channels and connection closed. Deliveries that were
+// acks are sent, then the connection is closed. Deliveries that were
 // prefetched but never handled are requeued by the broker.
 func (s *session) close() {
 	s.stopForwarders()
-	for _, a := range s.ackers {
-		a.stopAndFlush()
+	flushed := make(chan struct{})
+	go func() {
+		for _, a := range s.ackers {
+			a.stopAndFlush()
+		}
+		close(flushed)
+	}()
+	select {
+	case <-flushed:
+	case <-time.After(closeTimeout):
+		// The broker is not reading: the acks left are lost and their
+		// messages redelivered, which is safe; hanging here is not.
 	}
-	s.pub.Close()
-	for _, ch := range s.channels {
-		ch.Close()
-	}
-	s.conn.Close()
-	s.background.Wait()
+	s.shutdown(flushed)
 }
 
 // abandon tears down a failed session. Nothing can be acked on it any
 // more; the broker requeues its unacked deliveries.
 func (s *session) abandon() {
 	s.stopForwarders()
-	s.conn.Close()
-	for _, a := range s.ackers {
-		a.stopAndFlush()
-	}
+	flushed := make(chan struct{})
+	go func() {
+		for _, a := range s.ackers {
+			a.stopAndFlush()
+		}
+		close(flushed)
+	}()
+	s.shutdown(flushed)
+}
+
+// shutdown closes the connection with a deadline, which also fails writes
+// stuck on its socket (an acker's or a publisher's), waits for the ackers
+// to have stopped, then for the rest of the session's goroutines.
+func (s *session) shutdown(ackersStopped <-chan struct{}) {
+	amqpx.CloseConnection(s.conn, closeTimeout)
+	<-ackersStopped
 	if s.pub != nil {
 		s.pub.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/dedup/memory"
 )
 
@@ -26,4 +27,15 @@ func Example() {
 	// Output:
 	// acquired busy
 	// done acquired
+}
+
+func ExampleKey() {
+	fmt.Println(dedup.Key("webhook", "5b0e8a7e"))
+	// A ':' in the namespace cannot be confused with the separator.
+	fmt.Println(dedup.Key("billing:eu", "42"))
+	fmt.Println(dedup.Key("billing", "eu:42"))
+	// Output:
+	// webhook:5b0e8a7e
+	// billing\:eu:42
+	// billing:eu:42
 }

@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -77,4 +78,16 @@ type Transactor interface {
 	// nil marks c done in the same transaction and commits. When fn fails,
 	// or the mark fails (ErrLeaseLost), it rolls back and returns the error.
 	WithinTx(ctx context.Context, c Claim, fn func(ctx context.Context) error) error
+}
+
+// Key builds a dedup key from a namespace (a consumer's name) and an id (an
+// event's), as "<namespace>:<id>" with any ':' or '\' in the namespace
+// escaped by a backslash. Without the escape, consumer "billing:eu" with
+// event "42" and consumer "billing" with event "eu:42" would share a key,
+// and one consumer's event would be acknowledged as the other's duplicate.
+func Key(namespace, id string) string {
+	if strings.ContainsAny(namespace, `:\`) {
+		namespace = strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(namespace)
+	}
+	return namespace + ":" + id
 }

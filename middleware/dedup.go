@@ -62,12 +62,13 @@ const (
 const settleTimeout = 10 * time.Second
 
 // DefaultKey is the key [Dedup] uses unless told otherwise:
-// "<consumer>:<event_id>", or "" when either is missing.
+// dedup.Key(consumer, event_id), "<consumer>:<event_id>" with ':' in the
+// consumer's name escaped, or "" when either is missing.
 func DefaultKey(m *warren.Message) string {
 	if m.Consumer == "" || m.Event.ID == "" {
 		return ""
 	}
-	return m.Consumer + ":" + m.Event.ID
+	return dedup.Key(m.Consumer, m.Event.ID)
 }
 
 // Dedup lets each event through to the handlers below it once per key: it

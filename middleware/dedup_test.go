@@ -288,3 +288,25 @@ func TestDedupRejectsMisconfiguration(t *testing.T) {
 		middleware.Dedup(memory.New(memory.Config{}), middleware.DedupOptions{Transactional: true})
 	})
 }
+
+// Consumer "billing:eu" with event "42" and consumer "billing" with event
+// "eu:42" are different events of different consumers: both must run.
+func TestDedupKeysOfAmbiguousNamesDoNotCollide(t *testing.T) {
+	store := memory.New(memory.Config{})
+	ran := 0
+	h := middleware.Dedup(store, middleware.DedupOptions{})(warren.HandlerFunc(func(context.Context, *warren.Message) error {
+		ran++
+		return nil
+	}))
+	for _, m := range []*warren.Message{
+		{Consumer: "billing:eu", Event: warren.Event{ID: "42"}},
+		{Consumer: "billing", Event: warren.Event{ID: "eu:42"}},
+	} {
+		if err := h.Handle(context.Background(), m); err != nil {
+			t.Fatalf("%s/%s: %v", m.Consumer, m.Event.ID, err)
+		}
+	}
+	if ran != 2 {
+		t.Fatalf("handler ran %d times, want 2: one consumer's event was taken for the other's duplicate", ran)
+	}
+}

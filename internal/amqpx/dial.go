@@ -2,6 +2,7 @@ package amqpx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -109,4 +110,16 @@ func Hostname() string {
 		return "unknown"
 	}
 	return h
+}
+
+// CloseConnection closes conn, giving the broker at most timeout to agree.
+// The deadline also applies to writes already stuck on the socket (a broker
+// that blocked the connection stops reading it), which then fail, so
+// nothing waiting on this connection outlives the call by much.
+func CloseConnection(conn *amqp.Connection, timeout time.Duration) error {
+	err := conn.CloseDeadline(time.Now().Add(timeout))
+	if errors.Is(err, amqp.ErrClosed) {
+		return nil
+	}
+	return err
 }

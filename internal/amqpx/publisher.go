@@ -21,6 +21,11 @@ var (
 	ErrUnroutable = errors.New("message was unroutable")
 	// ErrClosed: the publisher's channel is closed.
 	ErrClosed = errors.New("publisher is closed")
+	// ErrNotSent is wrapped by errors for a message that certainly never
+	// reached the broker (the channel was closed, or ctx ended while
+	// waiting for an in-flight slot), so a caller may retry it without
+	// counting an attempt. Any other error leaves that question open.
+	ErrNotSent = errors.New("message was not sent")
 )
 
 // ReturnedError describes a message the broker returned under mandatory.
@@ -100,24 +105,53 @@ func NewPublisher(conn *amqp.Connection, maxInFlight int) (*Publisher, error) {
 
 // Publish sends msg with mandatory set and waits for the broker's verdict.
 // It is safe for concurrent use. When ctx ends first, Publish returns ctx's
-// error and the message may or may not have reached the broker.
+// error and the message may or may not have reached the broker, unless the
+// error also wraps ErrNotSent.
+//
+// A send can block inside amqp091-go when the broker stops reading the
+// socket (a memory or disk alarm blocks publishing connections), and the
+// library does not watch ctx there. The send therefore runs on a goroutine
+// of its own, so Publish returns on time; the stuck send keeps its slot
+// until the connection unblocks or is closed (CloseConnection), and Close
+// waits for it.
 func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing) error {
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return fmt.Errorf("publish to %q/%q: %w: %w", exchange, routingKey, ErrNotSent, ctx.Err())
 	}
 	key := returnKey{exchange, routingKey, msg.MessageId}
 	me := p.register(key)
 
-	dc, err := p.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, routingKey, true, false, msg)
-	if err != nil {
-		p.finish(key, me)
-		if errors.Is(err, amqp.ErrClosed) {
-			return fmt.Errorf("publish to %q/%q: %w", exchange, routingKey, ErrClosed)
-		}
-		return fmt.Errorf("publish to %q/%q: %w", exchange, routingKey, err)
+	type sendResult struct {
+		dc  *amqp.DeferredConfirmation
+		err error
 	}
+	sent := make(chan sendResult, 1)
+	go func() {
+		dc, err := p.ch.PublishWithDeferredConfirm(exchange, routingKey, true, false, msg)
+		sent <- sendResult{dc, err}
+	}()
+	var r sendResult
+	select {
+	case r = <-sent:
+	case <-ctx.Done():
+		p.abandoned.Go(func() {
+			if r := <-sent; r.dc != nil {
+				<-r.dc.Done()
+			}
+			p.finish(key, me)
+		})
+		return fmt.Errorf("publish to %q/%q: the send is stuck (broker blocked?): %w", exchange, routingKey, ctx.Err())
+	}
+	if r.err != nil {
+		p.finish(key, me)
+		if errors.Is(r.err, amqp.ErrClosed) {
+			return fmt.Errorf("publish to %q/%q: %w: %w", exchange, routingKey, ErrNotSent, ErrClosed)
+		}
+		return fmt.Errorf("publish to %q/%q: %w: %w", exchange, routingKey, ErrNotSent, r.err)
+	}
+	dc := r.dc
 	select {
 	case <-dc.Done():
 	case <-ctx.Done():
@@ -127,7 +161,7 @@ func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, ms
 			<-dc.Done()
 			p.finish(key, me)
 		})
-		return ctx.Err()
+		return fmt.Errorf("publish to %q/%q: no confirm: %w", exchange, routingKey, ctx.Err())
 	}
 	returned := p.finish(key, me)
 	switch {
@@ -191,7 +225,8 @@ func (p *Publisher) finish(key returnKey, me *pending) *ReturnedError {
 func (p *Publisher) NotifyClose() <-chan *amqp.Error { return p.closed }
 
 // Close closes the channel, which fails every unconfirmed publish, and waits
-// for abandoned publishes to release their slots.
+// for abandoned publishes to release their slots. When a send may be stuck
+// on a blocked socket, close the connection with CloseConnection first.
 func (p *Publisher) Close() error {
 	err := p.ch.Close()
 	p.abandoned.Wait()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -145,5 +146,52 @@ func TestPublishHonoursContext(t *testing.T) {
 	<-ctx.Done()
 	if err := p.Publish(ctx, "", "anything", amqp.Publishing{Body: []byte("x")}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want DeadlineExceeded", err)
+	}
+}
+
+// A broker that stops reading the socket (as RabbitMQ does to a connection
+// it blocks during an alarm) leaves a send stuck inside amqp091-go. Publish
+// must still return by its deadline, and closing the connection with a
+// deadline must unstick everything, so shutdowns cannot hang.
+func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
+	brokerURL := testenv.AMQPURL(t)
+	u, _ := url.Parse(brokerURL)
+	proxy := testenv.StartProxy(t, u.Host)
+	conn, err := amqpx.Dial(context.Background(), proxy.URL(t, brokerURL), amqpx.DialOptions{Name: "stuck-socket test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := amqpx.NewPublisher(conn, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall(true)
+	// Large messages fill the socket buffers quickly, so some sends block.
+	body := make([]byte, 1<<20)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			begin := time.Now()
+			err := p.Publish(ctx, "", "nowhere", amqp.Publishing{Body: body})
+			if err == nil {
+				t.Error("a publish through a stalled socket succeeded")
+			}
+			if took := time.Since(begin); took > 2*time.Second {
+				t.Errorf("Publish took %v with a 300ms deadline", took)
+			}
+		})
+	}
+	wg.Wait()
+	closed := make(chan error, 1)
+	go func() {
+		amqpx.CloseConnection(conn, 500*time.Millisecond)
+		closed <- p.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("closing the connection and the publisher hung behind the stuck sends")
 	}
 }
