@@ -24,6 +24,7 @@ var commands = []command{
 	{name: "dlq", summary: "inspect, replay, purge, export and import dead letters", run: runDLQ},
 	relayCommand,
 	outboxCommand,
+	demoCommand,
 }
 
 // cliEnv is what every command reads and writes, so tests can run commands

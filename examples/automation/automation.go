@@ -1,0 +1,193 @@
+package automation
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	dedupstore "github.com/warrenmq/warren/dedup/postgres"
+	"github.com/warrenmq/warren/examples/app"
+	"github.com/warrenmq/warren/middleware"
+)
+
+// Config configures the service. Zero values mean the documented defaults.
+type Config struct {
+	// Consumer is the consumer's configuration; Name defaults to
+	// "automation".
+	Consumer consumer.Config
+	// RulesTable holds the rules. Default "automation_rules".
+	RulesTable string
+	// RunsTable records every rule that fired, one row per event and rule.
+	// Default "automation_runs".
+	RunsTable string
+	// DedupTable is the dedup store's table. Default "warren_dedup".
+	DedupTable string
+	// HandlerTimeout bounds one event's handling. Default 30s.
+	HandlerTimeout time.Duration
+}
+
+// Rule is "when a work item's state changes to WhenState, set its priority
+// to SetPriority".
+type Rule struct {
+	ID          int64
+	Name        string
+	WhenState   string
+	SetPriority string
+}
+
+// Service is the automation consumer.
+type Service struct {
+	*consumer.BaseConsumer
+	pool  *pgxpool.Pool
+	app   *app.App
+	store *dedupstore.Store
+	rules string // quoted table names
+	runs  string
+}
+
+// Actor is the initiator of every change the service makes.
+var Actor = app.Actor{ID: "automation", Type: warren.InitiatorSystemAutomation}
+
+// New builds the service on pool. Changes go through a, so each writes its
+// follow-up event to a's outbox in the handler's transaction.
+func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
+	cfg.Consumer.Name = cmp.Or(cfg.Consumer.Name, "automation")
+	base, err := consumer.New(cfg.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	store, err := dedupstore.New(pool, dedupstore.Config{Table: cfg.DedupTable})
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		BaseConsumer: base,
+		pool:         pool,
+		app:          a,
+		store:        store,
+		rules:        pgx.Identifier{cmp.Or(cfg.RulesTable, "automation_rules")}.Sanitize(),
+		runs:         pgx.Identifier{cmp.Or(cfg.RunsTable, "automation_runs")}.Sanitize(),
+	}
+	log := base.Config().Logger
+	s.Use(
+		middleware.Recover(),
+		middleware.Logging(log, middleware.LoggingOptions{SuccessLevel: slog.LevelDebug}),
+		// Filters run before Dedup, so events this service ignores leave
+		// no done-mark behind.
+		middleware.PrefixFilter("workitem.", "issue."),
+		middleware.SkipInitiators(warren.InitiatorSystemPrefix),
+		middleware.Dedup(store, middleware.DedupOptions{Transactional: true}),
+		middleware.Timeout(cmp.Or(cfg.HandlerTimeout, 30*time.Second)),
+	)
+	s.HandleFunc("", s.apply)
+	return s, nil
+}
+
+// Migrate creates the rule, ledger and dedup tables.
+func (s *Service) Migrate(ctx context.Context) error {
+	if err := s.store.Migrate(ctx); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `
+		CREATE TABLE IF NOT EXISTS `+s.rules+` (
+			id bigserial PRIMARY KEY,
+			name text NOT NULL,
+			when_state text NOT NULL,
+			set_priority text NOT NULL);
+		CREATE TABLE IF NOT EXISTS `+s.runs+` (
+			event_id text NOT NULL,
+			rule_id bigint NOT NULL,
+			work_item_id text NOT NULL,
+			follow_up_event_id text,
+			ran_at timestamptz NOT NULL DEFAULT now(),
+			PRIMARY KEY (event_id, rule_id))`)
+	return err
+}
+
+// AddRule stores a rule and returns it with its id.
+func (s *Service) AddRule(ctx context.Context, r Rule) (Rule, error) {
+	err := s.pool.QueryRow(ctx, `INSERT INTO `+s.rules+` (name, when_state, set_priority) VALUES ($1, $2, $3) RETURNING id`,
+		r.Name, r.WhenState, r.SetPriority).Scan(&r.ID)
+	return r, err
+}
+
+// Runs returns, per event id, how many rules fired for it, and the ids of
+// the follow-up events those runs wrote.
+func (s *Service) Runs(ctx context.Context) (byEvent map[string]int, followUps []string, err error) {
+	rows, err := s.pool.Query(ctx, `SELECT event_id, coalesce(follow_up_event_id, '') FROM `+s.runs)
+	if err != nil {
+		return nil, nil, err
+	}
+	byEvent = map[string]int{}
+	var eventID, followUp string
+	_, err = pgx.ForEachRow(rows, []any{&eventID, &followUp}, func() error {
+		byEvent[eventID]++
+		if followUp != "" {
+			followUps = append(followUps, followUp)
+		}
+		return nil
+	})
+	return byEvent, followUps, err
+}
+
+// apply runs the rules that match a state change. Everything it writes goes
+// through tx, the dedup store's transaction, and commits with the event's
+// done-mark.
+func (s *Service) apply(ctx context.Context, m *warren.Message) error {
+	tx, ok := dedupstore.Tx(ctx)
+	if !ok {
+		return warren.Permanent(errors.New("automation: no transaction in the context; Dedup must run in transactional mode"))
+	}
+	var now struct {
+		State string `json:"state"`
+	}
+	var before struct {
+		State *string `json:"state"`
+	}
+	if err := m.Event.Payload.DecodeData(&now); err != nil {
+		return warren.Permanent(err)
+	}
+	if len(m.Event.Payload.PreviousAttributes) > 0 {
+		if err := m.Event.Payload.DecodePreviousAttributes(&before); err != nil {
+			return warren.Permanent(err)
+		}
+	}
+	if before.State == nil || *before.State == now.State {
+		return warren.Skip("state did not change")
+	}
+
+	rows, err := tx.Query(ctx, `SELECT id, name, when_state, set_priority FROM `+s.rules+` WHERE when_state = $1 ORDER BY id`, now.State)
+	if err != nil {
+		return err
+	}
+	rules, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Rule])
+	if err != nil {
+		return err
+	}
+	if len(rules) == 0 {
+		return warren.Skip(fmt.Sprintf("no rule for state %q", now.State))
+	}
+	for _, r := range rules {
+		followUp, err := s.app.Set(ctx, tx, Actor, m.Event.EntityID, "priority", r.SetPriority)
+		if errors.Is(err, app.ErrNotFound) {
+			return warren.Permanent(err)
+		}
+		if err != nil {
+			return fmt.Errorf("rule %q: %w", r.Name, err)
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO `+s.runs+` (event_id, rule_id, work_item_id, follow_up_event_id) VALUES ($1, $2, $3, NULLIF($4, ''))`,
+			m.Event.ID, r.ID, m.Event.EntityID, followUp.ID)
+		if err != nil {
+			return fmt.Errorf("rule %q: record run: %w", r.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+// Command automation runs the automation example service: it applies the
+// rules in the automation_rules table to work-item events, writing each
+// change and its follow-up event in the event's own transaction.
+//
+//	go run ./examples/automation/cmd/automation
+//
+// Environment: AMQP_URL, DATABASE_URL, WARREN_EXCHANGE, WARREN_QUEUE
+// (default "automation"), WARREN_OUTBOX_TABLE, HEALTH_ADDR (e.g. :8082, for
+// /healthz and /readyz). Add a rule with SQL:
+//
+//	INSERT INTO automation_rules (name, when_state, set_priority) VALUES ('done is not urgent', 'done', 'none');
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/examples/app"
+	"github.com/warrenmq/warren/examples/automation"
+	"github.com/warrenmq/warren/internal/redact"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(log); err != nil {
+		log.Error("automation service failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	ctx := context.Background()
+	dbURL := envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		return redact.Error(err, dbURL)
+	}
+	defer pool.Close()
+	a, err := app.New("", os.Getenv("WARREN_OUTBOX_TABLE"))
+	if err != nil {
+		return err
+	}
+	svc, err := automation.New(automation.Config{
+		Consumer: consumer.Config{
+			URL:      os.Getenv("AMQP_URL"),
+			Name:     os.Getenv("WARREN_QUEUE"),
+			Exchange: os.Getenv("WARREN_EXCHANGE"),
+			Logger:   log,
+		},
+	}, pool, a)
+	if err != nil {
+		return err
+	}
+	if err := a.Migrate(ctx, pool); err != nil {
+		return redact.Error(err, dbURL)
+	}
+	if err := svc.Migrate(ctx); err != nil {
+		return redact.Error(err, dbURL)
+	}
+	if addr := os.Getenv("HEALTH_ADDR"); addr != "" {
+		go func() { log.Error("health server stopped", "error", http.ListenAndServe(addr, svc.HealthHandler())) }()
+	}
+	return svc.RunUntilSignal(ctx)
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}

@@ -1,0 +1,75 @@
+// Command webhook runs the webhook example service: it consumes the event
+// stream and POSTs every event, signed, to the endpoints in WEBHOOK_URL.
+//
+//	WEBHOOK_URL=https://example.com/hook WEBHOOK_SECRET=s3cret go run ./examples/webhook/cmd/webhook
+//
+// Environment: AMQP_URL, REDIS_URL, WARREN_EXCHANGE, WARREN_QUEUE (default
+// "webhook"), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
+// endpoint to event types), WEBHOOK_SECRET, HEALTH_ADDR (e.g. :8081, for
+// /healthz and /readyz).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/warrenmq/warren/consumer"
+	dedupredis "github.com/warrenmq/warren/dedup/redis"
+	"github.com/warrenmq/warren/examples/webhook"
+	"github.com/warrenmq/warren/internal/redact"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(log); err != nil {
+		log.Error("webhook service failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	endpoints, err := webhook.ParseEndpoints(os.Getenv("WEBHOOK_URL"))
+	if err != nil {
+		return err
+	}
+	redisURL := envOr("REDIS_URL", "redis://127.0.0.1:6379/0")
+	opts, err := goredis.ParseURL(redisURL)
+	if err != nil {
+		return fmt.Errorf("REDIS_URL %s: %w", redact.URL(redisURL), redact.Error(err, redisURL))
+	}
+	rdb := goredis.NewClient(opts)
+	defer rdb.Close()
+	store, err := dedupredis.New(rdb, dedupredis.Config{})
+	if err != nil {
+		return err
+	}
+	svc, err := webhook.New(webhook.Config{
+		Consumer: consumer.Config{
+			URL:      os.Getenv("AMQP_URL"),
+			Name:     os.Getenv("WARREN_QUEUE"),
+			Exchange: os.Getenv("WARREN_EXCHANGE"),
+			Logger:   log,
+		},
+		Endpoints: endpoints,
+		Secret:    []byte(os.Getenv("WEBHOOK_SECRET")),
+	}, store)
+	if err != nil {
+		return err
+	}
+	if addr := os.Getenv("HEALTH_ADDR"); addr != "" {
+		go func() { log.Error("health server stopped", "error", http.ListenAndServe(addr, svc.HealthHandler())) }()
+	}
+	return svc.RunUntilSignal(context.Background())
+}
+
+func envOr(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}

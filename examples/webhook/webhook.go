@@ -1,0 +1,216 @@
+package webhook
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/dedup"
+	"github.com/warrenmq/warren/middleware"
+)
+
+// Endpoint is one receiver and the event types it wants.
+type Endpoint struct {
+	URL string
+	// Prefixes limits the endpoint to event types starting with one of
+	// them; empty means every event.
+	Prefixes []string
+}
+
+func (e Endpoint) wants(eventType string) bool {
+	if len(e.Prefixes) == 0 {
+		return true
+	}
+	for _, p := range e.Prefixes {
+		if strings.HasPrefix(eventType, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// id names the endpoint in dedup keys without putting its URL, which may
+// carry a token, into Redis.
+func (e Endpoint) id() string {
+	sum := sha256.Sum256([]byte(e.URL))
+	return hex.EncodeToString(sum[:6])
+}
+
+// ParseEndpoints reads WEBHOOK_URL's format: comma-separated entries, each a
+// URL or "prefix|prefix=URL" to limit the endpoint to those event types,
+// e.g. "https://a.example/hook,workitem.|label.=https://b.example/hook".
+func ParseEndpoints(s string) ([]Endpoint, error) {
+	var out []Endpoint
+	for _, entry := range strings.Split(s, ",") {
+		entry = strings.TrimSpace(entry)
+		if entry == "" {
+			continue
+		}
+		var ep Endpoint
+		if eq := strings.Index(entry, "="); eq >= 0 && eq < strings.Index(entry, "://") {
+			for _, p := range strings.Split(entry[:eq], "|") {
+				if p = strings.TrimSpace(p); p != "" {
+					ep.Prefixes = append(ep.Prefixes, p)
+				}
+			}
+			entry = entry[eq+1:]
+		}
+		if !strings.HasPrefix(entry, "http://") && !strings.HasPrefix(entry, "https://") {
+			return nil, fmt.Errorf("webhook endpoint %q is not an http(s) URL", entry)
+		}
+		ep.URL = entry
+		out = append(out, ep)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no webhook endpoint given (WEBHOOK_URL)")
+	}
+	return out, nil
+}
+
+// Config configures the service. Zero values mean the documented defaults.
+type Config struct {
+	// Consumer is the consumer's configuration; Name defaults to "webhook".
+	Consumer  consumer.Config
+	Endpoints []Endpoint
+	// Secret signs every delivery. Required.
+	Secret []byte
+	// Timeout bounds one POST. Default 10s.
+	Timeout time.Duration
+	// Lease is how long a delivery to one endpoint keeps other workers off
+	// it; it must exceed Timeout. Default 1 minute.
+	Lease time.Duration
+	// Client sends the requests. Default an http.Client with Timeout.
+	Client *http.Client
+}
+
+// Service is the webhook consumer.
+type Service struct {
+	*consumer.BaseConsumer
+	sender    Sender
+	endpoints []Endpoint
+	store     dedup.Store
+	lease     time.Duration
+	log       *slog.Logger
+}
+
+// New builds the service. store remembers which endpoint took which event.
+func New(cfg Config, store dedup.Store) (*Service, error) {
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("webhook: a signing secret is required (WEBHOOK_SECRET)")
+	}
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("webhook: no endpoint (WEBHOOK_URL)")
+	}
+	if store == nil {
+		return nil, errors.New("webhook: a dedup store is required")
+	}
+	cfg.Consumer.Name = cmp.Or(cfg.Consumer.Name, "webhook")
+	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
+	cfg.Lease = cmp.Or(cfg.Lease, time.Minute)
+	if cfg.Lease <= cfg.Timeout {
+		return nil, fmt.Errorf("webhook: Lease %v must exceed Timeout %v", cfg.Lease, cfg.Timeout)
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Timeout: cfg.Timeout}
+	}
+	base, err := consumer.New(cfg.Consumer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		BaseConsumer: base,
+		sender:       Sender{Client: cfg.Client, Secret: cfg.Secret},
+		endpoints:    cfg.Endpoints,
+		store:        store,
+		lease:        cfg.Lease,
+		log:          base.Config().Logger.With("consumer", base.Config().Name),
+	}
+	s.Use(
+		middleware.Recover(),
+		middleware.Logging(base.Config().Logger, middleware.LoggingOptions{SuccessLevel: slog.LevelDebug}),
+	)
+	s.HandleFunc("", s.deliver)
+	return s, nil
+}
+
+// deliver POSTs the event to every endpoint that wants it and has not taken
+// it yet. Transient failures win over permanent ones: while any endpoint may
+// still accept the event, it is retried (endpoints that refused it refuse
+// again, harmlessly); once only refusals remain, it is dead-lettered.
+func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
+	var transient, permanent []error
+	var hint time.Duration
+	wanted, already, busy := 0, 0, false
+	for _, ep := range s.endpoints {
+		if !ep.wants(m.Event.Type) {
+			continue
+		}
+		wanted++
+		key := dedup.Key(m.Consumer, ep.id()+":"+m.Event.ID) // ep.id has a fixed width
+		claim, err := s.store.Claim(ctx, key, s.lease)
+		if err != nil {
+			transient = append(transient, fmt.Errorf("dedup store: %w", err))
+			continue
+		}
+		switch claim.Result {
+		case dedup.Done:
+			already++
+			continue
+		case dedup.Busy:
+			busy = true
+			continue
+		}
+		err = s.sender.Send(ctx, ep.URL, m)
+		settle := context.WithoutCancel(ctx)
+		if err != nil {
+			// Free the endpoint's key so the retry posts again.
+			if rerr := s.store.Release(settle, claim); rerr != nil {
+				s.log.Warn("could not release a webhook claim; the retry waits for the lease", "key", key, "error", rerr)
+			}
+			if _, d := warren.Classify(err); d > hint {
+				hint = d
+			}
+			if IsPermanent(err) {
+				permanent = append(permanent, err)
+			} else {
+				transient = append(transient, err)
+			}
+			continue
+		}
+		if err := s.store.Complete(settle, claim); err != nil {
+			s.log.Warn("delivered, but the done-mark was not written; a redelivery may POST again", "key", key, "error", err)
+		}
+	}
+	switch {
+	case len(transient) > 0:
+		err := errors.Join(transient...)
+		if len(permanent) > 0 {
+			// Text, not wrapped: a wrapped Permanent would make the whole
+			// error permanent, and the endpoints that may still take the
+			// event would never get it.
+			err = fmt.Errorf("%w; refused by: %v", err, errors.Join(permanent...))
+		}
+		if hint > 0 {
+			return warren.RetryAfter(hint, err)
+		}
+		return err
+	case len(permanent) > 0:
+		return warren.Permanent(errors.Join(permanent...))
+	case busy:
+		return warren.Defer(5*time.Second, "another worker is delivering this event")
+	case wanted == 0:
+		return warren.Skip("no endpoint wants event type " + m.Event.Type)
+	case already == wanted:
+		return warren.Duplicate("every endpoint already has this event")
+	}
+	return nil
+}
