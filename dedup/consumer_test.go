@@ -155,4 +155,3 @@ func runReplicated(t *testing.T, b backend, transactional bool) {
 	}
 	t.Logf("%d copies × 2 consumers: %d deliveries deferred while another replica held the lease", copies, deferred)
 }
-
