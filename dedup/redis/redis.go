@@ -73,11 +73,20 @@ const (
 // it, in one round trip and atomically: a GET sent separately could find
 // the key released or expired in between and misreport it. (SET … NX GET
 // does the same natively but needs Redis 7.)
+//
+// A key that already holds this claim's token was taken by this very call:
+// go-redis sends a script again when its reply was lost, and the first run
+// may have set the key. Answering busy then would leave a lease nobody
+// holds, deferring every delivery until it expired. Tokens are random and
+// made per call, so no other claimer can present one.
 var claimScript = goredis.NewScript(`
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 	return 1
 end
 local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+	return 1
+end
 if v and string.sub(v, 1, 5) == 'done:' then
 	return 2
 end
