@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -111,6 +113,17 @@ type Config struct {
 	// Logger receives the consumer's own log lines (connection changes,
 	// dead letters, publish failures). Default slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told of every delivery received and settled
+	// and of every connection change: the hook for metrics (package
+	// warrenprom). Default nil.
+	Observer Observer
+
+	// TracerProvider, when set, makes the consumer record a span around
+	// each handler, a child of the trace context the message carries.
+	// Default nil: no spans; a traceparent header still reaches the
+	// handler's context as its remote parent.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults applied by [New].

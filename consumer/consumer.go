@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
@@ -38,7 +40,8 @@ type BaseConsumer struct {
 	forceStop chan struct{} // closed to skip the rest of the shutdown grace
 	forceOnce sync.Once
 
-	stats counters
+	stats  counters
+	tracer trace.Tracer // nil without Config.TracerProvider
 }
 
 // ErrAlreadyRunning is returned by Run when the consumer is running or has
@@ -60,6 +63,9 @@ func New(cfg Config) (*BaseConsumer, error) {
 		forceStop: make(chan struct{}),
 	}
 	c.router.unhandled = cfg.Unhandled
+	if cfg.TracerProvider != nil {
+		c.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	return c, nil
 }
 
@@ -150,6 +156,9 @@ func (c *BaseConsumer) Run(ctx context.Context) error {
 	s, err := c.supervise(ctx, jobs)
 	c.ready.Store(false)
 	if s != nil {
+		if c.cfg.Observer != nil {
+			c.cfg.Observer.Disconnected(c.cfg.Name, nil)
+		}
 		s.stopConsuming()
 	}
 	close(jobs) // every sender (a session's forwarders) has stopped
@@ -233,6 +242,9 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		if connected {
 			c.stats.reconnects.Add(1)
 		}
+		if c.cfg.Observer != nil {
+			c.cfg.Observer.Connected(c.cfg.Name, connected)
+		}
 		connected = true
 		c.ready.Store(true)
 		c.log.Info("consuming", "queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", redact.URL(c.cfg.URL),
@@ -243,6 +255,9 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 			return s, nil
 		case err := <-s.lost:
 			c.ready.Store(false)
+			if c.cfg.Observer != nil {
+				c.cfg.Observer.Disconnected(c.cfg.Name, err)
+			}
 			s.abandon()
 			c.log.Warn("lost the broker; reconnecting", "error", err)
 			// A session that dies at once (the queue deleted under us, a

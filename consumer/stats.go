@@ -1,10 +1,11 @@
 package consumer
 
 import (
-	"encoding/json"
 	"net/http"
 	"sync/atomic"
 	"time"
+
+	"github.com/warrenmq/warren/internal/healthhttp"
 )
 
 type counter = atomic.Uint64
@@ -81,18 +82,5 @@ func (c *BaseConsumer) Health() Health {
 // HealthHandler serves /healthz (200 while Run runs) and /readyz (200 while
 // connected and consuming), each with the Health as JSON, 503 otherwise.
 func (c *BaseConsumer) HealthHandler() http.Handler {
-	mux := http.NewServeMux()
-	serve := func(ok func(Health) bool) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			h := c.Health()
-			w.Header().Set("Content-Type", "application/json")
-			if !ok(h) {
-				w.WriteHeader(http.StatusServiceUnavailable)
-			}
-			json.NewEncoder(w).Encode(h)
-		}
-	}
-	mux.HandleFunc("GET /healthz", serve(func(h Health) bool { return h.Alive }))
-	mux.HandleFunc("GET /readyz", serve(func(h Health) bool { return h.Ready }))
-	return mux
+	return healthhttp.Handler(c.Health, func(h Health) bool { return h.Alive }, func(h Health) bool { return h.Ready })
 }

@@ -33,54 +33,87 @@ func (c *BaseConsumer) process(hctx context.Context, h warren.Handler, j job) {
 	c.stats.inFlight.Add(1)
 	defer c.stats.inFlight.Add(-1)
 	c.stats.lastMessage.Store(time.Now().UnixNano())
-
-	m, err := c.decode(j.d)
-	if err != nil {
-		c.deadLetter(hctx, j, m, dlq.ClassUndecodable, err)
+	obs := c.cfg.Observer
+	if obs == nil {
+		c.dispose(hctx, h, j)
 		return
 	}
-	err = c.invoke(hctx, h, m)
+	obs.Received(c.cfg.Name)
+	obs.Settled(c.cfg.Name, c.dispose(hctx, h, j))
+}
+
+// dispose decodes the delivery, runs the handler and applies the ack
+// policy, and says what became of the delivery.
+func (c *BaseConsumer) dispose(hctx context.Context, h warren.Handler, j job) Settlement {
+	m, err := c.decode(j.d)
+	if err != nil {
+		return c.deadLetter(hctx, j, m, dlq.ClassUndecodable, err)
+	}
+	ctx, endSpan := c.traceHandler(hctx, j.d, m)
+	var start time.Time
+	if c.cfg.Observer != nil {
+		start = time.Now()
+	}
+	err = c.invoke(ctx, h, m)
+	s := Settlement{EventType: m.Event.Type}
+	if !start.IsZero() {
+		s.HandlerDuration = time.Since(start)
+	}
 	outcome, delay := warren.Classify(err)
+	endSpan(outcome, err)
 
 	if hctx.Err() != nil && outcome != warren.OutcomeDone && outcome != warren.OutcomeSkipped && outcome != warren.OutcomeDuplicate {
 		// The shutdown grace ran out under this handler. Its failure is
 		// ours, not the message's: put it back as it was.
 		c.stats.requeued.Add(1)
 		j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: false})
-		return
+		s.Disposition = Requeued
+		return s
 	}
 	switch outcome {
 	case warren.OutcomeDone:
-		c.ack(j, &c.stats.done)
+		s.Disposition = c.ack(j, Done)
 	case warren.OutcomeSkipped:
-		c.ack(j, &c.stats.skipped)
+		s.Disposition = c.ack(j, Skipped)
 	case warren.OutcomeDuplicate:
-		c.ack(j, &c.stats.duplicates)
+		s.Disposition = c.ack(j, Duplicate)
 	case warren.OutcomeDeferred:
 		// Not a failure: the attempt is not spent and no error recorded.
 		tier := c.topo.tierFor(1, delay)
-		c.republish(hctx, j, tier.Queue, j.d.Headers, movedDeferred, slog.Duration("delay", tier.Delay))
+		s.Disposition = c.republish(hctx, j, tier.Queue, j.d.Headers, movedDeferred, slog.Duration("delay", tier.Delay))
 	case warren.OutcomeRetry:
 		if m.Attempt >= c.cfg.MaxAttempts {
-			c.deadLetter(hctx, j, m, dlq.ClassExhausted, err)
-			return
+			dead := c.deadLetter(hctx, j, m, dlq.ClassExhausted, err)
+			dead.EventType, dead.HandlerDuration = s.EventType, s.HandlerDuration
+			return dead
 		}
 		tier := c.topo.tierFor(m.Attempt, delay)
 		headers := dlq.Stamp(j.d.Headers, c.failure(j.d, err), m.Attempt, "")
-		c.republish(hctx, j, tier.Queue, headers, movedRetry,
+		s.Disposition = c.republish(hctx, j, tier.Queue, headers, movedRetry,
 			slog.Duration("delay", tier.Delay), slog.Int("attempt", m.Attempt), slog.Any("error", err))
 	case warren.OutcomePermanent:
 		class := dlq.ClassPermanent
 		if _, ok := errors.AsType[*UnhandledError](err); ok {
 			class = dlq.ClassUnhandled
 		}
-		c.deadLetter(hctx, j, m, class, err)
+		dead := c.deadLetter(hctx, j, m, class, err)
+		dead.EventType, dead.HandlerDuration = s.EventType, s.HandlerDuration
+		return dead
 	}
+	return s
 }
 
-func (c *BaseConsumer) ack(j job, counter *counter) {
-	counter.Add(1)
+func (c *BaseConsumer) ack(j job, d Disposition) Disposition {
+	switch d {
+	case Done:
+		c.stats.done.Add(1)
+	case Skipped:
+		c.stats.skipped.Add(1)
+	case Duplicate:
+		c.stats.duplicates.Add(1)
+	}
 	j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: true})
+	return d
 }
 
 // invoke calls the handler, turning a panic into a transient error that
@@ -140,18 +173,23 @@ func (c *BaseConsumer) failure(d amqp.Delivery, err error) dlq.Failure {
 }
 
 // deadLetter moves a message to the DLQ with metadata saying why.
-func (c *BaseConsumer) deadLetter(ctx context.Context, j job, m *warren.Message, class dlq.Class, err error) {
+func (c *BaseConsumer) deadLetter(ctx context.Context, j job, m *warren.Message, class dlq.Class, err error) Settlement {
 	headers := dlq.Stamp(j.d.Headers, c.failure(j.d, err), m.Attempt, class)
-	c.republish(ctx, j, c.topo.DLQ, headers, movedDead,
-		slog.String("class", string(class)), slog.Int("attempt", m.Attempt), slog.Any("error", err))
+	s := Settlement{Disposition: c.republish(ctx, j, c.topo.DLQ, headers, movedDead,
+		slog.String("class", string(class)), slog.Int("attempt", m.Attempt), slog.Any("error", err))}
+	if s.Disposition == DeadLettered {
+		s.Class = class
+	}
+	return s
 }
 
 // republish sends a copy of the delivery to queue (through the default
 // exchange, so it reaches that queue and no other) and acks the original
 // only after the broker has confirmed the copy. Acking first would lose the
 // message whenever the publish then failed; this order can at worst leave
-// it in both queues, and the handler's idempotency absorbs that.
-func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, headers amqp.Table, kind move, attrs ...slog.Attr) {
+// it in both queues, and the handler's idempotency absorbs that. It
+// returns Requeued when the publish failed, else kind's disposition.
+func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, headers amqp.Table, kind move, attrs ...slog.Attr) Disposition {
 	// Not hctx: a publish that has started must get its verdict even when
 	// shutdown cancels the handlers.
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PublishTimeout)
@@ -190,12 +228,13 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 		}
 		c.stats.requeued.Add(1)
 		j.acker.settle(settlement{tag: d.DeliveryTag, ack: false})
-		return
+		return Requeued
 	}
 	c.stats.moved(kind).Add(1)
 	c.log.LogAttrs(ctx, kind.level(), kind.String(),
 		append([]slog.Attr{slog.String("message_id", d.MessageId), slog.String("event_type", d.Type), slog.String("to", queue)}, attrs...)...)
 	j.acker.settle(settlement{tag: d.DeliveryTag, ack: true})
+	return kind.disposition()
 }
 
 // move is where republish sends a message.
@@ -206,6 +245,10 @@ const (
 	movedDeferred
 	movedDead
 )
+
+func (k move) disposition() Disposition {
+	return [...]Disposition{Retried, Deferred, DeadLettered}[k]
+}
 
 func (k move) String() string {
 	return [...]string{"retry scheduled", "deferred", "dead-lettered"}[k]

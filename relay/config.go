@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren/internal/amqpx"
 )
@@ -117,6 +118,23 @@ type Config struct {
 
 	// Logger receives the relay's log lines. Default slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told of every wake-up, publish verdict and
+	// dead row, and gets the table's Stats every StatsInterval: the hook
+	// for metrics (package warrenprom/relayprom). Default nil: none of
+	// that work is done.
+	Observer Observer
+
+	// StatsInterval is how often the Observer gets the table's Stats.
+	// Default 15s; unused without an Observer.
+	StatsInterval time.Duration
+
+	// TracerProvider, when set, makes the relay record a producer span for
+	// every publish, a child of the trace context Publish stored with the
+	// row. Default nil: no spans, and a stored trace context is passed to
+	// the message headers unchanged, so consumers still join the
+	// producer's trace.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults applied by [New].
@@ -161,6 +179,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxInFlight, c.BatchSize*c.Workers)
 	setDefault(&c.MaxMessageBytes, DefaultMaxMessageBytes)
 	setDefault(&c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
+	setDefault(&c.StatsInterval, DefaultStatsInterval)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -207,7 +226,7 @@ func (c Config) validate() error {
 	if c.BatchSize > MaxBatchSize {
 		add("BatchSize must be at most %d, got %d", MaxBatchSize, c.BatchSize)
 	}
-	durations := map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax, "PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay}
+	durations := map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax, "PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay, "StatsInterval": c.StatsInterval}
 	for name, d := range durations {
 		if d < time.Millisecond {
 			add("%s must be at least 1ms, got %v", name, d)

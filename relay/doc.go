@@ -35,7 +35,10 @@
 //   - A failed publish (nack, return, timeout, lost connection) puts the row
 //     back with an exponential, jittered delay; after MaxAttempts claims it
 //     is dead, visible to [Outbox.Dead] and "warren outbox dead", until
-//     [Outbox.Redrive] gives it another round.
+//     [Outbox.Redrive] gives it another round. A publish that certainly
+//     never reached the broker (its channel closed first, or no in-flight
+//     slot freed up in time) puts the row back at once, its attempt not
+//     counted.
 //
 // Consumers must therefore be idempotent on event_id; warren's dedup
 // middleware is.

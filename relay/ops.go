@@ -51,7 +51,9 @@ func (f Filter) args() []any {
 	return []any{f.EventTypePrefix, f.EntityID, ids, limit}
 }
 
-// Dead lists dead rows matching f, oldest first.
+// Dead lists dead rows matching f, oldest first. A row holding a value
+// that Row cannot represent is listed with its DecodeErr set rather than
+// failing the listing.
 func (o *Outbox) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
 	rows, err := db.Query(ctx, o.sql.dead, f.args()...)
 	if err != nil {
@@ -95,7 +97,9 @@ type PurgeOptions struct {
 	// is not deleted and Purge stops with an error wrapping
 	// [ErrArchiveFailed]. A batch whose delete fails after a successful
 	// archive is archived again by the next Purge, so Archive should be
-	// idempotent (key it on event_id).
+	// idempotent (key it on event_id). A row holding a value that Row
+	// cannot represent comes with its DecodeErr set and the fields it names
+	// zero; an archive that cannot keep it should return an error.
 	Archive func(ctx context.Context, rows []Row) error
 }
 

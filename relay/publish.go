@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/tracecontext"
 )
 
 // Publish writes ev to the default outbox table ([DefaultTable]) in tx.
@@ -44,7 +45,9 @@ func PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event) (inserted 
 // error wrapping [warren.ErrInvalidEvent] before anything reaches tx. An
 // error from Postgres itself aborts tx, as any failed statement does.
 //
-// A zero CreatedAt is stored as the transaction's time.
+// A zero CreatedAt is stored as the transaction's time. When ctx carries
+// an OpenTelemetry span, its W3C trace context is stored with the event,
+// and the relay and the consumer continue that trace.
 func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, ev warren.Event) (inserted bool, err error) {
 	n, err := o.PublishBatch(ctx, tx, []warren.Event{ev})
 	return n == 1, err
@@ -67,7 +70,9 @@ func (o *Outbox) PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event
 			return 0, fmt.Errorf("relay: event %d of %d (event_id %q): %w", i+1, len(evs), truncate(ev.ID, 80), err)
 		}
 	}
-	if err := tx.QueryRow(ctx, o.sql.insert, cols.args(o.channel)...).Scan(&inserted); err != nil {
+	traceParent, traceState := tracecontext.FromContext(ctx)
+	args := append(cols.args(o.channel), nullable(traceParent), nullable(traceState))
+	if err := tx.QueryRow(ctx, o.sql.insert, args...).Scan(&inserted); err != nil {
 		return 0, fmt.Errorf("relay: write %d events to outbox %s: %w", len(evs), o.table, err)
 	}
 	return inserted, nil

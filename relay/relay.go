@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
@@ -29,6 +31,8 @@ type Relay struct {
 	wake     *broadcast
 	running  atomic.Bool
 	hooks    hooks
+	health   *health
+	tracer   trace.Tracer // nil without Config.TracerProvider
 }
 
 // hooks let tests act at exact points of the relay's work. All are nil
@@ -56,6 +60,10 @@ func New(cfg Config) (*Relay, error) {
 		claimSQL: ob.sql.claim,
 		log:      cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
 		wake:     newBroadcast(),
+		health:   newHealth(cfg),
+	}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	if cfg.OrderByEntity {
 		r.claimSQL = ob.sql.claimOrdered
@@ -92,6 +100,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("relay: Run may be called only once")
 	}
+	r.health.running.Store(true)
+	defer r.health.running.Store(false)
 	pool := r.cfg.Pool
 	if pool == nil {
 		p, err := pgxpool.NewWithConfig(ctx, r.poolCfg)
@@ -111,6 +121,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	var listener sync.WaitGroup
 	if !r.cfg.DisableListen {
 		listener.Go(func() { r.listen(listenCtx, pool) })
+	}
+	if r.cfg.Observer != nil {
+		listener.Go(func() { r.reportStats(listenCtx, pool) })
 	}
 	r.runBroker(ctx, pool)
 	stopListening()
@@ -187,11 +200,13 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 		}
 	})
 	r.log.Info("connected to broker", "amqp_url", redact.URL(r.cfg.AMQPURL))
+	r.health.brokerUp.Store(true)
+	defer r.health.brokerUp.Store(false)
 	if r.hooks.connected != nil {
 		r.hooks.connected()
 	}
-	for range r.cfg.Workers {
-		wg.Go(func() { r.work(sessionCtx, pool, pub) })
+	for i := range r.cfg.Workers {
+		wg.Go(func() { r.work(sessionCtx, pool, pub, &r.health.beats[i]) })
 	}
 	wg.Wait()
 	if ctx.Err() != nil {
@@ -222,13 +237,17 @@ func declareExchange(conn *amqp.Connection, exchange string) error {
 }
 
 // work is one claim–publish–settle loop. It stops claiming when ctx ends;
-// the cycle under way finishes first.
-func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publisher) {
+// the cycle under way finishes first. It stamps beat at every turn, so
+// Health can tell a stuck loop.
+func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publisher, beat *atomic.Int64) {
+	defer beat.Store(0)
 	poll := r.cfg.PollMin
 	dbRetry := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	for ctx.Err() == nil {
+		beat.Store(time.Now().UnixNano())
 		wake := r.wake.C()
 		n, err := r.cycle(ctx, pool, pub)
+		r.health.claimed(err == nil)
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -252,7 +271,9 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 		case <-ctx.Done():
 		case <-wake:
 			poll = r.cfg.PollMin
+			r.observeWake(true)
 		case <-t.C:
+			r.observeWake(false)
 		}
 		t.Stop()
 	}
@@ -261,8 +282,7 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 // claimed is a row as the claim returned it.
 type claimed struct {
 	Row
-	exhausted bool  // its attempts were spent: the claim made it dead
-	decodeErr error // its payload or extra column does not decode
+	exhausted bool // its attempts were spent: the claim made it dead
 }
 
 // cycle claims one batch, publishes it and settles it. It returns how many
@@ -304,7 +324,7 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 	for rows.Next() {
 		var c claimed
 		var err error
-		c.Row, c.decodeErr, err = scanRow(rows, &c.exhausted)
+		c.Row, err = scanRow(rows, &c.exhausted)
 		if err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
@@ -324,7 +344,7 @@ const (
 	delivered                  // confirmed by the broker and not returned
 	failed                     // not confirmed: retry later, dead when attempts are spent
 	rejected                   // cannot be published at all: dead now
-	released                   // not tried (stopping): give the attempt back
+	released                   // never reached the broker (stopping, or not sent): give the attempt back
 )
 
 type result struct {
@@ -341,6 +361,7 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 	for i, c := range rows {
 		if c.exhausted {
 			r.log.Error("outbox row is dead", "event_id", c.Event.ID, "event_type", c.Event.Type, "attempts", c.Attempts, "error", c.LastError)
+			r.observeDead(1) // the claim that made it dead is committed
 			continue
 		}
 		msg, err := r.encode(c)
@@ -357,15 +378,30 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			// to its verdict so the row can be settled either way.
 			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
 			defer cancel()
+			endSpan := r.traceMessage(pctx, c, &msg)
+			start := time.Now()
 			err := pub.Publish(pctx, r.cfg.Exchange, c.Event.Type, msg)
-			if errors.Is(err, context.DeadlineExceeded) {
+			notSent := errors.Is(err, amqpx.ErrNotSent)
+			switch {
+			case notSent && errors.Is(err, context.DeadlineExceeded):
+				err = fmt.Errorf("no free in-flight slot within PublishTimeout (%v; MaxInFlight %d): %w", r.cfg.PublishTimeout, r.cfg.MaxInFlight, err)
+			case errors.Is(err, context.DeadlineExceeded):
 				err = fmt.Errorf("no confirm from the broker within PublishTimeout (%v): %w", r.cfg.PublishTimeout, err)
 			}
-			if err != nil {
-				results[i] = result{failed, err}
-				return
+			if r.cfg.Observer != nil {
+				r.cfg.Observer.Published(r.cfg.Table, Publication{InsertedAt: c.InsertedAt, Took: time.Since(start), Err: err})
 			}
-			results[i] = result{outcome: delivered}
+			endSpan(err)
+			switch {
+			case err == nil:
+				results[i] = result{outcome: delivered}
+			case notSent:
+				// The broker never had the message: the row did nothing
+				// wrong, so its attempt is given back.
+				results[i] = result{released, err}
+			default:
+				results[i] = result{failed, err}
+			}
 		})
 	}
 	wg.Wait()
@@ -374,8 +410,8 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 
 // encode builds the message; an error means no attempt can succeed.
 func (r *Relay) encode(c claimed) (amqp.Publishing, error) {
-	if c.decodeErr != nil {
-		return amqp.Publishing{}, c.decodeErr
+	if c.DecodeErr != nil {
+		return amqp.Publishing{}, c.DecodeErr
 	}
 	msg, err := amqpx.EventPublishing(c.Event)
 	if err != nil {
@@ -407,6 +443,8 @@ func later(a, b time.Time) time.Time {
 func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, results []result, leaseEnd time.Time) {
 	var ok, giveBack fence
 	var bad failures
+	var notSent int // released rows whose publish failed before reaching the broker
+	var notSentErr error
 	for i, c := range rows {
 		res := results[i]
 		switch res.outcome {
@@ -414,6 +452,10 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 			ok.add(c)
 		case released:
 			giveBack.add(c)
+			if res.err != nil {
+				notSent++
+				notSentErr = cmp.Or(notSentErr, res.err)
+			}
 		case failed, rejected:
 			bad.add(c, res, r.cfg.RetryMin, r.cfg.RetryMax)
 		}
@@ -424,15 +466,19 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 	if len(bad.ids) > 0 {
 		r.log.Warn("rows not delivered", "count", len(bad.ids), "first_event_id", bad.eventIDs[0], "first_error", bad.errs[0])
 	}
+	if notSent > 0 {
+		r.log.Warn("rows not sent to the broker; released with their attempt given back", "count", notSent, "first_error", notSentErr)
+	}
 	// Retries stop at the lease's end, but one attempt is always made: the
 	// fence makes a late settle safe, and one that lands spares a
 	// duplicate when nobody has reclaimed the rows yet.
 	sctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), later(leaseEnd, time.Now().Add(settleMinTimeout)))
 	defer cancel()
 	retry := amqpx.NewBackOff(time.Second)
-	for {
-		err := r.sendSettle(sctx, pool, &ok, &giveBack, &bad)
+	for retried := false; ; retried = true {
+		dead, err := r.sendSettle(sctx, pool, &ok, &giveBack, &bad, retried)
 		if err == nil {
+			r.observeDead(dead)
 			return
 		}
 		wait := retry.NextBackOff()
@@ -446,7 +492,9 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 	}
 }
 
-func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack *fence, bad *failures) error {
+// sendSettle reports how many failed rows became dead. retried says an
+// earlier attempt failed, possibly after it committed.
+func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack *fence, bad *failures, retried bool) (dead int, err error) {
 	// Deleting (or marking delivered) comes only after the broker's
 	// confirm: the confirm is the durable copy that replaces the row.
 	var b pgx.Batch
@@ -456,7 +504,10 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 			q = r.outbox.sql.settleKeep
 		}
 		b.Queue(q, ok.ids, ok.claims).Exec(func(tag pgconn.CommandTag) error {
-			if lost := len(ok.ids) - int(tag.RowsAffected()); lost > 0 {
+			// After an attempt whose reply was lost, rows it settled
+			// before the loss are missing too: only a first attempt can
+			// tell rows claimed again.
+			if lost := len(ok.ids) - int(tag.RowsAffected()); lost > 0 && !retried {
 				r.log.Warn("delivered rows had been claimed again before they were settled (lease too short?); they may be published twice", "count", lost)
 			}
 			return nil
@@ -472,6 +523,7 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 			)
 			_, err := pgx.ForEachRow(rows, []any{&id, &eventID, &state, &attempts}, func() error {
 				if State(state) == Dead {
+					dead++
 					r.log.Error("outbox row is dead", "event_id", eventID, "attempts", attempts, "error", bad.errorOf(id))
 				}
 				return nil
@@ -482,7 +534,20 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 	if len(giveBack.ids) > 0 {
 		b.Queue(r.outbox.sql.release, giveBack.ids, giveBack.claims, r.outbox.channel)
 	}
-	return pool.SendBatch(ctx, &b).Close()
+	err = pool.SendBatch(ctx, &b).Close() // runs the callbacks that count dead
+	return dead, err
+}
+
+func (r *Relay) observeWake(byNotify bool) {
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.Woken(r.cfg.Table, byNotify)
+	}
+}
+
+func (r *Relay) observeDead(n int) {
+	if r.cfg.Observer != nil && n > 0 {
+		r.cfg.Observer.Dead(r.cfg.Table, n)
+	}
 }
 
 // fence lists claimed rows by (id, claims), the key every settle

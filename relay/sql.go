@@ -26,19 +26,20 @@ type statements struct {
 // rowColumns are the columns scanRow reads, in its order.
 const rowColumns = `id, event_id, event_type, entity_type, entity_id, workspace_id, project_id,
 	initiator_id, initiator_type, payload, version, extra, created_at, inserted_at, state,
-	available_at, attempts, claims, claimed_by, last_error, finished_at`
+	available_at, attempts, claims, claimed_by, last_error, finished_at, traceparent, tracestate`
 
 // The insert takes one array per column so a batch is one statement. The
 // NOTIFY rides in the caller's transaction, so it is delivered when (and
 // only if) the rows commit; pg_notify runs once per inserted row and
-// Postgres folds identical notifications of one transaction into one.
+// Postgres folds identical notifications of one transaction into one. The
+// trace context ($14, $15) is the caller's, the same for the whole batch.
 const insertSQL = `
 WITH inserted AS (
 	INSERT INTO {table} (event_id, event_type, entity_type, entity_id, workspace_id, project_id,
-		initiator_id, initiator_type, payload, version, extra, created_at)
+		initiator_id, initiator_type, payload, version, extra, created_at, traceparent, tracestate)
 	SELECT e.event_id, e.event_type, e.entity_type, e.entity_id, e.workspace_id, e.project_id,
 		e.initiator_id, e.initiator_type, e.payload::jsonb, e.version, e.extra::jsonb,
-		coalesce(e.created_at, now())
+		coalesce(e.created_at, now()), $14::text, $15::text
 	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
 			$7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[])
 		WITH ORDINALITY AS e(event_id, event_type, entity_type, entity_id, workspace_id, project_id,

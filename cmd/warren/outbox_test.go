@@ -41,7 +41,7 @@ func outboxCLITable(t *testing.T) (map[string]string, *relay.Outbox, *pgxpool.Po
 	testenv.DropTables(t, table, table+"_migrations")
 	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": table, "AMQP_URL": testenv.AMQPURL(t)}
 	r := runOutboxCLI(context.Background(), environ, "outbox", "migrate")
-	if r.code != 0 || !strings.Contains(r.stdout, "migrated from schema version 0 to 1") {
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("migrated from schema version 0 to %d", relay.SchemaVersion())) {
 		t.Fatalf("outbox migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	ob, err := relay.NewOutbox(table)
@@ -263,7 +263,7 @@ func TestRelayRunCLI(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "20 events in the queue", func() bool { return testenv.QueueDepth(t, ch, queue) == 20 })
 	cancel() // what SIGTERM does to the command's context
 	<-finished
-	if r.code != 0 || !strings.Contains(r.stderr, "relay stopped") || !strings.Contains(r.stdout, "schema version 1") {
+	if r.code != 0 || !strings.Contains(r.stderr, "relay stopped") || !strings.Contains(r.stdout, fmt.Sprintf("schema version %d", relay.SchemaVersion())) {
 		t.Fatalf("relay run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if n := outboxCLICount(t, pool, ob, "true"); n != 0 {

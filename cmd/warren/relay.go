@@ -8,11 +8,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
 
 var relayCommand = command{name: "relay", summary: "run the outbox relay: 'warren relay run'", run: runRelay}
@@ -27,6 +35,7 @@ type relayRunOptions struct {
 	pollMin, pollMax, retryMin, retryMax ageFlag
 	keepDelivered, orderByEntity         bool
 	noListen, migrate                    bool
+	healthAddr                           string
 }
 
 func (o *relayRunOptions) register(fs *flagSet) {
@@ -47,6 +56,7 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.Bool(&o.orderByEntity, "order-by-entity", "publish each entity's events in outbox order (a failing row holds back its entity)")
 	fs.Bool(&o.noListen, "no-listen", "do not LISTEN for commits; poll only (behind a transaction-mode pooler)")
 	fs.Bool(&o.migrate, "migrate", "create or update the outbox table before starting")
+	fs.String(&o.healthAddr, "health-addr", "ADDR", "serve /healthz, /readyz and Prometheus /metrics on this address (e.g. :9464); default off", "")
 }
 
 func (o *relayRunOptions) config(env *cliEnv) relay.Config {
@@ -99,12 +109,29 @@ func runRelay(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("run: unexpected argument %q", rest[0])
 	}
 	cfg := o.config(env)
+	var reg *prometheus.Registry
+	if o.healthAddr != "" {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		metrics, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
+		if err != nil {
+			return err
+		}
+		cfg.Observer = metrics
+	}
 	r, err := relay.New(cfg)
 	if errors.Is(err, relay.ErrInvalidConfig) {
 		return usagef("%v", err)
 	}
 	if err != nil {
 		return err
+	}
+	if o.healthAddr != "" {
+		stop, err := serveHealth(o.healthAddr, r, reg, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if o.migrate {
 		if err := migrateBeforeRun(ctx, &o.db, env.stdout); err != nil {
@@ -114,6 +141,33 @@ func runRelay(ctx context.Context, env *cliEnv, args []string) error {
 	// Run logs its own progress; it returns nil when SIGINT or SIGTERM
 	// stops it gracefully.
 	return o.db.redact(r.Run(ctx))
+}
+
+// serveHealth serves the relay's health endpoints and reg's metrics on
+// addr until stop is called. Listening happens now, so a taken address
+// fails the command before the relay starts.
+func serveHealth(addr string, r *relay.Relay, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--health-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", r.HealthHandler()) // GET /healthz and /readyz
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	var served sync.WaitGroup
+	served.Go(func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health server failed", "error", err)
+		}
+	})
+	log.Info("serving /healthz, /readyz and /metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		served.Wait()
+	}, nil
 }
 
 func migrateBeforeRun(ctx context.Context, db *outboxDBFlags, out io.Writer) error {
@@ -139,6 +193,9 @@ confirms and mandatory routing, and delete each row (or mark it delivered) only
 after the broker confirmed it. Run as many relays on one table as you like.
 On a stop, publishes in flight finish and unpublished claims are released.
 Losing the broker or the database is waited out with backoff; rows wait.
+With --health-addr, /healthz answers 200 while the relay runs and no worker
+is stuck, /readyz 200 while it can claim and publish, and /metrics serves
+the relay and outbox metrics (docs/alerts.md).
 
 `)
 	if fs == nil {
@@ -152,6 +209,7 @@ Examples:
   warren relay run --migrate
   DATABASE_URL=postgres://app@db/app AMQP_URL=amqp://app@mq/ warren relay run --exchange app.events
   warren relay run --table orders_outbox --keep-delivered --order-by-entity
+  warren relay run --health-addr :9464     (probes and Prometheus scrape it)
 
 Passwords are never printed. Exit status: 0 after a graceful stop; 1 the relay
 could not run (e.g. the table is missing: run 'warren outbox migrate'); 2 the

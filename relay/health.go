@@ -1,0 +1,79 @@
+package relay
+
+import (
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/warrenmq/warren/internal/healthhttp"
+)
+
+// Health is what the relay's health endpoints report.
+type Health struct {
+	// Alive: Run is running and no worker loop is stuck. A process whose
+	// relay is not alive should be restarted.
+	Alive bool `json:"alive"`
+	// Ready: connected to the broker, and the last claim reached Postgres.
+	Ready bool `json:"ready"`
+
+	BrokerConnected bool `json:"broker_connected"`
+	// DatabaseOK: the last claim query succeeded.
+	DatabaseOK bool `json:"database_ok"`
+	// LastClaim is when a claim query last succeeded (zero if none yet).
+	LastClaim time.Time `json:"last_claim,omitzero"`
+	// StuckWorkers counts worker loops that have not come round for longer
+	// than a healthy cycle can take.
+	StuckWorkers int `json:"stuck_workers,omitempty"`
+}
+
+// health is the state Health reads, written by the relay's goroutines.
+type health struct {
+	running    atomic.Bool
+	brokerUp   atomic.Bool
+	claimOK    atomic.Bool
+	lastClaim  atomic.Int64   // unix nanoseconds of the last successful claim
+	beats      []atomic.Int64 // per worker: unix nanoseconds of its latest loop, 0 while it is not running
+	stuckAfter time.Duration
+}
+
+func newHealth(cfg Config) *health {
+	return &health{
+		beats: make([]atomic.Int64, cfg.Workers),
+		// The longest a healthy loop can take: a claim (Lease/2), a
+		// publish (PublishTimeout) and a settle that retries until the
+		// lease ends, then a wait of at most PollMax or a reconnect delay.
+		stuckAfter: 2*cfg.Lease + cfg.PollMax + cfg.ReconnectMaxDelay,
+	}
+}
+
+func (h *health) claimed(ok bool) {
+	h.claimOK.Store(ok)
+	if ok {
+		h.lastClaim.Store(time.Now().UnixNano())
+	}
+}
+
+// Health returns the relay's current health.
+func (r *Relay) Health() Health {
+	h := r.health
+	out := Health{BrokerConnected: h.brokerUp.Load(), DatabaseOK: h.claimOK.Load()}
+	if ns := h.lastClaim.Load(); ns != 0 {
+		out.LastClaim = time.Unix(0, ns)
+	}
+	now := time.Now().UnixNano()
+	for i := range h.beats {
+		if beat := h.beats[i].Load(); beat != 0 && time.Duration(now-beat) > h.stuckAfter {
+			out.StuckWorkers++
+		}
+	}
+	out.Alive = h.running.Load() && out.StuckWorkers == 0
+	out.Ready = out.Alive && out.BrokerConnected && out.DatabaseOK
+	return out
+}
+
+// HealthHandler serves /healthz (200 while Run runs and no worker is
+// stuck) and /readyz (200 while the relay can claim and publish), each
+// with the Health as JSON, 503 otherwise.
+func (r *Relay) HealthHandler() http.Handler {
+	return healthhttp.Handler(r.Health, func(h Health) bool { return h.Alive }, func(h Health) bool { return h.Ready })
+}

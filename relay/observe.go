@@ -1,0 +1,74 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Observer is told what a relay does, so that metrics can count it
+// without the relay depending on a metrics library; package
+// warrenprom/relayprom implements it for Prometheus. Its methods are called concurrently from
+// the relay's goroutines and must return quickly without blocking. With
+// no Observer configured, each call site costs one nil check.
+type Observer interface {
+	// Woken is called each time a worker that was waiting wakes to claim
+	// rows: byNotify is true when a notification woke it, false when its
+	// poll timer did. A worker whose claim filled a whole batch claims
+	// again at once, without waiting, and is not counted.
+	Woken(outbox string, byNotify bool)
+
+	// Published is called once for every row whose publish got a
+	// verdict: confirmed, nacked, returned, timed out or lost with the
+	// channel.
+	Published(outbox string, p Publication)
+
+	// Dead is called when n rows became dead, after that is committed:
+	// their attempts were spent, or their event cannot be published.
+	Dead(outbox string, n int)
+
+	// OutboxStats is called every Config.StatsInterval with a snapshot
+	// of the whole table (all relays' rows).
+	OutboxStats(outbox string, s Stats)
+}
+
+// Publication is the verdict on one row's publish.
+type Publication struct {
+	// InsertedAt is when the producer's transaction wrote the row
+	// (Postgres's transaction time, on the database's clock).
+	InsertedAt time.Time
+	// Took is the time from handing the message to the broker to its
+	// verdict.
+	Took time.Duration
+	// Err is nil when the broker confirmed the message and did not return
+	// it as unroutable.
+	Err error
+}
+
+// DefaultStatsInterval is Config.StatsInterval's default.
+const DefaultStatsInterval = 15 * time.Second
+
+// reportStats hands the table's stats to the observer every
+// StatsInterval until ctx ends. One query on the partial indexes per
+// interval and relay, so it costs nothing that matters.
+func (r *Relay) reportStats(ctx context.Context, pool *pgxpool.Pool) {
+	t := time.NewTicker(r.cfg.StatsInterval)
+	defer t.Stop()
+	for {
+		qctx, cancel := context.WithTimeout(ctx, r.cfg.StatsInterval)
+		s, err := r.outbox.Stats(qctx, pool)
+		cancel()
+		switch {
+		case err == nil:
+			r.cfg.Observer.OutboxStats(r.cfg.Table, s)
+		case ctx.Err() == nil:
+			r.log.Debug("outbox stats for metrics failed", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

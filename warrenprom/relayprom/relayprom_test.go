@@ -1,0 +1,80 @@
+package relayprom_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/warrenprom/relayprom"
+)
+
+// TestObserverMapsEvents checks what each relay.Observer call becomes; the
+// end-to-end count against a real relay is in warrenprom's
+// TestScrapeAfterKnownWorkload.
+func TestObserverMapsEvents(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rm, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm.Published("t1", relay.Publication{InsertedAt: time.Now().Add(-2 * time.Second), Took: 3 * time.Millisecond})
+	rm.Published("t1", relay.Publication{InsertedAt: time.Now().Add(time.Hour), Took: time.Millisecond}) // database clock ahead
+	rm.Published("t1", relay.Publication{InsertedAt: time.Now(), Took: time.Second, Err: errors.New("nacked")})
+	rm.Dead("t1", 2)
+	rm.Woken("t1", true)
+	rm.Woken("t1", false)
+	rm.Woken("t1", false)
+	rm.OutboxStats("t1", relay.Stats{Pending: 7, InFlight: 2, Retrying: 1, Dead: 3, Delivered: 4, OldestPendingAge: 90 * time.Second})
+
+	want := `
+# HELP warren_relay_published_total Rows whose message the broker confirmed and routed.
+# TYPE warren_relay_published_total counter
+warren_relay_published_total{outbox="t1"} 2
+# HELP warren_relay_publish_failures_total Publishes not confirmed: nacked, returned as unroutable, timed out or lost with the channel. The row is retried.
+# TYPE warren_relay_publish_failures_total counter
+warren_relay_publish_failures_total{outbox="t1"} 1
+# HELP warren_relay_dead_rows_total Rows that became dead: attempts spent, or the event cannot be published.
+# TYPE warren_relay_dead_rows_total counter
+warren_relay_dead_rows_total{outbox="t1"} 2
+# HELP warren_relay_wakeups_total Worker wake-ups to claim rows, by source: notify (LISTEN/NOTIFY) or poll (timer).
+# TYPE warren_relay_wakeups_total counter
+warren_relay_wakeups_total{outbox="t1",source="notify"} 1
+warren_relay_wakeups_total{outbox="t1",source="poll"} 2
+# HELP warren_outbox_pending_rows Rows not yet delivered or dead, in-flight and retrying rows included.
+# TYPE warren_outbox_pending_rows gauge
+warren_outbox_pending_rows{outbox="t1"} 7
+# HELP warren_outbox_oldest_pending_age_seconds How long the oldest pending row has waited; 0 when none.
+# TYPE warren_outbox_oldest_pending_age_seconds gauge
+warren_outbox_oldest_pending_age_seconds{outbox="t1"} 90
+`
+	err = testutil.GatherAndCompare(reg, strings.NewReader(want), "warren_relay_published_total", "warren_relay_publish_failures_total",
+		"warren_relay_dead_rows_total", "warren_relay_wakeups_total", "warren_outbox_pending_rows", "warren_outbox_oldest_pending_age_seconds")
+	if err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(reg, "warren_relay_publish_confirm_seconds"); n != 1 {
+		t.Errorf("confirm histogram series: %d", n)
+	}
+	// Three verdicts timed; two confirmed rows in the latency histogram,
+	// the one from the future at 0.
+	hist := map[string]uint64{}
+	families, _ := reg.Gather()
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				hist[f.GetName()] = h.GetSampleCount()
+				if f.GetName() == "warren_relay_outbox_latency_seconds" && (h.GetSampleSum() < 2 || h.GetSampleSum() > 3) {
+					t.Errorf("latency sum %v, want about 2s (the future row counted as 0)", h.GetSampleSum())
+				}
+			}
+		}
+	}
+	if hist["warren_relay_publish_confirm_seconds"] != 3 || hist["warren_relay_outbox_latency_seconds"] != 2 {
+		t.Errorf("histogram counts %v, want 3 confirm and 2 latency samples", hist)
+	}
+}
