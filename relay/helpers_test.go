@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -419,124 +417,6 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
 	return len(p), nil
-}
-
-// proxy forwards TCP connections to a target while up; while down it
-// drops its connections and refuses new ones, like a broker that is away.
-// Stalled, it keeps connections open but forwards nothing, like a broker
-// that stopped answering.
-type proxy struct {
-	ln      net.Listener
-	target  string
-	mu      sync.Mutex
-	up      bool
-	open    chan struct{} // closed while traffic flows; replaced while stalled
-	conns   map[net.Conn]struct{}
-	refused atomic.Int64
-	wg      sync.WaitGroup
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := make(chan struct{})
-	close(open)
-	p := &proxy{ln: ln, target: target, up: true, open: open, conns: map[net.Conn]struct{}{}}
-	p.wg.Go(p.accept)
-	t.Cleanup(func() {
-		ln.Close()
-		p.stall(false)
-		p.setUp(false)
-		p.wg.Wait()
-	})
-	return p
-}
-
-// amqpURL is the broker URL with its host replaced by the proxy's.
-func (p *proxy) amqpURL(t *testing.T, brokerURL string) string {
-	u, err := url.Parse(brokerURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = p.ln.Addr().String()
-	return u.String()
-}
-
-func (p *proxy) accept() {
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if !p.up {
-			p.mu.Unlock()
-			p.refused.Add(1)
-			client.Close()
-			continue
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			p.mu.Unlock()
-			client.Close()
-			continue
-		}
-		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		pipe := func(dst, src net.Conn) {
-			defer dst.Close()
-			defer src.Close()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := src.Read(buf)
-				if n > 0 {
-					p.mu.Lock()
-					open := p.open
-					p.mu.Unlock()
-					<-open // hold the bytes while stalled
-					if _, err := dst.Write(buf[:n]); err != nil {
-						return
-					}
-				}
-				if err != nil {
-					return
-				}
-			}
-		}
-		p.wg.Go(func() { pipe(server, client) })
-		p.wg.Go(func() { pipe(client, server) })
-	}
-}
-
-// stall stops (or resumes) forwarding without closing anything.
-func (p *proxy) stall(stalled bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.open: // flowing
-		if stalled {
-			p.open = make(chan struct{})
-		}
-	default: // stalled
-		if !stalled {
-			close(p.open)
-		}
-	}
-}
-
-func (p *proxy) setUp(up bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.up = up
-	if !up {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
 }
 
 // producer writes events from a goroutine, paced by a ticker, until

@@ -23,10 +23,10 @@ func TestRowsThatGetNoInFlightSlotAreReleased(t *testing.T) {
 	e.bindQueue()
 	got := consume(t, e.queue)
 	brokerURL := testenv.AMQPURL(t)
-	p := startProxy(t, hostOf(t, brokerURL))
+	p := testenv.StartProxy(t, hostOf(t, brokerURL))
 	logs := recordLogs(t)
 	cfg := e.config(testenv.Name(t, "relay"))
-	cfg.AMQPURL, cfg.KeepDelivered, cfg.Logger = p.amqpURL(t, brokerURL), true, logs.logger
+	cfg.AMQPURL, cfg.KeepDelivered, cfg.Logger = p.URL(t, brokerURL), true, logs.logger
 	cfg.Workers, cfg.MaxInFlight, cfg.PublishTimeout = 1, 1, 500*time.Millisecond
 
 	var connected counter
@@ -45,7 +45,7 @@ func TestRowsThatGetNoInFlightSlotAreReleased(t *testing.T) {
 		})
 	})
 	connected.waitAbove(t, 0, "the relay to connect")
-	p.stall(true)
+	p.Stall(true)
 	ids := e.publishN("ev", 5) // one transaction: one claim takes all five
 	select {
 	case <-settled:
@@ -63,7 +63,7 @@ func TestRowsThatGetNoInFlightSlotAreReleased(t *testing.T) {
 		t.Errorf("no warning that rows were not sent for want of a slot; log:\n%s", logs.text())
 	}
 	close(resume)
-	p.stall(false)
+	p.Stall(false)
 	e.requireDelivered(got, ids)
 }
 

@@ -138,8 +138,11 @@ func (r *Relay) waitForSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	b := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	for {
 		err := r.outbox.CheckSchema(ctx, pool)
-		if err == nil || errors.Is(err, ErrSchema) || ctx.Err() != nil {
+		switch {
+		case err == nil || errors.Is(err, ErrSchema):
 			return err
+		case ctx.Err() != nil:
+			return nil // stopped while starting: a clean stop, not a failure
 		}
 		wait := b.NextBackOff()
 		r.log.Warn("postgres unreachable, will retry", "error", redact.Error(err, r.cfg.DatabaseURL), "retry_in", wait.Round(time.Millisecond))

@@ -409,20 +409,20 @@ func TestBrokerOutageRowsWait(t *testing.T) {
 	e.bindQueue()
 	got := consume(t, e.queue)
 	brokerURL := testenv.AMQPURL(t)
-	p := startProxy(t, hostOf(t, brokerURL))
+	p := testenv.StartProxy(t, hostOf(t, brokerURL))
 	var connected counter
 	cfg := e.config(testenv.Name(t, "relay"))
-	cfg.AMQPURL, cfg.KeepDelivered = p.amqpURL(t, brokerURL), true
+	cfg.AMQPURL, cfg.KeepDelivered = p.URL(t, brokerURL), true
 	e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
 	connected.waitAbove(t, 0, "the relay to connect")
 
 	before := e.publishN("before", 100)
 	got.waitDistinct(t, len(before), 10*time.Second)
 
-	p.setUp(false)
+	p.SetUp(false)
 	during := e.publishN("during", 200)
-	refused := p.refused.Load()
-	testenv.WaitFor(t, 20*time.Second, "two refused reconnects", func() bool { return p.refused.Load() >= refused+2 })
+	refused := p.Refused()
+	testenv.WaitFor(t, 20*time.Second, "two refused reconnects", func() bool { return p.Refused() >= refused+2 })
 	if n := e.count("event_id LIKE 'during-%' AND state = 'pending'"); n != len(during) {
 		t.Fatalf("%d of %d rows written during the outage are pending", n, len(during))
 	}
@@ -430,7 +430,7 @@ func TestBrokerOutageRowsWait(t *testing.T) {
 		t.Fatalf("%d events arrived during the outage", got.distinct()-len(before))
 	}
 
-	p.setUp(true)
+	p.SetUp(true)
 	e.requireDelivered(got, append(before, during...))
 }
 
@@ -442,15 +442,15 @@ func TestPublishTimeoutIsAFailure(t *testing.T) {
 	e.bindQueue()
 	got := consume(t, e.queue)
 	brokerURL := testenv.AMQPURL(t)
-	p := startProxy(t, hostOf(t, brokerURL))
+	p := testenv.StartProxy(t, hostOf(t, brokerURL))
 	var connected counter
 	cfg := e.config(testenv.Name(t, "relay"))
-	cfg.AMQPURL, cfg.KeepDelivered, cfg.MaxAttempts = p.amqpURL(t, brokerURL), true, 1000
+	cfg.AMQPURL, cfg.KeepDelivered, cfg.MaxAttempts = p.URL(t, brokerURL), true, 1000
 	cfg.PublishTimeout, cfg.Lease = 200*time.Millisecond, 2*time.Second
 	e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
 	connected.waitAbove(t, 0, "the relay to connect")
 
-	p.stall(true)
+	p.Stall(true)
 	ids := e.publishN("ev", 5)
 	testenv.WaitFor(t, 20*time.Second, "timed-out attempts on every row", func() bool {
 		return e.count("attempts >= 2 AND last_error LIKE 'no confirm from the broker within PublishTimeout%'") == len(ids)
@@ -458,7 +458,7 @@ func TestPublishTimeoutIsAFailure(t *testing.T) {
 	if n := e.count("state <> 'pending'"); n != 0 {
 		t.Fatalf("%d rows left pending without a confirm", n)
 	}
-	p.stall(false)
+	p.Stall(false)
 	e.requireDelivered(got, ids)
 }
 
@@ -706,5 +706,24 @@ func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
 	}
 	if err := r.Run(ctx); err == nil {
 		t.Fatal("a second Run was accepted")
+	}
+}
+
+// Stopping a relay that is still waiting for Postgres at start-up is a
+// clean stop, not an error, even when the stop lands in the middle of its
+// schema check (here, against a Postgres that stopped answering).
+func TestStopWhileWaitingForPostgresIsClean(t *testing.T) {
+	dbURL := testenv.DatabaseURL(t)
+	u, _ := url.Parse(dbURL)
+	proxy := testenv.StartProxy(t, u.Host)
+	proxy.Stall(true)
+	r, err := relay.New(relay.Config{DatabaseURL: proxy.URL(t, dbURL), Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := r.Run(ctx); err != nil {
+		t.Fatalf("Run = %v, want nil after a stop during start-up", err)
 	}
 }
