@@ -180,13 +180,7 @@ const closeTimeout = 5 * time.Second
 // prefetched but never handled are requeued by the broker.
 func (s *session) close() {
 	s.stopForwarders()
-	flushed := make(chan struct{})
-	go func() {
-		for _, a := range s.ackers {
-			a.stopAndFlush()
-		}
-		close(flushed)
-	}()
+	flushed := s.stopAckers()
 	select {
 	case <-flushed:
 	case <-time.After(closeTimeout):
@@ -200,14 +194,20 @@ func (s *session) close() {
 // more; the broker requeues its unacked deliveries.
 func (s *session) abandon() {
 	s.stopForwarders()
-	flushed := make(chan struct{})
+	s.shutdown(s.stopAckers())
+}
+
+// stopAckers has every acker send what it holds and stop, on a goroutine,
+// since a send may be stuck on a blocked socket until shutdown closes it.
+func (s *session) stopAckers() <-chan struct{} {
+	stopped := make(chan struct{})
 	go func() {
 		for _, a := range s.ackers {
 			a.stopAndFlush()
 		}
-		close(flushed)
+		close(stopped)
 	}()
-	s.shutdown(flushed)
+	return stopped
 }
 
 // shutdown closes the connection with a deadline, which also fails writes

@@ -274,3 +274,26 @@ func when(t, now time.Time) string {
 	}
 	return fmt.Sprintf("%s (%s)", t.UTC().Format(time.RFC3339), age(t, now))
 }
+
+// pickSub finds the subcommand args[0] names among subs. With no arguments
+// or an unknown name it returns a usage error listing the names; for a help
+// request it prints the verb's usage and returns flag.ErrHelp.
+func pickSub[S any](env *cliEnv, args []string, subs []S, name func(*S) string, usage func(io.Writer)) (*S, error) {
+	names := make([]string, len(subs))
+	for i := range subs {
+		names[i] = name(&subs[i])
+	}
+	if len(args) == 0 {
+		return nil, usagef("missing subcommand (%s)", strings.Join(names, ", "))
+	}
+	if isHelp(args[0]) {
+		usage(env.stdout)
+		return nil, flag.ErrHelp
+	}
+	for i := range subs {
+		if names[i] == args[0] {
+			return &subs[i], nil
+		}
+	}
+	return nil, usagef("unknown subcommand %q (want %s)", args[0], strings.Join(names, ", "))
+}

@@ -206,21 +206,9 @@ type dlqCall struct {
 }
 
 func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usagef("missing subcommand (%s)", subNames())
-	}
-	if isHelp(args[0]) {
-		printDLQUsage(env.stdout)
-		return flag.ErrHelp
-	}
-	var sub *dlqSub
-	for i := range dlqSubs {
-		if dlqSubs[i].name == args[0] {
-			sub = &dlqSubs[i]
-		}
-	}
-	if sub == nil {
-		return usagef("unknown subcommand %q (want %s)", args[0], subNames())
+	sub, err := pickSub(env, args, dlqSubs, func(s *dlqSub) string { return s.name }, printDLQUsage)
+	if err != nil {
+		return err
 	}
 	o := &dlqOptions{}
 	fs := newFlagSet()
@@ -338,14 +326,6 @@ func readAnswer(r io.Reader) (string, error) {
 			return "", err
 		}
 	}
-}
-
-func subNames() string {
-	names := make([]string, len(dlqSubs))
-	for i, s := range dlqSubs {
-		names[i] = s.name
-	}
-	return strings.Join(names, ", ")
 }
 
 var (

@@ -197,21 +197,9 @@ type outboxCall struct {
 }
 
 func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usagef("missing subcommand (%s)", outboxSubNames())
-	}
-	if isHelp(args[0]) {
-		printOutboxUsage(env.stdout)
-		return flag.ErrHelp
-	}
-	var sub *outboxSub
-	for i := range outboxSubs {
-		if outboxSubs[i].name == args[0] {
-			sub = &outboxSubs[i]
-		}
-	}
-	if sub == nil {
-		return usagef("unknown subcommand %q (want %s)", args[0], outboxSubNames())
+	sub, err := pickSub(env, args, outboxSubs, func(s *outboxSub) string { return s.name }, printOutboxUsage)
+	if err != nil {
+		return err
 	}
 	o := &outboxOptions{}
 	fs := newFlagSet()
@@ -468,15 +456,4 @@ Passwords are never printed. Exit status: 0 success; 1 the operation failed;
 2 the command line was wrong.
 Run 'warren outbox <subcommand> --help' for a subcommand's flags.
 `, defaultOutboxDatabaseURL, relay.DefaultTable)
-}
-
-func outboxSubNames() string {
-	names := ""
-	for i, s := range outboxSubs {
-		if i > 0 {
-			names += ", "
-		}
-		names += s.name
-	}
-	return names
 }
