@@ -55,12 +55,13 @@ func New(table, outboxTable string) (*App, error) {
 
 func (a *App) ident() string { return pgx.Identifier{a.Table}.Sanitize() }
 
-// Migrate creates the work items table and the outbox.
+// Migrate creates the work items table and the outbox. Replicas starting
+// together may all call it: see CreateTables.
 func (a *App) Migrate(ctx context.Context, db relay.DB) error {
 	if _, err := a.Outbox.Migrate(ctx, db); err != nil {
 		return err
 	}
-	_, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+a.ident()+` (
+	return CreateTables(ctx, db, `CREATE TABLE IF NOT EXISTS `+a.ident()+` (
 		id text PRIMARY KEY,
 		workspace_id text NOT NULL,
 		project_id text NOT NULL,
@@ -68,7 +69,21 @@ func (a *App) Migrate(ctx context.Context, db relay.DB) error {
 		state text NOT NULL,
 		priority text NOT NULL,
 		updated_at timestamptz NOT NULL DEFAULT now())`)
-	return err
+}
+
+// CreateTables runs CREATE TABLE IF NOT EXISTS statements in one
+// transaction under an advisory lock. Postgres does not make IF NOT EXISTS
+// safe against a concurrent session creating the same table (two replicas
+// starting at once: one fails on pg_type's unique index), so replicas take
+// turns.
+func CreateTables(ctx context.Context, db relay.DB, ddl string) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren examples: create tables'))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, ddl)
+		return err
+	})
 }
 
 // Create inserts a work item and publishes workitem.created.

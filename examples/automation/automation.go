@@ -96,7 +96,7 @@ func (s *Service) Migrate(ctx context.Context) error {
 	if err := s.store.Migrate(ctx); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, `
+	return app.CreateTables(ctx, s.pool, `
 		CREATE TABLE IF NOT EXISTS `+s.rules+` (
 			id bigserial PRIMARY KEY,
 			name text NOT NULL,
@@ -109,7 +109,6 @@ func (s *Service) Migrate(ctx context.Context) error {
 			follow_up_event_id text,
 			ran_at timestamptz NOT NULL DEFAULT now(),
 			PRIMARY KEY (event_id, rule_id))`)
-	return err
 }
 
 // AddRule stores a rule and returns it with its id.
