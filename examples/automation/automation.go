@@ -77,6 +77,7 @@ func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 		runs:         pgx.Identifier{cmp.Or(cfg.RunsTable, "automation_runs")}.Sanitize(),
 	}
 	log := base.Config().Logger
+	timeout := cmp.Or(cfg.HandlerTimeout, 30*time.Second)
 	s.Use(
 		middleware.Recover(),
 		middleware.Logging(log, middleware.LoggingOptions{SuccessLevel: slog.LevelDebug}),
@@ -84,8 +85,11 @@ func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 		// no done-mark behind.
 		middleware.PrefixFilter("workitem.", "issue."),
 		middleware.SkipInitiators(warren.InitiatorSystemPrefix),
-		middleware.Dedup(store, middleware.DedupOptions{Transactional: true}),
-		middleware.Timeout(cmp.Or(cfg.HandlerTimeout, 30*time.Second)),
+		// The lease outlives the handler's timeout, so a slow handler's
+		// event is never taken over; a crashed worker's event waits only
+		// that long.
+		middleware.Dedup(store, middleware.DedupOptions{Transactional: true, Lease: 2 * timeout}),
+		middleware.Timeout(timeout),
 	)
 	s.HandleFunc("", s.apply)
 	return s, nil
