@@ -4,7 +4,7 @@
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS := ./...
 
-.PHONY: test lint bench services fuzz
+.PHONY: test lint bench services fuzz reliability
 
 test:
 	go test -race -count=1 -timeout 12m $(PKGS)
@@ -23,3 +23,11 @@ services:
 # Short fuzzing of the decoders that read hostile input.
 fuzz:
 	go test -run='^$$' -fuzz=FuzzDecodeEvent -fuzztime=30s .
+
+# Fault injection on private RabbitMQ, Postgres and Redis instances (never
+# the shared ones): kills, broker and database faults, hostile input; fails
+# on any lost event, unexplained duplicate, wrong dead letter or stranded
+# outbox row. About 3 minutes. `go run ./reliability -mode long` is the
+# release check that regenerates RELIABILITY.md.
+reliability:
+	go run ./reliability -mode short

@@ -1,0 +1,705 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/dedup"
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// drain waits, with the workload stopped and every process running, until
+// every committed event, follow-up and hostile message has reached its
+// fate and the outbox is empty, or the mode's drain timeout passes.
+func (h *harness) drain(ctx context.Context) bool {
+	start := time.Now()
+	defer func() { h.timings["drain"] = time.Since(start) }()
+	for _, p := range h.procs {
+		p.signal(syscall.SIGCONT) // nothing stays frozen
+	}
+	deadline := start.Add(h.mode.drainTimeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if h.drained(ctx) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return false
+}
+
+func (h *harness) drained(ctx context.Context) bool {
+	if len(h.tracker.outstanding()) > 0 {
+		return false
+	}
+	var pending int
+	if h.pool.QueryRow(ctx, `SELECT count(*) FROM `+outboxTable+` WHERE state = 'pending'`).Scan(&pending) != nil || pending > 0 {
+		return false
+	}
+	// Follow-ups are committed by the automation, not the workload.
+	rows, err := h.pool.Query(ctx, `SELECT follow_up_event_id FROM automation_runs WHERE follow_up_event_id IS NOT NULL`)
+	if err != nil {
+		return false
+	}
+	followUps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return false
+	}
+	for _, id := range followUps {
+		if !h.recv.has(id) {
+			return false
+		}
+	}
+	for _, hm := range h.hostile {
+		if hm.webhook.delivered && !h.recv.has(hm.id) {
+			return false
+		}
+	}
+	// Every expected dead letter is in its queue (counted, not read: the
+	// verdict reads them).
+	want := map[string]int{}
+	for _, hm := range h.hostile {
+		if hm.webhook.class != "" {
+			want[dlq.QueueName(webhookQueue)]++
+		}
+		if hm.automation.class != "" {
+			want[dlq.QueueName(autoQueue)]++
+		}
+	}
+	depths, err := h.queueDepths(ctx)
+	if err != nil {
+		return false
+	}
+	for q, n := range want {
+		if depths[q] < n {
+			return false
+		}
+	}
+	// Copies waiting in a retry tier (a relay's second publish, a deferral
+	// while another worker held the lease) must come back and be
+	// acknowledged as duplicates too.
+	for q, n := range depths {
+		if n > 0 && !strings.HasSuffix(q, ".dlq") {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *harness) queueDepths(ctx context.Context) (map[string]int, error) {
+	conn, err := amqpx.Dial(ctx, h.rabbit.URL(), amqpx.DialOptions{Name: "reliability checker", Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	out := map[string]int{}
+	for _, name := range []string{webhookQueue, autoQueue} {
+		for _, q := range consumer.TopologyFor(consumer.Config{Name: name, Exchange: exchange}).Queues() {
+			ch, err := conn.Channel()
+			if err != nil {
+				return nil, err
+			}
+			st, err := ch.QueueDeclarePassive(q, true, false, false, false, nil)
+			if err != nil {
+				return nil, fmt.Errorf("queue %s: %w", q, err)
+			}
+			out[q] = st.Messages
+			ch.Close()
+		}
+	}
+	return out, nil
+}
+
+// duplicate is an effect applied more than once, and why.
+type duplicate struct {
+	id     string
+	count  int
+	cause  string // empty: unexplained
+	detail string
+}
+
+// heldEvent is an automation event not yet handled because the lease of a
+// killed worker still holds it.
+type heldEvent struct {
+	id      string
+	expires time.Time
+}
+
+// check reads every effect from the services and compares it with what
+// the workload committed.
+func (h *harness) check(ctx context.Context) (*result, error) {
+	res := &result{mode: h.mode, timings: h.timings, faults: h.faults, stats: map[string]consumerStats{}}
+	res.committedTx, res.rolledBackTx = h.wl.countOf(statusCommitted), h.wl.countOf(statusRolledBack)
+	res.failedTx, res.ambiguousTx = h.wl.countOf(statusFailed), h.wl.countOf(statusAmbiguous)
+	h.wl.txErrors.Range(func(k, v any) bool {
+		res.txErrors = append(res.txErrors, fmt.Sprintf("%d× %s", v.(*atomic.Int64).Load(), k))
+		return true
+	})
+	slices.Sort(res.txErrors)
+
+	// The ledger table: which application events committed.
+	type ledgerRow struct {
+		id, typ, entity, initiator, field, prev, value string
+		txID                                           int64
+		probe                                          bool
+	}
+	rows, err := h.pool.Query(ctx, `SELECT event_id, event_type, entity_id, initiator_type, field, prev_value, new_value, tx_id, probe
+		FROM reliability_ledger ORDER BY tx_id, event_id`)
+	if err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", err)
+	}
+	ledger := map[string]*ledgerRow{}
+	var ledgerOrder []*ledgerRow
+	var lr ledgerRow
+	if _, err := pgx.ForEachRow(rows, []any{&lr.id, &lr.typ, &lr.entity, &lr.initiator, &lr.field, &lr.prev, &lr.value, &lr.txID, &lr.probe}, func() error {
+		r := lr
+		ledger[r.id] = &r
+		ledgerOrder = append(ledgerOrder, &r)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("read the ledger: %w", err)
+	}
+	res.eventsCommitted = len(ledger)
+	neverCommitted := map[string]bool{}
+	h.tracker.mu.Lock()
+	for id, r := range h.tracker.events {
+		_, inLedger := ledger[id]
+		switch r.status {
+		case statusCommitted:
+			if !inLedger {
+				res.fail("event %s: COMMIT succeeded but its ledger row is missing (a lost commit)", id)
+			}
+		case statusRolledBack, statusFailed, statusPending:
+			if inLedger {
+				res.fail("event %s: its transaction did not commit, yet its ledger row exists", id)
+			}
+			neverCommitted[id] = true
+		case statusAmbiguous:
+			if inLedger {
+				res.ambiguousCommitted++
+			} else {
+				res.ambiguousLost++
+				neverCommitted[id] = true
+			}
+		}
+		if r.probe && inLedger {
+			res.probes++
+		}
+	}
+	h.tracker.mu.Unlock()
+	res.eventsNeverCommitted = len(neverCommitted)
+
+	// The automation's effects: its runs.
+	type runRow struct {
+		eventID, workItem, followUp string
+		ruleID                      int64
+		ranAt                       time.Time
+	}
+	rows, err = h.pool.Query(ctx, `SELECT event_id, rule_id, work_item_id, coalesce(follow_up_event_id, ''), ran_at FROM automation_runs`)
+	if err != nil {
+		return nil, fmt.Errorf("read the automation runs: %w", err)
+	}
+	var runs []runRow
+	var rr runRow
+	if _, err := pgx.ForEachRow(rows, []any{&rr.eventID, &rr.ruleID, &rr.workItem, &rr.followUp, &rr.ranAt}, func() error {
+		runs = append(runs, rr)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	ranFor := map[string]int{}
+	followUps := map[string]bool{}
+	for _, r := range runs {
+		ranFor[r.eventID]++
+		l := ledger[r.eventID]
+		switch {
+		case neverCommitted[r.eventID]:
+			res.fail("automation ran its rule for event %s, whose transaction never committed", r.eventID)
+		case l == nil:
+			res.fail("automation ran its rule for event %s, which the workload never wrote", r.eventID)
+		case !(&eventRecord{typ: l.typ, initiator: l.initiator, field: l.field, prev: l.prev, value: l.value}).qualifies():
+			res.fail("automation ran its rule for event %s (%s by %s), which the rule does not match", r.eventID, l.typ, l.initiator)
+		case r.ruleID != h.ruleID:
+			res.fail("automation run for event %s names rule %d, not %d", r.eventID, r.ruleID, h.ruleID)
+		}
+		if r.followUp == "" {
+			res.fail("automation run for event %s changed nothing: the work item's priority was already %q (a second run?)", r.eventID, rulePriority)
+		} else {
+			followUps[r.followUp] = true
+		}
+	}
+	res.followUps = len(followUps)
+	qualifying := map[string]bool{}
+	for _, l := range ledgerOrder {
+		if (&eventRecord{typ: l.typ, initiator: l.initiator, field: l.field, prev: l.prev, value: l.value}).qualifies() {
+			qualifying[l.id] = true
+		}
+	}
+	res.autoExpected = len(qualifying)
+	for id := range qualifying {
+		switch n := ranFor[id]; {
+		case n == 0:
+			if held, ok := h.heldByLease(ctx, id); ok {
+				res.autoHeld = append(res.autoHeld, held)
+			} else {
+				res.autoLost = append(res.autoLost, id)
+			}
+		case n > 1:
+			res.fail("automation ran the rule %d times for event %s", n, id)
+		}
+	}
+	sort.Strings(res.autoLost)
+	for _, id := range res.autoLost {
+		res.fail("event %s never reached the automation (no run, no lease holding it)", id)
+	}
+	if len(res.autoHeld) > 0 && h.mode.drainTimeout >= automationLease {
+		res.fail("%d events still held by dead workers' leases after a drain longer than the lease", len(res.autoHeld))
+	}
+
+	// Work items: exactly the committed ones, with the priority the rule
+	// and the user's changes leave.
+	wantPriority := map[string]string{}
+	for _, l := range ledgerOrder {
+		switch {
+		case l.typ == "workitem.created":
+			wantPriority[l.entity] = "high"
+		case l.field == "priority":
+			wantPriority[l.entity] = l.value
+		}
+	}
+	heldItems := map[string]bool{}
+	for _, held := range res.autoHeld {
+		heldItems[ledger[held.id].entity] = true
+	}
+	for id := range qualifying {
+		if !heldItems[ledger[id].entity] {
+			wantPriority[ledger[id].entity] = rulePriority
+		}
+	}
+	rows, err = h.pool.Query(ctx, `SELECT id, priority FROM work_items`)
+	if err != nil {
+		return nil, err
+	}
+	gotPriority := map[string]string{}
+	var itemID, priority string
+	if _, err := pgx.ForEachRow(rows, []any{&itemID, &priority}, func() error {
+		gotPriority[itemID] = priority
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for id, want := range wantPriority {
+		got, ok := gotPriority[id]
+		switch {
+		case !ok:
+			res.fail("work item %s: its creation committed, but the row is missing", id)
+		case got != want && !heldItems[id]:
+			res.fail("work item %s: priority %q, want %q", id, got, want)
+		}
+	}
+	for id := range gotPriority {
+		if _, ok := wantPriority[id]; !ok {
+			res.fail("work item %s exists, but no committed transaction created it", id)
+		}
+	}
+	res.workItems = len(gotPriority)
+
+	// The webhook's effect: the receiver's ledger.
+	accepted, bodies := h.recv.snapshot()
+	expectWebhook := map[string]string{}
+	for id := range ledger {
+		expectWebhook[id] = "application event"
+	}
+	for id := range followUps {
+		expectWebhook[id] = "automation follow-up"
+	}
+	for _, hm := range h.hostile {
+		if hm.webhook.delivered {
+			expectWebhook[hm.id] = "hostile " + hm.kind
+		}
+	}
+	res.webhookExpected = len(expectWebhook)
+	res.byPoster = map[string]int{}
+	for _, acc := range accepted {
+		for _, a := range acc {
+			res.byPoster[a.poster]++
+		}
+	}
+	kills := h.killTimes()
+	redisRestarts := h.faultTimes(faultRedisRestart)
+	for id, what := range expectWebhook {
+		acc := accepted[id]
+		switch {
+		case len(acc) == 0:
+			res.webhookLost = append(res.webhookLost, id+" ("+what+")")
+		case len(acc) > 1:
+			cause, detail := explainDuplicate(acc, kills, h.stalls, redisRestarts)
+			res.webhookDups = append(res.webhookDups, duplicate{id: id, count: len(acc), cause: cause, detail: detail})
+		}
+	}
+	sort.Strings(res.webhookLost)
+	for _, id := range res.webhookLost {
+		res.fail("event %s never reached the webhook receiver", id)
+	}
+	slices.SortFunc(res.webhookDups, func(a, b duplicate) int { return strings.Compare(a.id, b.id) })
+	for _, d := range res.webhookDups {
+		if d.cause == "" {
+			res.fail("event %s delivered %d times to the webhook receiver with no fault to explain it: %s", d.id, d.count, d.detail)
+		}
+	}
+	for id := range accepted {
+		if _, ok := expectWebhook[id]; ok {
+			continue
+		}
+		ev := bodies[id]
+		switch {
+		case neverCommitted[id]:
+			res.fail("event %s reached the webhook receiver, but its transaction never committed", id)
+		default:
+			res.fail("the webhook receiver accepted event %s (%s by %s), which nobody expected", id, ev.Type, ev.InitiatorType)
+		}
+	}
+	res.receiverRefused, res.receiverAbandoned, res.receiverForged, res.receiverMismatched =
+		h.recv.refused, h.recv.abandoned, h.recv.forged, h.recv.mismatched
+	if h.recv.forged > 0 || h.recv.mismatched > 0 {
+		res.fail("the receiver saw %d deliveries with a bad signature and %d whose header id differs from the body", h.recv.forged, h.recv.mismatched)
+	}
+
+	// Latency from commit to each effect.
+	h.tracker.mu.Lock()
+	for id, r := range h.tracker.events {
+		if r.status != statusCommitted {
+			continue
+		}
+		if at, ok := h.tracker.webhookAt[id]; ok {
+			res.webhookLatency = append(res.webhookLatency, at.Sub(r.committedAt))
+		}
+		if at, ok := h.tracker.autoAt[id]; ok && r.qualifies() {
+			res.autoLatency = append(res.autoLatency, max(at.Sub(r.committedAt), 0))
+		}
+	}
+	h.tracker.mu.Unlock()
+
+	// Dead letters.
+	if err := h.checkDeadLetters(ctx, res); err != nil {
+		return nil, err
+	}
+
+	// The outbox and the queues.
+	err = h.pool.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE state = 'pending'),
+			count(*) FILTER (WHERE state = 'pending' AND available_at < now()),
+			count(*) FILTER (WHERE state = 'dead')
+		FROM `+outboxTable).Scan(&res.pending, &res.stranded, &res.deadRows)
+	if err != nil {
+		return nil, fmt.Errorf("read the outbox: %w", err)
+	}
+	if res.pending > 0 || res.deadRows > 0 {
+		res.fail("outbox: %d rows pending (%d past their lease or due: stranded), %d dead", res.pending, res.stranded, res.deadRows)
+	}
+	if res.queueDepths, err = h.queueDepths(ctx); err != nil {
+		return nil, err
+	}
+	for q, n := range res.queueDepths {
+		held := len(res.autoHeld) > 0 && strings.HasPrefix(q, autoQueue)
+		if n > 0 && !strings.HasSuffix(q, ".dlq") && !held {
+			res.fail("queue %s still holds %d messages after the drain", q, n)
+		}
+	}
+	for _, f := range h.faults {
+		if f.err != "" {
+			res.fail("fault %s could not be injected: %s", f.kind, f.err)
+		}
+		if !f.recovered {
+			res.fail("no recovery within %v after %s (%s)", h.mode.recoveryTimeout, f.kind, f.target)
+		}
+	}
+	res.hostileSent = len(h.hostile)
+	return res, nil
+}
+
+// heldByLease reports whether the automation's dedup row for id is a lease
+// that has not ended, taken by a worker that was killed while holding it.
+func (h *harness) heldByLease(ctx context.Context, id string) (heldEvent, bool) {
+	var done bool
+	var expires time.Time
+	err := h.pool.QueryRow(ctx, `SELECT done_at IS NOT NULL, expires_at FROM warren_dedup WHERE key = $1 AND expires_at > now()`,
+		dedup.Key(autoQueue, id)).Scan(&done, &expires)
+	if err != nil || done {
+		return heldEvent{}, false
+	}
+	claimed := expires.Add(-automationLease)
+	for _, k := range h.killTimes() {
+		for _, at := range k {
+			// Killed while its handler (timeout 30s) may have been running.
+			if !at.Before(claimed.Add(-time.Second)) && at.Before(claimed.Add(31*time.Second)) {
+				return heldEvent{id: id, expires: expires}, true
+			}
+		}
+	}
+	return heldEvent{}, false
+}
+
+// killTimes returns when each process was killed.
+func (h *harness) killTimes() map[string][]time.Time {
+	out := map[string][]time.Time{}
+	for _, f := range h.faults {
+		switch f.kind {
+		case faultKillRelay, faultKillWebhook, faultKillAutomation:
+			out[f.target] = append(out[f.target], f.start)
+		}
+	}
+	return out
+}
+
+func (h *harness) faultTimes(kind faultKind) []time.Time {
+	var out []time.Time
+	for _, f := range h.faults {
+		if f.kind == kind {
+			out = append(out, f.start)
+		}
+	}
+	return out
+}
+
+// Causes of a duplicate webhook delivery. The webhook's dedup lease makes
+// a delivery at-least-once across these, by design: the POST and the
+// done-mark cannot be one atomic step.
+const (
+	causeRedisRestart = "Redis restart between the deliveries forgot the done-mark"
+	causePosterKilled = "the replica was killed after the receiver's 200 and before the done-mark; the redelivery re-posted once the lease ended"
+	causePosterFrozen = "the replica was frozen past its lease after the receiver's 200; another replica took the event over"
+)
+
+// explainDuplicate finds, for each repeated acceptance, a fault that
+// explains it; cause is "" when one is unexplained. detail lists the
+// acceptances either way.
+func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []stall, redisRestarts []time.Time) (cause, detail string) {
+	acc = slices.Clone(acc)
+	slices.SortFunc(acc, func(a, b acceptance) int { return a.at.Compare(b.at) })
+	var parts []string
+	for _, a := range acc {
+		parts = append(parts, a.poster+" at "+a.at.Format("15:04:05.000"))
+	}
+	detail = strings.Join(parts, ", ")
+	var causes []string
+	for i := 1; i < len(acc); i++ {
+		prev, next := acc[i-1], acc[i]
+		var found []string
+		for _, r := range redisRestarts {
+			if r.After(prev.at) && r.Before(next.at) {
+				found = append(found, causeRedisRestart)
+				break
+			}
+		}
+		for _, k := range kills[prev.poster] {
+			// Complete follows the 200 within milliseconds, or within its
+			// 10s settle timeout while Redis is down.
+			if !k.Before(prev.at.Add(-time.Second)) && k.Before(prev.at.Add(12*time.Second)) {
+				found = append(found, causePosterKilled)
+				break
+			}
+		}
+		for _, s := range stalls {
+			if s.proc == prev.poster && !s.from.After(prev.at.Add(time.Second)) && !s.to.Before(prev.at) && s.to.Sub(s.from) > webhookLease {
+				found = append(found, causePosterFrozen)
+				break
+			}
+		}
+		if len(found) == 0 {
+			return "", detail
+		}
+		for _, c := range found {
+			if !slices.Contains(causes, c) {
+				causes = append(causes, c)
+			}
+		}
+	}
+	return strings.Join(causes, "; "), detail
+}
+
+// checkDeadLetters reads both DLQs: every hostile message that must die is
+// there with the right metadata, and nothing else is.
+func (h *harness) checkDeadLetters(ctx context.Context, res *result) error {
+	conn, err := amqpx.Dial(ctx, h.rabbit.URL(), amqpx.DialOptions{Name: "reliability dlq reader"})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	byID := map[string]hostileMessage{}
+	for _, hm := range h.hostile {
+		byID[hm.id] = hm
+	}
+	res.dlqByClass = map[string]int{}
+	for _, consumerName := range []string{webhookQueue, autoQueue} {
+		q, err := dlq.Open(ctx, conn, consumerName)
+		if err != nil {
+			return err
+		}
+		msgs, err := q.Peek(ctx, dlq.PeekOptions{})
+		if err != nil {
+			return fmt.Errorf("read %s: %w", q.Name(), err)
+		}
+		copies := map[string]int{}
+		for _, m := range msgs {
+			res.dlqByClass[consumerName+" "+string(m.Metadata.Class)]++
+			hm, ok := byID[m.MessageId]
+			if !ok {
+				res.fail("%s holds a dead letter nobody expected: id %q type %q class %s: %s",
+					q.Name(), m.EventID, m.EventType, m.Metadata.Class, m.Metadata.Error)
+				continue
+			}
+			want := hm.webhook
+			if consumerName == autoQueue {
+				want = hm.automation
+			}
+			if want.class == "" {
+				res.fail("%s holds hostile %s (%s), which must not be dead-lettered there", q.Name(), hm.id, hm.kind)
+				continue
+			}
+			copies[hm.id]++
+			for _, p := range deadLetterProblems(m.Metadata, want, consumerName) {
+				res.fail("%s: dead letter %s (%s): %s", q.Name(), hm.id, hm.kind, p)
+			}
+		}
+		for _, hm := range h.hostile {
+			want := hm.webhook
+			if consumerName == autoQueue {
+				want = hm.automation
+			}
+			if want.class == "" {
+				continue
+			}
+			switch n := copies[hm.id]; {
+			case n == 0:
+				res.fail("%s: hostile %s (%s) is missing", q.Name(), hm.id, hm.kind)
+			case n > 1:
+				if why := h.explainDeadLetterCopies(hm, consumerName); why != "" {
+					res.dlqDuplicates = append(res.dlqDuplicates, fmt.Sprintf("%s in %s: %d copies (%s)", hm.id, q.Name(), n, why))
+				} else {
+					res.fail("%s: hostile %s (%s) is there %d times with no fault to explain it", q.Name(), hm.id, hm.kind, n)
+				}
+			}
+		}
+		res.dlqChecked += len(msgs)
+	}
+	return nil
+}
+
+// deadLetterProblems lists what is wrong with one dead letter's metadata.
+func deadLetterProblems(m dlq.Metadata, want fate, consumerName string) []string {
+	var out []string
+	if m.Class != want.class {
+		out = append(out, fmt.Sprintf("class %q, want %q", m.Class, want.class))
+	}
+	if !strings.Contains(m.Error, want.errSubstr) {
+		out = append(out, fmt.Sprintf("error %q does not say %q", m.Error, want.errSubstr))
+	}
+	if m.Attempts != 1 {
+		out = append(out, fmt.Sprintf("attempts %d, want 1", m.Attempts))
+	}
+	if m.OriginQueue != consumerName || m.Consumer != consumerName {
+		out = append(out, fmt.Sprintf("origin queue %q and consumer %q, want %q", m.OriginQueue, m.Consumer, consumerName))
+	}
+	if m.OriginExchange != exchange {
+		out = append(out, fmt.Sprintf("origin exchange %q, want %q", m.OriginExchange, exchange))
+	}
+	if m.Host == "" || m.FirstFailure.IsZero() || m.LastFailure.IsZero() {
+		out = append(out, "host or failure times missing")
+	}
+	return out
+}
+
+// explainDeadLetterCopies says why a hostile message may be dead twice:
+// dead-lettering is publish-confirm-then-ack, so a consumer that loses its
+// channel between the two dead-letters the redelivery again.
+func (h *harness) explainDeadLetterCopies(hm hostileMessage, consumerName string) string {
+	if hm.retried {
+		return "its publish was retried"
+	}
+	for _, f := range h.faults {
+		if f.end.Before(hm.sentAt) || f.start.After(hm.sentAt.Add(2*time.Minute)) {
+			continue
+		}
+		switch {
+		case f.kind == faultCloseConns, f.kind == faultBrokerRestart,
+			strings.HasPrefix(f.target, consumerName+"-"):
+			return fmt.Sprintf("%s at %s, between the dead-letter publish and its ack", f.kind, f.start.Format("15:04:05"))
+		}
+	}
+	return ""
+}
+
+// scanLogs looks through the processes' logs for crashes, races, and the
+// signs of a dedup breach.
+func (h *harness) scanLogs(res *result) {
+	res.logCounts = map[string]map[string]int{}
+	signs := []struct{ label, text string }{
+		{"panic", "panic:"},
+		{"fatal error", "fatal error:"},
+		{"data race", "WARNING: DATA RACE"},
+		{"error lines", `"level":"ERROR"`},
+		{"error lines", "level=ERROR"},
+		{"warn lines", `"level":"WARN"`},
+		{"warn lines", "level=WARN"},
+		{"second rule run caught by the runs table's key", "automation_runs_pkey"},
+		{"done-mark not written after delivery", "done-mark was not written"},
+		{"dedup lease expired under a handler", "dedup lease expired"},
+	}
+	for _, p := range h.procs {
+		f, err := os.Open(p.logPath)
+		if err != nil {
+			continue
+		}
+		counts := map[string]int{}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			for _, s := range signs {
+				if strings.Contains(line, s.text) {
+					counts[s.label]++
+				}
+			}
+		}
+		f.Close()
+		res.logCounts[p.spec.name] = counts
+		for _, bad := range []string{"panic", "fatal error", "data race"} {
+			if counts[bad] > 0 {
+				res.fail("%s: %d × %s in %s", p.spec.name, counts[bad], bad, p.logPath)
+			}
+		}
+		if counts["second rule run caught by the runs table's key"] > 0 {
+			res.fail("%s: the automation's dedup let a second run of a handled event through %d times (caught by automation_runs_pkey)",
+				p.spec.name, counts["second rule run caught by the runs table's key"])
+		}
+		for _, e := range p.unexpectedExits() {
+			res.fail("%s exited without being killed at %s: %s (log: %s)", p.spec.name, e.at.Format("15:04:05"), e.err, p.logPath)
+		}
+		if p.spec.kind != "relay" {
+			s := res.stats[p.spec.kind]
+			s.add(p.stats())
+			res.stats[p.spec.kind] = s
+		}
+		p.mu.Lock()
+		res.starts += p.starts
+		p.mu.Unlock()
+	}
+	for name, detail := range h.exitCodes {
+		res.fail("%s did not stop cleanly on SIGTERM: %s", name, detail)
+	}
+}

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/dlq"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+func TestExplainDuplicate(t *testing.T) {
+	twice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}}
+	cases := []struct {
+		name   string
+		kills  map[string][]time.Time
+		stalls []stall
+		redis  []time.Time
+		want   string // "" means unexplained
+	}{
+		{name: "no fault", want: ""},
+		{name: "poster killed just after the 200", kills: map[string][]time.Time{"webhook-a": {at(10.01)}}, want: causePosterKilled},
+		{name: "the other replica killed", kills: map[string][]time.Time{"webhook-b": {at(10.01)}}, want: ""},
+		{name: "poster killed long before", kills: map[string][]time.Time{"webhook-a": {at(2)}}, want: ""},
+		{name: "poster killed long after", kills: map[string][]time.Time{"webhook-a": {at(30)}}, want: ""},
+		{name: "redis restart between", redis: []time.Time{at(40)}, want: causeRedisRestart},
+		{name: "redis restart before both", redis: []time.Time{at(5)}, want: ""},
+		{name: "poster frozen past the lease", stalls: []stall{{proc: "webhook-a", from: at(9.5), to: at(85)}}, want: causePosterFrozen},
+		{name: "poster frozen briefly", stalls: []stall{{proc: "webhook-a", from: at(9.5), to: at(20)}}, want: ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, detail := explainDuplicate(twice, c.kills, c.stalls, c.redis)
+			if got != c.want {
+				t.Fatalf("cause %q, want %q", got, c.want)
+			}
+			if !strings.Contains(detail, "webhook-a at 03:04:15.000") || !strings.Contains(detail, "webhook-b at 03:05:16.000") {
+				t.Fatalf("detail %q does not list the deliveries", detail)
+			}
+		})
+	}
+}
+
+func TestExplainDuplicateNeedsEveryRepeatExplained(t *testing.T) {
+	thrice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}, {at: at(80), poster: "webhook-a"}}
+	kills := map[string][]time.Time{"webhook-a": {at(10.01)}}
+	if got, _ := explainDuplicate(thrice, kills, nil, nil); got != "" {
+		t.Fatalf("the third delivery has no fault behind it, yet the duplicate was explained: %q", got)
+	}
+	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}); got == "" {
+		t.Fatal("a kill and a Redis restart explain both repeats, yet the duplicate was not explained")
+	}
+}
+
+func TestDeadLetterProblems(t *testing.T) {
+	good := dlq.Metadata{
+		Class: dlq.ClassUndecodable, Error: "invalid event: event_id is missing or empty", Attempts: 1,
+		OriginQueue: webhookQueue, Consumer: webhookQueue, OriginExchange: exchange, Host: "vm",
+		FirstFailure: t0, LastFailure: t0,
+	}
+	want := deadAs(dlq.ClassUndecodable, "event_id is missing")
+	if p := deadLetterProblems(good, want, webhookQueue); len(p) != 0 {
+		t.Fatalf("a correct dead letter has problems: %v", p)
+	}
+	for name, mutate := range map[string]func(*dlq.Metadata){
+		"class":    func(m *dlq.Metadata) { m.Class = dlq.ClassExpired },
+		"reason":   func(m *dlq.Metadata) { m.Error = "something else" },
+		"attempts": func(m *dlq.Metadata) { m.Attempts = 2 },
+		"queue":    func(m *dlq.Metadata) { m.OriginQueue = autoQueue },
+		"consumer": func(m *dlq.Metadata) { m.Consumer = "" },
+		"exchange": func(m *dlq.Metadata) { m.OriginExchange = "" },
+		"host":     func(m *dlq.Metadata) { m.Host = "" },
+		"times":    func(m *dlq.Metadata) { m.FirstFailure = time.Time{} },
+	} {
+		m := good
+		mutate(&m)
+		if p := deadLetterProblems(m, want, webhookQueue); len(p) != 1 {
+			t.Errorf("wrong %s: problems %v, want exactly one", name, p)
+		}
+	}
+}
+
+func TestQualifies(t *testing.T) {
+	done := eventRecord{typ: "workitem.updated", initiator: "USER", field: "state", prev: "in_progress", value: ruleState}
+	if !done.qualifies() {
+		t.Fatal("a user's change to done must fire the rule")
+	}
+	for name, e := range map[string]eventRecord{
+		"by an import":    {typ: "workitem.updated", initiator: "SYSTEM.IMPORT", field: "state", prev: "todo", value: ruleState},
+		"by a follow-up":  {typ: "workitem.updated", initiator: "SYSTEM.AUTOMATION", field: "state", prev: "todo", value: ruleState},
+		"to in_progress":  {typ: "workitem.updated", initiator: "USER", field: "state", prev: "todo", value: "in_progress"},
+		"priority":        {typ: "workitem.updated", initiator: "USER", field: "priority", prev: "high", value: ruleState},
+		"a creation":      {typ: "workitem.created", initiator: "USER"},
+		"no state change": {typ: "workitem.updated", initiator: "USER", field: "state", prev: ruleState, value: ruleState},
+	} {
+		if e.qualifies() {
+			t.Errorf("%s must not fire the rule", name)
+		}
+	}
+}
+
+func TestTrackerCompleteness(t *testing.T) {
+	tr := newTracker()
+	plain := &eventRecord{id: "a", typ: "workitem.created", initiator: "USER"}
+	ruled := &eventRecord{id: "b", typ: "workitem.updated", initiator: "USER", field: "state", prev: "todo", value: ruleState}
+	undone := &eventRecord{id: "c", typ: "workitem.created", initiator: "USER"}
+	tr.add(plain, ruled, undone)
+	tr.settle([]*eventRecord{plain, ruled}, statusCommitted, t0)
+	tr.settle([]*eventRecord{undone}, statusRolledBack, time.Time{})
+	if got := len(tr.outstanding()); got != 2 {
+		t.Fatalf("outstanding %d, want 2 (the rolled-back event is not awaited)", got)
+	}
+	tr.webhookSeen("a", t0)
+	tr.webhookSeen("b", t0)
+	if !tr.complete("a") || tr.complete("b") {
+		t.Fatal("a needs only the webhook; b also needs its rule run")
+	}
+	tr.autoSeen("b", t0)
+	if len(tr.outstanding()) != 0 || len(tr.remaining([]string{"a", "b"})) != 0 {
+		t.Fatal("both events reached their effects")
+	}
+}
+
+func TestScheduleHasEveryFaultOnce(t *testing.T) {
+	counts := modes["short"].counts
+	plan := schedule(rand.New(rand.NewPCG(1, 2)), counts)
+	got := map[faultKind]int{}
+	for _, k := range plan {
+		got[k]++
+	}
+	for k, n := range counts {
+		if got[k] != n {
+			t.Errorf("%s: scheduled %d times, want %d", k, got[k], n)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	ds := []time.Duration{5, 1, 4, 2, 3}
+	if p := percentile(ds, 0.5); p != 3 {
+		t.Errorf("median %v, want 3", p)
+	}
+	if p := percentile(ds, 1); p != 5 {
+		t.Errorf("max %v, want 5", p)
+	}
+	if p := percentile(nil, 0.5); p != 0 {
+		t.Errorf("empty %v, want 0", p)
+	}
+}

@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// fate is what must become of one hostile message at one consumer.
+type fate struct {
+	// class, when set, is the dead-letter class the message must carry in
+	// the consumer's DLQ, with errSubstr in its error text.
+	class     dlq.Class
+	errSubstr string
+	// delivered (webhook only): the receiver must accept the event once.
+	delivered bool
+}
+
+func deadAs(class dlq.Class, errSubstr string) fate { return fate{class: class, errSubstr: errSubstr} }
+
+var (
+	delivered = fate{delivered: true}
+	// ignored: acknowledged without an effect (the automation's filters
+	// skip it) and never dead-lettered.
+	ignored = fate{}
+)
+
+// hostileCase is one kind of input that no well-behaved producer sends.
+type hostileCase struct {
+	name string
+	// build returns the message for the id; body-level cases put the id in
+	// the message_id property only, since their body cannot carry it.
+	build func(id string) amqp.Publishing
+	// copies is how many messages of the case one burst sends (default 1).
+	copies     int
+	webhook    fate
+	automation fate
+}
+
+// hostileBodyLimit is the consumers' default MaxBodyBytes; the huge case
+// must exceed it.
+const hostileBodyLimit = 1 << 20
+
+// validEvent is a well-formed Plane envelope with the given id and type.
+func validEvent(id, eventType string) map[string]any {
+	return map[string]any{
+		"event_id": id, "event_type": eventType, "entity_type": "issue", "entity_id": "hostile-" + id,
+		"workspace_id": "ws-hostile", "project_id": "proj-hostile", "initiator_id": "mallory",
+		"initiator_type": "USER", "created_at": time.Now().UTC().Format(time.RFC3339Nano), "version": "1.0",
+		"payload": map[string]any{"data": map[string]any{"id": "hostile-" + id, "state": "todo"}, "previous_attributes": nil},
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func jsonMessage(id string, body []byte) amqp.Publishing {
+	return amqp.Publishing{
+		MessageId: id, ContentType: "application/json", DeliveryMode: amqp.Persistent,
+		Timestamp: time.Now(), Body: body,
+	}
+}
+
+// withField is a valid event with one top-level field replaced (or, with
+// value nil and drop set, removed).
+func withField(id, field string, value any, drop bool) []byte {
+	ev := validEvent(id, "workitem.updated")
+	if drop {
+		delete(ev, field)
+	} else {
+		ev[field] = value
+	}
+	return mustJSON(ev)
+}
+
+// oddHeaders are headers of types nobody expects, including a forged
+// x-death array whose first entry is not even a table and whose second
+// claims the message expired.
+func oddHeaders() amqp.Table {
+	return amqp.Table{
+		dlq.HeaderAttempts:     "many",
+		dlq.HeaderErrorClass:   int32(7),
+		dlq.HeaderFirstFailure: int64(1700000000),
+		dlq.HeaderReplays:      []any{"x"},
+		dlq.HeaderOriginQueue:  amqp.Table{"nested": true},
+		"x-death": []any{
+			"not a table",
+			amqp.Table{"queue": "webhook", "reason": "expired", "count": int64(3), "exchange": "", "time": time.Unix(1700000000, 0)},
+		},
+		"x-weird-float": 3.25,
+		"x-weird-bytes": []byte{0xff, 0x00, 0xfe},
+	}
+}
+
+// hostileCases lists the hostile inputs of one burst. The error texts are
+// the decoder's and consumer's own; hostile_test.go checks them against
+// warren.DecodeEvent so a reworded error fails there first, not in a run.
+func hostileCases() []hostileCase {
+	undecodable := func(substr string) (fate, fate) {
+		return deadAs(dlq.ClassUndecodable, substr), deadAs(dlq.ClassUndecodable, substr)
+	}
+	c := func(name string, build func(id string) amqp.Publishing, w, a fate) hostileCase {
+		return hostileCase{name: name, build: build, webhook: w, automation: a}
+	}
+	body := func(f func(id string) []byte) func(id string) amqp.Publishing {
+		return func(id string) amqp.Publishing { return jsonMessage(id, f(id)) }
+	}
+	var cases []hostileCase
+	add := func(name string, f func(id string) []byte, substr string) {
+		w, a := undecodable(substr)
+		cases = append(cases, c(name, body(f), w, a))
+	}
+	add("malformed-json", func(id string) []byte {
+		return []byte(`{"event_id": "` + id + `", "event_type": "workitem.updated", "payload": {"data": `)
+	}, "invalid event")
+	add("missing-event-id", func(id string) []byte { return withField(id, "event_id", nil, true) }, "event_id is missing or empty")
+	add("empty-event-id", func(id string) []byte { return withField(id, "event_id", "", false) }, "event_id is missing or empty")
+	add("blank-event-id", func(id string) []byte { return withField(id, "event_id", " \t ", false) }, "event_id is missing or empty")
+	add("missing-event-type", func(id string) []byte { return withField(id, "event_type", nil, true) }, "event_type is missing or empty")
+	add("event-id-number", func(id string) []byte { return withField(id, "event_id", 42, false) }, "event_id")
+	add("initiator-type-array", func(id string) []byte { return withField(id, "initiator_type", []string{"USER"}, false) }, "initiator_type")
+	add("payload-string", func(id string) []byte { return withField(id, "payload", "data", false) }, "payload")
+	add("created-at-garbage", func(id string) []byte { return withField(id, "created_at", "yesterday", false) }, "created_at")
+	add("non-utf8", func(id string) []byte {
+		return bytes.Replace(withField(id, "initiator_id", "MARK", false), []byte("MARK"), []byte{0xff, 0xfe, 'x'}, 1)
+	}, "UTF-8")
+	add("array-body", func(string) []byte { return []byte(`[{"event_id":"a","event_type":"b"}]`) }, "invalid event")
+	add("null-body", func(string) []byte { return []byte(`null`) }, "invalid event")
+	add("empty-body", func(string) []byte { return nil }, "invalid event")
+	add("huge-body", func(id string) []byte {
+		ev := validEvent(id, "workitem.updated")
+		ev["payload"] = map[string]any{"data": map[string]any{"blob": strings.Repeat("A", 3*hostileBodyLimit)}}
+		return mustJSON(ev)
+	}, "over the 1048576-byte limit")
+	cases = append(cases,
+		c("wrong-content-type", func(id string) amqp.Publishing {
+			m := jsonMessage(id, withField(id, "event_id", id, false))
+			m.ContentType = "text/plain"
+			return m
+		}, deadAs(dlq.ClassUndecodable, "content type"), deadAs(dlq.ClassUndecodable, "content type")),
+		c("gzip-encoding", func(id string) amqp.Publishing {
+			m := jsonMessage(id, withField(id, "event_id", id, false))
+			m.ContentEncoding = "gzip"
+			return m
+		}, deadAs(dlq.ClassUndecodable, "content encoding"), deadAs(dlq.ClassUndecodable, "content encoding")),
+		// Forged x-death and headers of the wrong types on a body that is
+		// not an event: the dead letter must say undecodable, not the
+		// "expired" the forged x-death claims.
+		c("odd-headers-bad-body", func(id string) amqp.Publishing {
+			m := jsonMessage(id, []byte(`{"event_id":`))
+			m.Headers = oddHeaders()
+			return m
+		}, deadAs(dlq.ClassUndecodable, "invalid event"), deadAs(dlq.ClassUndecodable, "invalid event")),
+		// The same headers on a valid event: headers are metadata, so the
+		// event is handled as usual, once.
+		c("odd-headers-valid", func(id string) amqp.Publishing {
+			m := jsonMessage(id, mustJSON(validEvent(id, "workitem.created")))
+			m.Headers = oddHeaders()
+			return m
+		}, delivered, ignored),
+		// An event that claims to have used 98 attempts: it must still be
+		// delivered when nothing fails.
+		c("attempts-98-valid", func(id string) amqp.Publishing {
+			m := jsonMessage(id, mustJSON(validEvent(id, "workitem.created")))
+			m.Headers = amqp.Table{dlq.HeaderAttempts: int32(98), dlq.HeaderErrorClass: "permanent"}
+			return m
+		}, delivered, ignored),
+		// A valid envelope of a type nobody handles. The webhook forwards
+		// every type (its endpoint has no prefix filter); the automation's
+		// prefix filter acknowledges it as skipped. Neither dead-letters it.
+		c("unknown-event-type", func(id string) amqp.Publishing {
+			return jsonMessage(id, mustJSON(validEvent(id, "reliability.unknown-type")))
+		}, delivered, ignored),
+		// A valid envelope whose payload.data has the wrong shape: the
+		// webhook forwards bytes and delivers it; the automation reads the
+		// data, and must dead-letter it as permanent, not retry it.
+		c("payload-data-wrong-type", func(id string) amqp.Publishing {
+			ev := validEvent(id, "workitem.updated")
+			ev["payload"] = map[string]any{"data": "not an object", "previous_attributes": map[string]any{"state": "todo"}}
+			return jsonMessage(id, mustJSON(ev))
+		}, delivered, deadAs(dlq.ClassPermanent, "payload.data")),
+	)
+	// A flood of poison: the consumers must dead-letter it without
+	// slowing the real events behind it.
+	flood := c("poison-flood", body(func(id string) []byte { return []byte(`{"event_id":"` + id + `",`) }),
+		deadAs(dlq.ClassUndecodable, "invalid event"), deadAs(dlq.ClassUndecodable, "invalid event"))
+	flood.copies = 100
+	cases = append(cases, flood)
+	return cases
+}
+
+// hostileMessage is one hostile message sent, and what must become of it.
+type hostileMessage struct {
+	id     string
+	kind   string
+	sentAt time.Time
+	// retried: the publish was repeated after an error, so the broker may
+	// hold two copies.
+	retried    bool
+	webhook    fate
+	automation fate
+}
+
+// hostileID names message copy n of a case in a burst.
+func hostileID(run string, burst int, name string, n, copies int) string {
+	if copies <= 1 {
+		return fmt.Sprintf("%s-hostile-b%d-%s", run, burst, name)
+	}
+	return fmt.Sprintf("%s-hostile-b%d-%s-%03d", run, burst, name, n)
+}
+
+// sendHostile publishes one burst of every hostile case straight to the
+// exchange, with publisher confirms, retrying through broker faults.
+func sendHostile(ctx context.Context, amqpURL, exchange, run string, burst int) ([]hostileMessage, error) {
+	var out []hostileMessage
+	var conn *amqp.Connection
+	var pub *amqpx.Publisher
+	closeConn := func() {
+		if pub != nil {
+			pub.Close()
+			pub = nil
+		}
+		if conn != nil {
+			conn.Close()
+			conn = nil
+		}
+	}
+	defer closeConn()
+	for _, hc := range hostileCases() {
+		copies := max(hc.copies, 1)
+		for n := range copies {
+			id := hostileID(run, burst, hc.name, n, copies)
+			hm := hostileMessage{id: id, kind: hc.name, webhook: hc.webhook, automation: hc.automation}
+			deadline := time.Now().Add(time.Minute)
+			for attempt := 0; ; attempt++ {
+				var err error
+				if pub == nil {
+					conn, err = amqpx.Dial(ctx, amqpURL, amqpx.DialOptions{Name: "reliability hostile publisher"})
+					if err == nil {
+						pub, err = amqpx.NewPublisher(conn, 16)
+					}
+				}
+				if err == nil {
+					pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					hm.sentAt = time.Now()
+					err = pub.Publish(pctx, exchange, "", hc.build(id))
+					cancel()
+				}
+				if err == nil {
+					break
+				}
+				closeConn()
+				if attempt > 0 || !strings.Contains(err.Error(), "dial") {
+					// A publish that failed after it was sent may still
+					// have reached the queue.
+					hm.retried = true
+				}
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					return out, fmt.Errorf("publish hostile %s: %w", id, err)
+				}
+				select {
+				case <-ctx.Done():
+					return out, ctx.Err()
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			out = append(out, hm)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,547 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/examples/app"
+)
+
+// Names on the private services. Nothing else uses these services, so the
+// names need not be unique.
+const (
+	exchange      = "reliability.events"
+	webhookQueue  = "webhook"
+	autoQueue     = "automation"
+	outboxTable   = "warren_outbox"
+	webhookSecret = "reliability-secret"
+	// webhookLease is the webhook service's dedup lease (webhook.Config's
+	// default; the command does not change it).
+	webhookLease = time.Minute
+	// automationLease is the automation's dedup lease (middleware's
+	// DefaultLease; the command does not change it).
+	automationLease = 5 * time.Minute
+)
+
+// mode is the size of a run.
+type mode struct {
+	name            string
+	rate            float64 // application transactions per second
+	workers         int
+	rollbackPct     int
+	warmup          time.Duration
+	faultPhase      time.Duration // faults stop being injected after this
+	gapMin, gapMax  time.Duration // pause between faults
+	counts          map[faultKind]int
+	recoveryTimeout time.Duration
+	drainTimeout    time.Duration
+	quiet           time.Duration
+	relayLease      time.Duration
+	brokerDown      time.Duration
+	redisDown       time.Duration
+	receiverFail    time.Duration
+	receiverSlow    time.Duration
+}
+
+var modes = map[string]mode{
+	"short": {
+		name: "short", rate: 16, workers: 4, rollbackPct: 8,
+		warmup: 5 * time.Second, faultPhase: 150 * time.Second, gapMin: 500 * time.Millisecond, gapMax: 2 * time.Second,
+		counts: map[faultKind]int{
+			faultKillRelay: 5, faultKillWebhook: 5, faultKillAutomation: 4, faultStallRelay: 2,
+			faultCloseConns: 2, faultBrokerRestart: 2, faultPGTerminate: 3, faultRedisRestart: 2,
+			faultReceiver5xx: 2, faultReceiverSlow: 2, faultHostile: 2,
+		},
+		recoveryTimeout: 90 * time.Second, drainTimeout: 100 * time.Second, quiet: 5 * time.Second,
+		relayLease: 5 * time.Second, brokerDown: 3 * time.Second, redisDown: time.Second,
+		receiverFail: 6 * time.Second, receiverSlow: 8 * time.Second,
+	},
+	"long": {
+		name: "long", rate: 20, workers: 4, rollbackPct: 8,
+		warmup: 10 * time.Second, faultPhase: 12 * time.Minute, gapMin: time.Second, gapMax: 4 * time.Second,
+		counts: map[faultKind]int{
+			faultKillRelay: 20, faultKillWebhook: 20, faultKillAutomation: 15, faultStallRelay: 6, faultStallWebhook: 2,
+			faultCloseConns: 6, faultBrokerRestart: 5, faultPGTerminate: 8, faultRedisRestart: 5,
+			faultReceiver5xx: 4, faultReceiverSlow: 4, faultHostile: 4,
+		},
+		recoveryTimeout: 3 * time.Minute, drainTimeout: automationLease + 2*time.Minute, quiet: 20 * time.Second,
+		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, redisDown: 3 * time.Second,
+		receiverFail: 25 * time.Second, receiverSlow: 20 * time.Second,
+	},
+}
+
+// harness owns everything a run starts.
+type harness struct {
+	mode    mode
+	runID   string
+	dir     string
+	verbose bool
+	race    bool
+	rng     *rand.Rand
+	started time.Time
+
+	rabbit *rabbit
+	pg     *postgres
+	redis  *redisServer
+
+	admin   *pgx.Conn // kept out of pg_terminate_backend's way
+	pool    *pgxpool.Pool
+	recv    *receiver
+	recvURL string
+	tracker *tracker
+	wl      *workload
+	ruleID  int64
+	procs   []*proc
+
+	bg            sync.WaitGroup // measurement goroutines
+	faults        []*faultRecord
+	stalls        []stall
+	hostile       []hostileMessage
+	hostileBursts int
+	timings       map[string]time.Duration
+	exitCodes     map[string]string // graceful stop results
+}
+
+func main() {
+	modeName := flag.String("mode", "short", "short (CI, under 5 minutes) or long (release checks; writes RELIABILITY.md)")
+	out := flag.String("out", "", "write the report here (default: RELIABILITY.md in long mode, the run directory in short mode)")
+	seed := flag.Uint64("seed", 0, "random seed for the fault schedule and the workload (default: from the clock)")
+	keep := flag.Bool("keep", false, "keep the run directory (logs, service data) even when the run passes")
+	race := flag.Bool("race", false, "build the service binaries with the race detector")
+	verbose := flag.Bool("v", false, "log every fault as it happens")
+	faultPhase := flag.Duration("fault-phase", 0, "inject faults for this long instead of the mode's default (short 150s, long 12m)")
+	flag.Parse()
+	m, ok := modes[*modeName]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "reliability: unknown -mode %q (want short or long)\n", *modeName)
+		os.Exit(2)
+	}
+	if *faultPhase > 0 {
+		m.faultPhase = *faultPhase
+	}
+	if *seed == 0 {
+		*seed = uint64(time.Now().UnixNano())
+	}
+	if *out == "" && m.name == "long" {
+		*out = "RELIABILITY.md"
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // a second signal kills at once
+	}()
+	code := run(ctx, m, *seed, *out, *keep, *race, *verbose)
+	stop()
+	os.Exit(code)
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "reliability %6.1fs: %s\n", time.Since(h.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, m mode, seed uint64, out string, keep, race, verbose bool) int {
+	h := &harness{
+		mode: m, verbose: verbose, race: race, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), started: time.Now(),
+		runID: fmt.Sprintf("r%d", time.Now().Unix()%100000), tracker: newTracker(),
+		timings: map[string]time.Duration{}, exitCodes: map[string]string{},
+	}
+	h.logf("mode %s, seed %d", m.name, seed)
+	if n := reapOrphans(); n > 0 {
+		h.logf("reaped the leftovers of %d earlier runs whose harness was killed", n)
+	}
+	dir, err := os.MkdirTemp("", "warren-reliability-")
+	if err != nil {
+		h.logf("error: %v", err)
+		return 1
+	}
+	h.dir = dir
+	if err := claimDir(dir); err != nil {
+		h.logf("error: %v", err)
+		return 1
+	}
+	// The server processes run as other users and must reach their
+	// directories inside this one.
+	os.Chmod(dir, 0o711)
+	res, err := h.runAll(ctx)
+	h.shutdown()
+	if res != nil {
+		h.scanLogs(res)
+	}
+	if err != nil {
+		h.removeServiceData()
+		h.logf("error: %v", err)
+		h.logf("logs kept in %s", filepath.Join(dir, "logs"))
+		return 1
+	}
+	res.seed, res.total = seed, time.Since(h.started)
+	report := res.markdown()
+	if out == "" {
+		out = filepath.Join(dir, "RELIABILITY.md")
+		keep = keep || !res.passed()
+	}
+	if err := os.WriteFile(out, []byte(report), 0o644); err != nil {
+		h.logf("write report: %v", err)
+		return 1
+	}
+	fmt.Println(res.summary())
+	h.logf("report: %s", out)
+	if res.passed() && !keep {
+		os.RemoveAll(dir)
+	} else {
+		h.removeServiceData()
+		h.logf("run directory kept: %s", dir)
+	}
+	if !res.passed() {
+		return 1
+	}
+	return 0
+}
+
+// runAll starts everything, runs the workload and the faults, drains and
+// checks. It leaves stopping to shutdown.
+func (h *harness) runAll(ctx context.Context) (*result, error) {
+	for _, d := range []string{"bin", "logs", "rabbitmq", "postgres", "redis"} {
+		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := h.startServices(ctx); err != nil {
+		return nil, err
+	}
+	if err := h.setup(ctx); err != nil {
+		return nil, err
+	}
+
+	// The workload.
+	wctx, stopWorkload := context.WithCancel(ctx)
+	defer stopWorkload()
+	var workers sync.WaitGroup
+	for i := range h.mode.workers {
+		workers.Go(func() {
+			h.wl.runWorker(wctx, h.rng.Uint64()+uint64(i), h.mode.rate/float64(h.mode.workers), h.mode.rollbackPct)
+		})
+	}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	var pollers sync.WaitGroup
+	pollers.Go(func() { pollRuns(pollCtx, h.pool, h.tracker) })
+	pollers.Go(func() { h.scrapeStats(pollCtx) })
+
+	h.logf("warm-up %v", h.mode.warmup)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(h.mode.warmup):
+	}
+	base := &faultRecord{kind: "baseline", end: time.Now()}
+	h.measure(ctx, base)
+	if !base.recovered {
+		return nil, fmt.Errorf("no event reached both consumers within %v before any fault: the pipeline does not work", h.mode.recoveryTimeout)
+	}
+	h.logf("baseline: an event reaches both consumers in %v", base.recovery.Round(time.Millisecond))
+	h.timings["baseline delivery"] = base.recovery
+
+	// The faults.
+	phaseEnd := time.Now().Add(h.mode.faultPhase)
+	plan := schedule(h.rng, h.mode.counts)
+	for i, kind := range plan {
+		if time.Now().After(phaseEnd) || ctx.Err() != nil {
+			h.logf("fault phase over after %d of %d faults", i, len(plan))
+			break
+		}
+		gap := h.mode.gapMin + time.Duration(h.rng.Int64N(int64(h.mode.gapMax-h.mode.gapMin)+1))
+		select {
+		case <-ctx.Done():
+		case <-time.After(gap):
+		}
+		f := h.inject(ctx, kind)
+		h.faults = append(h.faults, f)
+		h.measure(ctx, f)
+		if h.verbose || f.err != "" || !f.recovered {
+			h.logf("fault %d/%d %s %s: recovered=%v in %v%s", i+1, len(plan), kind, f.target, f.recovered,
+				f.recovery.Round(time.Millisecond), map[bool]string{true: " ERROR " + f.err}[f.err != ""])
+		}
+		if !f.recovered && ctx.Err() == nil {
+			h.logf("no recovery within %v after %s: stopping the fault phase", h.mode.recoveryTimeout, kind)
+			break
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	stopWorkload()
+	workers.Wait()
+	h.logf("workload stopped: %d committed, %d rolled back, %d failed, %d ambiguous transactions",
+		h.wl.countOf(statusCommitted), h.wl.countOf(statusRolledBack), h.wl.countOf(statusFailed), h.wl.countOf(statusAmbiguous))
+
+	drained := h.drain(ctx)
+	h.logf("drain: %v (complete=%v); quiet period %v", h.timings["drain"].Round(time.Millisecond), drained, h.mode.quiet)
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(h.mode.quiet):
+	}
+	stopPoll()
+	pollers.Wait()
+	res, err := h.check(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.drained = drained
+	return res, nil
+}
+
+// startServices starts the private services and builds the binaries, at
+// the same time.
+func (h *harness) startServices(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var buildErr, rabbitErr, pgErr, redisErr error
+	wg.Go(func() {
+		start := time.Now()
+		buildErr = h.build(ctx)
+		h.timings["build the binaries"] = time.Since(start)
+	})
+	wg.Go(func() { h.rabbit, rabbitErr = startRabbit(ctx, filepath.Join(h.dir, "rabbitmq")) })
+	wg.Go(func() { h.pg, pgErr = startPostgres(ctx, filepath.Join(h.dir, "postgres")) })
+	wg.Go(func() { h.redis, redisErr = startRedis(ctx, filepath.Join(h.dir, "redis")) })
+	wg.Wait()
+	if err := errors.Join(buildErr, rabbitErr, pgErr, redisErr); err != nil {
+		return err
+	}
+	h.timings["start RabbitMQ"] = h.rabbit.Startup
+	h.timings["start PostgreSQL (initdb + start)"] = h.pg.Startup
+	h.timings["start Redis"] = h.redis.Startup
+	h.logf("private services: RabbitMQ %s (%v), PostgreSQL :%d (%v), Redis :%d (%v); binaries built in %v",
+		h.rabbit.node, h.rabbit.Startup.Round(time.Millisecond), h.pg.port, h.pg.Startup.Round(time.Millisecond),
+		h.redis.port, h.redis.Startup.Round(time.Millisecond), h.timings["build the binaries"].Round(time.Millisecond))
+	return nil
+}
+
+// build compiles the real binaries from this checkout.
+func (h *harness) build(ctx context.Context) error {
+	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return fmt.Errorf("find the module root (run from the checkout): %w", err)
+	}
+	args := []string{"build", "-o", filepath.Join(h.dir, "bin") + "/"}
+	if h.race {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/warren", "./examples/webhook/cmd/webhook", "./examples/automation/cmd/automation")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = strings.TrimSpace(string(root))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// setup creates the tables, starts the receiver and the processes, and
+// installs the automation rule.
+func (h *harness) setup(ctx context.Context) error {
+	var err error
+	if h.admin, err = pgx.Connect(ctx, h.pg.URL()); err != nil {
+		return err
+	}
+	if h.pool, err = pgxpool.New(ctx, h.pg.URL()); err != nil {
+		return err
+	}
+	if _, err := h.admin.Exec(ctx, ledgerSchema); err != nil {
+		return err
+	}
+	a, err := app.New("", outboxTable)
+	if err != nil {
+		return err
+	}
+	h.wl = &workload{pool: h.pool, app: a, tracker: h.tracker, run: h.runID}
+
+	h.recv = newReceiver([]byte(webhookSecret))
+	h.recv.onAccept = h.tracker.webhookSeen
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h.recvURL = "http://" + ln.Addr().String()
+	srv := &http.Server{Handler: h.recv, ReadHeaderTimeout: 10 * time.Second, ConnContext: h.connContext}
+	go srv.Serve(ln) // closed with the process; it holds nothing to flush
+
+	bin := func(name string) string { return filepath.Join(h.dir, "bin", name) }
+	common := append(cleanEnv(), "AMQP_URL="+h.rabbit.URL(), "DATABASE_URL="+h.pg.URL(), "REDIS_URL="+h.redis.URL(),
+		"WARREN_EXCHANGE="+exchange, "WARREN_OUTBOX_TABLE="+outboxTable, "WEBHOOK_SECRET="+webhookSecret)
+	add := func(kind, name, binary string, args []string, env ...string) error {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		if kind == "relay" {
+			args = append(args, "--health-addr", addr)
+		} else {
+			env = append(env, "HEALTH_ADDR="+addr)
+		}
+		spec := procSpec{name: name, kind: kind, bin: binary, args: args, env: append(append([]string(nil), common...), env...), health: "http://" + addr}
+		h.procs = append(h.procs, newProc(spec, filepath.Join(h.dir, "logs", name+".log")))
+		return nil
+	}
+	for _, r := range []string{"a", "b"} {
+		if err := add("webhook", "webhook-"+r, bin("webhook"), nil, "WARREN_QUEUE="+webhookQueue, "WEBHOOK_URL="+h.recvURL+"/hook"); err != nil {
+			return err
+		}
+		if err := add("automation", "automation-"+r, bin("automation"), nil, "WARREN_QUEUE="+autoQueue); err != nil {
+			return err
+		}
+	}
+	for _, r := range []string{"a", "b"} {
+		if err := add("relay", "relay-"+r, bin("warren"), []string{"relay", "run", "--migrate", "--name", "relay-" + r,
+			"--lease", h.mode.relayLease.String(), "--publish-timeout", "2s"}); err != nil {
+			return err
+		}
+	}
+	// Consumers first: their queues must be bound before the relays
+	// publish, or the first events would be unroutable.
+	start := time.Now()
+	for _, p := range h.procs {
+		if p.spec.kind == "relay" {
+			continue
+		}
+		go p.run(context.Background())
+	}
+	for _, p := range h.procs {
+		if p.spec.kind != "relay" {
+			if err := p.waitReady(ctx, time.Minute); err != nil {
+				return err
+			}
+		}
+	}
+	h.timings["consumers ready (4 processes)"] = time.Since(start)
+	if err := h.admin.QueryRow(ctx, `INSERT INTO automation_rules (name, when_state, set_priority) VALUES ($1, $2, $3) RETURNING id`,
+		"done work is not urgent", ruleState, rulePriority).Scan(&h.ruleID); err != nil {
+		return fmt.Errorf("install the automation rule: %w", err)
+	}
+	start = time.Now()
+	for _, p := range h.procs {
+		if p.spec.kind == "relay" {
+			go p.run(context.Background())
+		}
+	}
+	for _, p := range h.procs {
+		if p.spec.kind == "relay" {
+			if err := p.waitReady(ctx, time.Minute); err != nil {
+				return err
+			}
+		}
+	}
+	h.timings["relays ready (2 processes)"] = time.Since(start)
+	h.logf("processes ready: %d consumers, 2 relays; receiver at %s", len(h.procs)-2, h.recvURL)
+	return nil
+}
+
+// withAdmin runs f on the admin connection, reconnecting it if needed.
+func (h *harness) withAdmin(ctx context.Context, f func(ctx context.Context) error) error {
+	for attempt := 0; ; attempt++ {
+		if h.admin == nil || h.admin.IsClosed() {
+			conn, err := pgx.Connect(ctx, h.pg.URL())
+			if err != nil {
+				if attempt >= 20 {
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(250 * time.Millisecond):
+				}
+				continue
+			}
+			h.admin = conn
+		}
+		err := f(ctx)
+		if err == nil || attempt >= 3 || !h.admin.IsClosed() {
+			return err
+		}
+	}
+}
+
+// scrapeStats samples the consumers' health endpoints, so the stats of a
+// process that is later killed are known up to its last sample.
+func (h *harness) scrapeStats(ctx context.Context) {
+	for {
+		for _, p := range h.procs {
+			if p.spec.kind != "relay" {
+				p.ready(ctx)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// shutdown stops the processes gracefully (recording whether each
+// stopped cleanly), then the services.
+func (h *harness) shutdown() {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, p := range h.procs {
+		wg.Go(func() {
+			clean, detail := p.stop(45 * time.Second)
+			mu.Lock()
+			if !clean {
+				h.exitCodes[p.spec.name] = detail
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	h.bg.Wait()
+	if h.admin != nil {
+		h.admin.Close(context.Background())
+	}
+	if h.pool != nil {
+		h.pool.Close()
+	}
+	for _, stop := range []func(){
+		func() {
+			if h.rabbit != nil {
+				h.rabbit.Stop()
+			}
+		},
+		func() {
+			if h.pg != nil {
+				h.pg.Stop()
+			}
+		},
+		func() {
+			if h.redis != nil {
+				h.redis.Stop()
+			}
+		},
+	} {
+		stop()
+	}
+}
+
+// removeServiceData deletes the services' data, keeping logs.
+func (h *harness) removeServiceData() {
+	os.RemoveAll(filepath.Join(h.dir, "rabbitmq", "mnesia"))
+	os.RemoveAll(filepath.Join(h.dir, "postgres", "data"))
+	os.RemoveAll(filepath.Join(h.dir, "bin"))
+}

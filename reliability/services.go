@@ -1,0 +1,502 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// The services this harness breaks are its own: a RabbitMQ node, a
+// PostgreSQL cluster and a Redis server started from the machine's
+// binaries, on free ports, in the run's directory. The shared instances
+// other tests use are never addressed: the node name, the ports, the data
+// directories and (for RabbitMQ) the Erlang cookie are all private, so even
+// a wrong node name in a rabbitmqctl call cannot authenticate to the shared
+// broker.
+
+// freePort asks the kernel for a port nobody listens on.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for len(ports) < n {
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+// childAttr puts a service in its own process group, so that stopping it
+// reaches its children too (rabbitmq-server is a shell script around
+// beam.smp), and has the kernel kill it if the harness dies.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// killGroup kills a child's whole process group.
+func killGroup(cmd *exec.Cmd, sig syscall.Signal) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// tail returns the last n bytes of a file, for error messages.
+func tail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-n, 0)
+	buf := make([]byte, st.Size()-off)
+	f.ReadAt(buf, off)
+	return strings.TrimSpace(string(buf))
+}
+
+// waitExit returns a channel closed when cmd has exited.
+func waitExit(cmd *exec.Cmd) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(done)
+	}()
+	return done
+}
+
+// poll calls cond every interval until it succeeds, exited closes, or the
+// timeout passes.
+func poll(ctx context.Context, timeout, interval time.Duration, exited <-chan struct{}, cond func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := cond(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v: %w", timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return fmt.Errorf("exited during start-up (last check: %w)", err)
+		case <-time.After(interval):
+		}
+	}
+}
+
+// ---------------------------------------------------------------- RabbitMQ
+
+// rabbit is a private RabbitMQ node.
+type rabbit struct {
+	dir      string
+	node     string
+	port     int
+	bin      string // directory of rabbitmq-server and rabbitmqctl
+	env      []string
+	cmd      *exec.Cmd
+	exited   <-chan struct{}
+	outPath  string
+	Startup  time.Duration
+	stopOnce sync.Once
+}
+
+// rabbitBinDir finds the real scripts, not Debian's /usr/sbin wrappers,
+// which switch to the rabbitmq user and so to the shared node's cookie.
+func rabbitBinDir() (string, error) {
+	for _, dir := range []string{"/usr/lib/rabbitmq/bin"} {
+		if _, err := os.Stat(filepath.Join(dir, "rabbitmq-server")); err == nil {
+			return dir, nil
+		}
+	}
+	p, err := exec.LookPath("rabbitmq-server")
+	if err != nil {
+		return "", fmt.Errorf("rabbitmq-server not found (scripts/services.sh installs it): %w", err)
+	}
+	return filepath.Dir(p), nil
+}
+
+func startRabbit(ctx context.Context, dir string) (*rabbit, error) {
+	bin, err := rabbitBinDir()
+	if err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	var cookie [16]byte
+	rand.Read(cookie[:])
+	r := &rabbit{
+		dir:     dir,
+		node:    fmt.Sprintf("warren_rel_%d@localhost", os.Getpid()),
+		port:    ports[0],
+		bin:     bin,
+		outPath: filepath.Join(dir, "rabbitmq.out"),
+	}
+	files := map[string]string{
+		"rabbitmq.conf": fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\nloopback_users = none\n", r.port),
+		"env.conf":      "", // instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node
+		"plugins":       "[].\n",
+		// The node's own cookie: rabbitmqctl run with HOME=dir reads it,
+		// and cannot authenticate to any other node.
+		".erlang.cookie": strings.ToUpper(hex.EncodeToString(cookie[:])),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	os.Chmod(filepath.Join(dir, ".erlang.cookie"), 0o400)
+	r.env = append(cleanEnv(),
+		"HOME="+dir,
+		"RABBITMQ_NODENAME="+r.node,
+		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
+		"RABBITMQ_NODE_PORT="+strconv.Itoa(r.port),
+		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[1]),
+		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "env.conf"),
+		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq.conf"),
+		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
+		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "plugins"),
+		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
+		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
+		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),
+		// The node registers with the machine's epmd (shared by every
+		// node, harmless: it only maps names to ports). If none runs, the
+		// node starts one on loopback, which outlives the run.
+		"ERL_EPMD_ADDRESS=127.0.0.1",
+	)
+	out, err := os.Create(r.outPath)
+	if err != nil {
+		return nil, err
+	}
+	defer out.Close()
+	start := time.Now()
+	r.cmd = exec.Command(filepath.Join(bin, "rabbitmq-server"))
+	r.cmd.Dir, r.cmd.Env, r.cmd.Stdout, r.cmd.Stderr, r.cmd.SysProcAttr = dir, r.env, out, out, childAttr()
+	if err := r.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start rabbitmq-server: %w", err)
+	}
+	r.exited = waitExit(r.cmd)
+	err = poll(ctx, 2*time.Minute, 200*time.Millisecond, r.exited, func(ctx context.Context) error {
+		conn, err := amqpx.Dial(ctx, r.URL(), amqpx.DialOptions{Name: "reliability readiness", Timeout: time.Second})
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	})
+	if err != nil {
+		r.Stop()
+		return nil, fmt.Errorf("private RabbitMQ %s on port %d: %w\n%s", r.node, r.port, err, tail(r.outPath, 2000))
+	}
+	r.Startup = time.Since(start)
+	return r, nil
+}
+
+// URL is the node's AMQP URL.
+func (r *rabbit) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", r.port) }
+
+// ctl runs rabbitmqctl against this node, and only this node.
+func (r *rabbit) ctl(ctx context.Context, args ...string) error {
+	if !strings.HasPrefix(r.node, "warren_rel_") {
+		panic("reliability: refusing rabbitmqctl against node " + r.node)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, "rabbitmqctl"), append([]string{"-n", r.node, "-q"}, args...)...)
+	cmd.Dir, cmd.Env = r.dir, r.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// Stop shuts the node down, and kills it if it does not go.
+func (r *rabbit) Stop() {
+	r.stopOnce.Do(func() {
+		if r.cmd == nil || r.cmd.Process == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		select {
+		case <-r.exited:
+			return
+		default:
+		}
+		r.ctl(ctx, "shutdown")
+		select {
+		case <-r.exited:
+		case <-time.After(10 * time.Second):
+			killGroup(r.cmd, syscall.SIGKILL)
+			<-r.exited
+		}
+	})
+}
+
+// ---------------------------------------------------------------- Postgres
+
+// postgres is a private PostgreSQL cluster.
+type postgres struct {
+	dir, data string
+	port      int
+	cmd       *exec.Cmd
+	exited    <-chan struct{}
+	logPath   string
+	Startup   time.Duration
+	stopOnce  sync.Once
+}
+
+// postgresBin finds the newest server binaries.
+func postgresBin(name string) (string, error) {
+	matches, _ := filepath.Glob("/usr/lib/postgresql/*/bin/" + name)
+	slices.SortFunc(matches, func(a, b string) int {
+		va, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(a))))
+		vb, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(b))))
+		return vb - va
+	})
+	if len(matches) > 0 {
+		return matches[0], nil
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found (scripts/services.sh installs PostgreSQL): %w", name, err)
+	}
+	return p, nil
+}
+
+// asPostgresUser runs the server as the postgres user when the harness is
+// root: initdb and postgres refuse to run as root.
+func asPostgresUser(dirs ...string) (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs a postgres user to run the server as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	for _, d := range dirs {
+		if err := os.Chown(d, uid, gid); err != nil {
+			return nil, err
+		}
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func startPostgres(ctx context.Context, dir string) (*postgres, error) {
+	initdb, err := postgresBin("initdb")
+	if err != nil {
+		return nil, err
+	}
+	server := filepath.Join(filepath.Dir(initdb), "postgres")
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p := &postgres{dir: dir, data: filepath.Join(dir, "data"), port: port, logPath: filepath.Join(dir, "postgres.log")}
+	cred, err := asPostgresUser(dir)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, initdb, "-D", p.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
+	cmd.Dir, cmd.Env = dir, cleanEnv()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	if cred != nil {
+		os.Chown(p.logPath, int(cred.Uid), int(cred.Gid))
+	}
+	// fsync is off: this harness never crashes the postmaster or the
+	// machine, only backends, so durability across an OS crash is not
+	// under test, and the 2-core machine is shared.
+	p.cmd = exec.Command(server, "-D", p.data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200")
+	p.cmd.Dir, p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = dir, cleanEnv(), logFile, logFile
+	p.cmd.SysProcAttr = childAttr()
+	p.cmd.SysProcAttr.Credential = cred
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	p.exited = waitExit(p.cmd)
+	err = poll(ctx, time.Minute, 100*time.Millisecond, p.exited, func(ctx context.Context) error {
+		conn, err := pgx.Connect(ctx, p.URL())
+		if err != nil {
+			return err
+		}
+		return conn.Close(ctx)
+	})
+	if err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("private PostgreSQL on port %d: %w\n%s", port, err, tail(p.logPath, 2000))
+	}
+	p.Startup = time.Since(start)
+	return p, nil
+}
+
+// URL is the cluster's connection string.
+func (p *postgres) URL() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+}
+
+// Stop shuts the cluster down fast (SIGINT), and kills it if it hangs.
+func (p *postgres) Stop() {
+	p.stopOnce.Do(func() {
+		if p.cmd == nil || p.cmd.Process == nil {
+			return
+		}
+		p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
+			killGroup(p.cmd, syscall.SIGKILL)
+			<-p.exited
+		}
+	})
+}
+
+// ---------------------------------------------------------------- Redis
+
+// redisServer is a private Redis without persistence, which can be
+// crashed and restarted on the same port.
+type redisServer struct {
+	dir     string
+	port    int
+	bin     string
+	logPath string
+	Startup time.Duration
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited <-chan struct{}
+}
+
+func startRedis(ctx context.Context, dir string) (*redisServer, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redis-server not found (scripts/services.sh installs it): %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	r := &redisServer{dir: dir, port: port, bin: bin, logPath: filepath.Join(dir, "redis.log")}
+	start := time.Now()
+	if err := r.start(ctx); err != nil {
+		return nil, err
+	}
+	r.Startup = time.Since(start)
+	return r, nil
+}
+
+func (r *redisServer) start(ctx context.Context) error {
+	logFile, err := os.OpenFile(r.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cmd := exec.Command(r.bin, "--port", strconv.Itoa(r.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", r.dir)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr, cmd.SysProcAttr = r.dir, cleanEnv(), logFile, logFile, childAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	exited := waitExit(cmd)
+	r.mu.Lock()
+	r.cmd, r.exited = cmd, exited
+	r.mu.Unlock()
+	client := goredis.NewClient(&goredis.Options{Addr: r.addr(), MaxRetries: -1})
+	defer client.Close()
+	err = poll(ctx, 30*time.Second, 20*time.Millisecond, exited, func(ctx context.Context) error {
+		return client.Ping(ctx).Err()
+	})
+	if err != nil {
+		return fmt.Errorf("private Redis on port %d: %w\n%s", r.port, err, tail(r.logPath, 2000))
+	}
+	return nil
+}
+
+func (r *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", r.port) }
+
+// URL is the server's URL.
+func (r *redisServer) URL() string { return "redis://" + r.addr() + "/0" }
+
+// Crash kills the server (it keeps nothing: no RDB, no AOF).
+func (r *redisServer) Crash() {
+	r.mu.Lock()
+	cmd, exited := r.cmd, r.exited
+	r.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	killGroup(cmd, syscall.SIGKILL)
+	<-exited
+}
+
+// Restart starts the server again on the same port.
+func (r *redisServer) Restart(ctx context.Context) error { return r.start(ctx) }
+
+// Stop kills the server for good.
+func (r *redisServer) Stop() { r.Crash() }
+
+// cleanEnv is the harness's environment without the variables that would
+// point a child at the shared services.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "RABBITMQ_"), strings.HasPrefix(name, "ERL_"), strings.HasPrefix(name, "PG"),
+			strings.HasPrefix(name, "WARREN_"), strings.HasPrefix(name, "WEBHOOK_"),
+			name == "AMQP_URL", name == "DATABASE_URL", name == "REDIS_URL", name == "HEALTH_ADDR", name == "HOME":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
