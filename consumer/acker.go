@@ -29,11 +29,12 @@ type settlement struct {
 // then sent one by one, so one slow message never holds the prefetch window
 // hostage.
 type acker struct {
-	ch   ackSender
-	log  *slog.Logger
-	in   chan settlement
-	stop chan struct{} // closed to make run send what is pending and return
-	done chan struct{} // closed when run returns
+	ch    ackSender
+	log   *slog.Logger
+	in    chan settlement
+	batch int           // send once this many acks wait (a quarter of the prefetch window)
+	stop  chan struct{} // closed to make run send what is pending and return
+	done  chan struct{} // closed when run returns
 
 	maxSeen   uint64              // highest tag settled so far
 	unsettled map[uint64]struct{} // tags ≤ maxSeen delivered but not yet settled
@@ -41,6 +42,14 @@ type acker struct {
 }
 
 const gapFlush = 20 * time.Millisecond
+
+// ackDelay is the longest a completed ack waits for others to join it in
+// one frame. The broker, not the consumer, is the bottleneck of a fast
+// consumer, and every ack frame costs it work: measured with the bench
+// (consume scenario), acking each burst at once ran at 0.83 of raw
+// amqp091-go acking every 100 with multiple, batching up to a quarter of
+// the prefetch window or 2ms at 1.07.
+const ackDelay = 2 * time.Millisecond
 
 // ackSender is the part of *amqp.Channel the acker uses.
 type ackSender interface {
@@ -55,6 +64,7 @@ func newAcker(ch ackSender, buffer int, log *slog.Logger) *acker {
 		ch:        ch,
 		log:       log,
 		in:        make(chan settlement, buffer),
+		batch:     max(1, buffer/4),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		unsettled: map[uint64]struct{}{},
@@ -76,18 +86,29 @@ func (a *acker) settle(s settlement) {
 // pending.
 func (a *acker) run() {
 	defer close(a.done)
-	timer := time.NewTimer(gapFlush)
-	timer.Stop()
+	gapTimer := time.NewTimer(gapFlush)
+	gapTimer.Stop()
+	batchTimer := time.NewTimer(ackDelay)
+	batchTimer.Stop()
+	batchArmed := false
 	for {
 		select {
 		case s := <-a.in:
 			a.apply(s)
 			a.drain() // a burst of completions becomes one ack
-			a.flush(false)
-			if len(a.toAck) > 0 {
-				timer.Reset(gapFlush)
+			if len(a.toAck) >= a.batch {
+				a.flush(false)
+			} else if len(a.toAck) > 0 && !batchArmed {
+				batchTimer.Reset(ackDelay)
+				batchArmed = true
 			}
-		case <-timer.C:
+			if len(a.toAck) > 0 {
+				gapTimer.Reset(gapFlush)
+			}
+		case <-batchTimer.C:
+			batchArmed = false
+			a.flush(false)
+		case <-gapTimer.C:
 			a.flush(true)
 		case <-a.stop:
 			a.drain()

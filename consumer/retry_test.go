@@ -57,7 +57,10 @@ func TestTransientFailureRetriesToThisQueueOnly(t *testing.T) {
 	if got := other.count("flaky"); got != 1 {
 		t.Errorf("the other consumer saw the event %d times, want 1", got)
 	}
-	if got := retrying.attempts["flaky"]; len(got) != 2 || got[0] != 1 || got[1] != 2 {
+	retrying.mu.Lock()
+	got := retrying.attempts["flaky"]
+	retrying.mu.Unlock()
+	if len(got) != 2 || got[0] != 1 || got[1] != 2 {
 		t.Errorf("attempts seen = %v, want [1 2]", got)
 	}
 	mu.Lock()
