@@ -48,4 +48,13 @@
 // recovery (docs/adr/001-own-connection-supervisor.md): each connection is
 // a session with its own channels, and a delivery is only ever acked on the
 // channel that delivered it.
+//
+// # Seeing what happens
+//
+// [BaseConsumer.Stats] counts every disposition; [BaseConsumer.HealthHandler]
+// serves /healthz and /readyz. Config.Observer receives each delivery's
+// fate and each connection change (package warrenprom turns them into
+// Prometheus metrics, without the consumer linking Prometheus), and
+// Config.TracerProvider records a span around each handler, a child of the
+// W3C traceparent the message carries from relay.Publish.
 package consumer

@@ -69,4 +69,14 @@
 // counts; [Outbox.Redrive] revives dead rows; [Outbox.Purge] trims finished
 // rows in batches and never deletes a batch its archive hook failed to
 // keep.
+//
+// # Seeing what happens
+//
+// [Relay.HealthHandler] serves /healthz (workers are looping) and /readyz
+// (broker connected, last claim succeeded). Config.Observer receives every
+// publish verdict, wake-up and dead row, plus periodic outbox stats
+// (package warrenprom/relayprom turns them into Prometheus metrics), and
+// Config.TracerProvider records a span per publish. The trace context of the
+// ctx given to Publish is stored with the row and sent as a traceparent
+// header, so a handler's span joins the producer's trace.
 package relay
