@@ -89,6 +89,14 @@ type Config struct {
 	// QueueType is Classic (default) or Quorum.
 	QueueType QueueType
 
+	// DeliveryLimit, for quorum queues, dead-letters a message the broker
+	// has delivered this many times without an ack (class
+	// "delivery_limit"): a message that crashes the process, which never
+	// gets to count a failed attempt, stops being redelivered forever.
+	// Shutdown requeues count too, so leave room for them. Classic queues
+	// cannot count deliveries. Default 0: no limit.
+	DeliveryLimit int
+
 	// Unhandled says what happens to events no handler matches. Default
 	// AckUnhandled.
 	Unhandled UnhandledPolicy
@@ -195,6 +203,12 @@ func (c Config) validate() error {
 	}
 	if c.Prefetch > 65535 {
 		add("Prefetch must be at most 65535, got %d", c.Prefetch)
+	}
+	if c.DeliveryLimit < 0 {
+		add("DeliveryLimit must not be negative, got %d", c.DeliveryLimit)
+	}
+	if c.DeliveryLimit > 0 && c.QueueType != Quorum {
+		add("DeliveryLimit needs QueueType Quorum: classic queues do not count deliveries")
 	}
 	if c.QueueType != Classic && c.QueueType != Quorum {
 		add("QueueType must be %q or %q, got %q", Classic, Quorum, c.QueueType)

@@ -33,6 +33,7 @@ func TestConfigValidation(t *testing.T) {
 		"tiny tier":        {Config{Name: "q", RetryDelays: []time.Duration{time.Microsecond}}, "at least 1ms"},
 		"negative workers": {Config{Name: "q", Workers: -1}, "Workers must not be negative"},
 		"huge prefetch":    {Config{Name: "q", Prefetch: 70000}, "at most 65535"},
+		"classic limit":    {Config{Name: "q", DeliveryLimit: 3}, "needs QueueType Quorum"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

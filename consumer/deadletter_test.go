@@ -233,3 +233,60 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 		t.Errorf("class %v", dlq.ParseMetadata(d.Headers).Class)
 	}
 }
+
+// A message that never gets acked — here, every consumer that takes it is
+// stopped before its handler returns, as a crash would — is dead-lettered by
+// the broker once a quorum queue's delivery limit is passed, instead of
+// coming back forever.
+func TestQuorumDeliveryLimitDeadLettersAMessageThatNeverCompletes(t *testing.T) {
+	first := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.QueueType = consumer.Quorum
+		cfg.DeliveryLimit = 2
+		cfg.ShutdownGrace = 10 * time.Millisecond
+	})
+	cfg, topo := first.Config(), first.Topology()
+	ch := testenv.Channel(t)
+	for round := 1; round <= 10; round++ {
+		c := first
+		if round > 1 {
+			var err error
+			if c, err = consumer.New(cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+		started := make(chan struct{}, 1)
+		c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+			started <- struct{}{}
+			<-ctx.Done() // never finishes on its own
+			return ctx.Err()
+		})
+		stop := start(t, c)
+		if round == 1 {
+			newPublisher(t).events(topo.Exchange, "", event("crasher", "workitem.updated"))
+		}
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the message was not delivered", round)
+		}
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 10*time.Second, "the message back in the queue or in the DLQ", func() bool {
+			return testenv.QueueDepth(t, ch, topo.Queue)+testenv.QueueDepth(t, ch, topo.DLQ) == 1
+		})
+		if testenv.QueueDepth(t, ch, topo.DLQ) == 0 {
+			continue
+		}
+		d := getOne(t, ch, topo.DLQ, time.Second)
+		meta := dlq.ParseMetadata(d.Headers)
+		if d.MessageId != "crasher" || meta.Class != dlq.ClassDeliveryLimit || meta.OriginQueue != topo.Queue {
+			t.Fatalf("dead letter %q: %+v", d.MessageId, meta)
+		}
+		if round != cfg.DeliveryLimit+1 {
+			t.Errorf("delivered %d times before the limit of %d stopped it", round, cfg.DeliveryLimit)
+		}
+		return
+	}
+	t.Fatal("still redelivered after 10 rounds")
+}

@@ -158,12 +158,16 @@ func (t Topology) declare(ch *amqp.Channel, cfg Config) error {
 	if err := ch.ExchangeDeclare(t.DLX, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
 		return topologyError("exchange", t.DLX, err)
 	}
+	mainQueueArgs := deadLetterTo(t.DLX, "")
+	if cfg.DeliveryLimit > 0 {
+		mainQueueArgs["x-delivery-limit"] = int64(cfg.DeliveryLimit)
+	}
 	queues := []struct {
 		name string
 		args amqp.Table
 	}{
 		{t.DLQ, queueArgs(cfg.DLQTTL, nil)},
-		{t.Queue, queueArgs(cfg.MessageTTL, deadLetterTo(t.DLX, ""))},
+		{t.Queue, queueArgs(cfg.MessageTTL, mainQueueArgs)},
 	}
 	// Retry tiers dead-letter through the default exchange straight to this
 	// consumer's queue: a retry must never go back through the fanout
