@@ -19,6 +19,24 @@
 // redelivery is answered as a duplicate instead of running the handler's
 // writes a second time.
 //
+// # Batching
+//
+// Calls that goroutines make at the same time share round trips and
+// commits: a call that finds the store idle goes out at once, and the
+// claims, completions and releases that arrive while batches are in flight
+// go out together in the next one — one statement per kind, one round
+// trip, one transaction, one flush of the log (Config.MaxBatch,
+// Config.MaxBatchesInFlight). A batch first takes a transaction-level
+// advisory lock on each of its keys, in one order, so that the batches of
+// replicas that share keys wait for one another instead of deadlocking.
+// If anything fails a batch, each of its calls is sent again on its own,
+// so one key's failure fails that call alone; every kind of call is
+// idempotent, so this is safe after a batch that committed but whose
+// reply was lost. A claim whose caller has stopped waiting is not sent
+// again. The transactional mode's done-mark is not batched: it belongs to
+// the handler's transaction. docs/adr/dedup-batching.md has the
+// measurements.
+//
 // [Store.Migrate] creates the table (embedded schema.sql, idempotent);
 // [Store.Purge] deletes rows that mean nothing any more, in batches.
 package postgres

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren/dedup"
+	"github.com/warrenmq/warren/dedup/internal/coalesce"
 )
 
 // Config configures a [Store]. The zero value is ready to use.
@@ -34,16 +36,39 @@ type Config struct {
 	// PurgeBatch is how many rows one statement of [Store.Purge] deletes.
 	// Default 1000.
 	PurgeBatch int
+
+	// MaxBatch is how many calls (claims, completions, releases) from
+	// concurrent goroutines one batch may carry. Calls that arrive while
+	// batches are in flight wait and go out together in the next one: one
+	// round trip and one transaction, which commits once for all of them.
+	// A call that finds the store idle goes out at once, alone. 1 turns
+	// batching off: every call is its own statement, sent at once, as many
+	// at a time as the pool allows. Default 128, at most 1024: a batch
+	// takes a transaction-level advisory lock per key, and Postgres's
+	// shared lock table (max_locks_per_transaction × max_connections,
+	// 6,400 by default) must hold them beside every other session's.
+	MaxBatch int
+
+	// MaxBatchesInFlight is how many batches may be in flight at once,
+	// each on a connection of the pool; unused when MaxBatch is 1. One
+	// batch in flight lets the next grow while the last commits, which
+	// measured fastest. Default 1.
+	MaxBatchesInFlight int
 }
 
 // Defaults of [Config].
 const (
-	DefaultTable      = "warren_dedup"
-	DefaultRetention  = 7 * 24 * time.Hour
-	DefaultPurgeBatch = 1000
+	DefaultTable              = "warren_dedup"
+	DefaultRetention          = 7 * 24 * time.Hour
+	DefaultPurgeBatch         = 1000
+	DefaultMaxBatch           = 128
+	DefaultMaxBatchesInFlight = 1
 )
 
 const indexSuffix = "_expires_at_idx"
+
+// maxBatchLimit bounds Config.MaxBatch.
+const maxBatchLimit = 1024
 
 var identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -55,7 +80,14 @@ type Store struct {
 	retention time.Duration
 	batch     int
 
-	claimSQL, completeSQL, releaseSQL, purgeSQL, schemaSQL string
+	claimSQL, completeSQL, releaseSQL, purgeSQL, schemaSQL     string
+	lockManySQL, claimManySQL, completeManySQL, releaseManySQL string
+	lockClass                                                  int32 // of the batches' advisory locks
+
+	batcher *coalesce.Batcher[*call] // nil when batching is off
+	// oneByOne counts batches that failed and were sent again call by
+	// call; tests read it.
+	oneByOne atomic.Int64
 }
 
 var (
@@ -75,8 +107,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if cfg.Retention < 0 || cfg.PurgeBatch < 0 {
-		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v) or PurgeBatch (%d)", cfg.Retention, cfg.PurgeBatch)
+	if cfg.Retention < 0 || cfg.PurgeBatch < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 {
+		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v), PurgeBatch (%d), MaxBatch (%d) or MaxBatchesInFlight (%d)",
+			cfg.Retention, cfg.PurgeBatch, cfg.MaxBatch, cfg.MaxBatchesInFlight)
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -86,6 +119,15 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	}
 	if cfg.PurgeBatch == 0 {
 		cfg.PurgeBatch = DefaultPurgeBatch
+	}
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.MaxBatch > maxBatchLimit {
+		return nil, fmt.Errorf("dedup/postgres: MaxBatch %d is above %d", cfg.MaxBatch, maxBatchLimit)
+	}
+	if cfg.MaxBatchesInFlight == 0 {
+		cfg.MaxBatchesInFlight = DefaultMaxBatchesInFlight
 	}
 	table, index, err := quoteTable(cfg.Table)
 	if err != nil {
@@ -116,6 +158,11 @@ WHERE key = $1 AND token = $2`
 	s.releaseSQL = `DELETE FROM ` + table + ` WHERE key = $1 AND token = $2 AND done_at IS NULL`
 	s.purgeSQL = `DELETE FROM ` + table + ` WHERE key IN (
 	SELECT key FROM ` + table + ` WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	s.renderBatchSQL(table)
+	s.lockClass = lockClass(table)
+	if cfg.MaxBatch > 1 {
+		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendBatch)
+	}
 	return s, nil
 }
 
@@ -158,7 +205,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
-// Claim implements [dedup.Store] in one statement.
+// Claim implements [dedup.Store] in one statement, which it shares with
+// the calls of other goroutines made at the same time.
 func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, error) {
 	if key == "" {
 		return dedup.Claim{}, errors.New("dedup/postgres: claim: empty key")
@@ -166,33 +214,39 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 	if lease < time.Millisecond {
 		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: lease must be at least 1ms, got %v", key, lease)
 	}
-	token := rand.Text()
-	var acquired, done bool
-	if err := s.pool.QueryRow(ctx, s.claimSQL, rowKey(key), token, lease.Milliseconds()).Scan(&acquired, &done); err != nil {
+	op := &call{kind: claimCall, key: rowKey(key), token: rand.Text(), lease: lease.Milliseconds()}
+	if err := s.do(ctx, op); err != nil {
 		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: %w", key, err)
 	}
 	switch {
-	case acquired:
-		return dedup.Claim{Key: key, Token: token, Result: dedup.Acquired}, nil
-	case done:
+	case op.acquired:
+		return dedup.Claim{Key: key, Token: op.token, Result: dedup.Acquired}, nil
+	case op.done:
 		return dedup.Claim{Key: key, Result: dedup.Done}, nil
 	default:
 		return dedup.Claim{Key: key, Result: dedup.Busy}, nil
 	}
 }
 
-// Complete implements [dedup.Store]. A lease that expired without being
-// taken over still holds its key and completes.
+// Complete implements [dedup.Store] in one statement, which it shares with
+// the calls of other goroutines made at the same time. A lease that
+// expired without being taken over still holds its key and completes.
 func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
-	return s.complete(ctx, s.pool, c)
-}
-
-// complete writes the done-mark through db: the pool, or the handler's
-// transaction in WithinTx.
-func (s *Store) complete(ctx context.Context, db execer, c dedup.Claim) error {
 	if err := checkHeld(c); err != nil {
 		return err
 	}
+	op := &call{kind: completeCall, key: rowKey(c.Key), token: c.Token}
+	if err := s.do(ctx, op); err != nil {
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, err)
+	}
+	if !op.held {
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
+	}
+	return nil
+}
+
+// completeInTx writes the done-mark in the handler's transaction.
+func (s *Store) completeInTx(ctx context.Context, db execer, c dedup.Claim) error {
 	tag, err := db.Exec(ctx, s.completeSQL, rowKey(c.Key), c.Token, s.retention.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, err)
@@ -223,13 +277,15 @@ type execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Release implements [dedup.Store]. It deletes the key's row only while it
-// is this claim's lease, never a done-mark.
+// Release implements [dedup.Store] in one statement, which it shares with
+// the calls of other goroutines made at the same time. It deletes the
+// key's row only while it is this claim's lease, never a done-mark.
 func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	if err := checkHeld(c); err != nil {
 		return err
 	}
-	if _, err := s.pool.Exec(ctx, s.releaseSQL, rowKey(c.Key), c.Token); err != nil {
+	op := &call{kind: releaseCall, key: rowKey(c.Key), token: c.Token}
+	if err := s.do(ctx, op); err != nil {
 		return fmt.Errorf("dedup/postgres: release %q: %w", c.Key, err)
 	}
 	return nil
@@ -287,7 +343,7 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 	if err := fn(context.WithValue(ctx, txKey{}, tx)); err != nil {
 		return err
 	}
-	if err := s.complete(ctx, tx, c); err != nil {
+	if err := s.completeInTx(ctx, tx, c); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -10,6 +10,17 @@
 // in a hash tag ("<prefix>{<key>}"), so each one runs on the Cluster node
 // that owns the key's slot and the slot depends on the key alone.
 //
+// # Batching
+//
+// Calls that goroutines make at the same time share round trips: a call
+// that finds the store idle goes out at once, and calls that arrive while
+// pipelines are in flight go out together in the next one (Config.MaxBatch,
+// Config.MaxBatchesInFlight). Each call is still its own atomic script with
+// its own reply, so one key's error fails that call alone. A consumer whose
+// workers each claim and complete then pays a fraction of a round trip per
+// call instead of two round trips per message; docs/adr/dedup-batching.md
+// has the measurements.
+//
 // # Durability
 //
 // The store is exactly as durable as the Redis behind it. A Redis that

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/warrenmq/warren/dedup"
+	"github.com/warrenmq/warren/dedup/internal/coalesce"
 )
 
 // Config configures a [Store]. The zero value is ready to use.
@@ -22,12 +23,27 @@ type Config struct {
 
 	// Retention is how long a completed key stays done. Default 7 days.
 	Retention time.Duration
+
+	// MaxBatch is how many calls (claims, completions, releases) from
+	// concurrent goroutines one pipeline may carry. Calls that arrive
+	// while pipelines are in flight wait and go out together in the next
+	// one, so many workers share round trips; a call that finds the store
+	// idle goes out at once, alone. 1 turns batching off: every call is
+	// sent at once on its own, as many at a time as the client's pool
+	// allows. Default 128.
+	MaxBatch int
+
+	// MaxBatchesInFlight is how many pipelines may be in flight at once;
+	// unused when MaxBatch is 1. Default 2.
+	MaxBatchesInFlight int
 }
 
 // Defaults of [Config].
 const (
-	DefaultPrefix    = "warren:dedup:"
-	DefaultRetention = 7 * 24 * time.Hour
+	DefaultPrefix             = "warren:dedup:"
+	DefaultRetention          = 7 * 24 * time.Hour
+	DefaultMaxBatch           = 128
+	DefaultMaxBatchesInFlight = 2
 )
 
 // Store is a [dedup.Store] on Redis. It is safe for concurrent use.
@@ -35,6 +51,7 @@ type Store struct {
 	client    goredis.UniversalClient
 	prefix    string
 	retention time.Duration
+	batcher   *coalesce.Batcher[*scriptCall] // nil when batching is off
 }
 
 var _ dedup.Store = (*Store)(nil)
@@ -50,8 +67,8 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("dedup/redis: prefix %q contains a brace; the hash tag is the store's", cfg.Prefix)
 	}
-	if cfg.Retention < 0 {
-		return nil, fmt.Errorf("dedup/redis: negative retention %v", cfg.Retention)
+	if cfg.Retention < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 {
+		return nil, fmt.Errorf("dedup/redis: negative Retention (%v), MaxBatch (%d) or MaxBatchesInFlight (%d)", cfg.Retention, cfg.MaxBatch, cfg.MaxBatchesInFlight)
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -59,7 +76,17 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	if cfg.Retention < time.Millisecond {
 		return nil, fmt.Errorf("dedup/redis: retention %v is below Redis's 1ms resolution", cfg.Retention)
 	}
-	return &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}, nil
+	if cfg.MaxBatch == 0 {
+		cfg.MaxBatch = DefaultMaxBatch
+	}
+	if cfg.MaxBatchesInFlight == 0 {
+		cfg.MaxBatchesInFlight = DefaultMaxBatchesInFlight
+	}
+	s := &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}
+	if cfg.MaxBatch > 1 {
+		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendPipeline)
+	}
+	return s, nil
 }
 
 // Results of claimScript.
@@ -121,7 +148,8 @@ return 0
 // redisKey is the Redis key of a dedup key.
 func (s *Store) redisKey(key string) string { return s.prefix + "{" + key + "}" }
 
-// Claim implements [dedup.Store] in one round trip.
+// Claim implements [dedup.Store] in one round trip, which it shares with
+// the calls of other goroutines made at the same time.
 func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (dedup.Claim, error) {
 	if key == "" {
 		return dedup.Claim{}, errors.New("dedup/redis: claim: empty key")
@@ -130,7 +158,7 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: lease must be at least 1ms, got %v", key, lease)
 	}
 	token := rand.Text()
-	res, err := claimScript.Run(ctx, s.client, []string{s.redisKey(key)}, token, lease.Milliseconds()).Int()
+	res, err := s.run(ctx, claimScript, s.redisKey(key), token, lease.Milliseconds())
 	if err != nil {
 		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: %w", key, err)
 	}
@@ -151,7 +179,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	if err := checkHeld(c); err != nil {
 		return err
 	}
-	ok, err := completeScript.Run(ctx, s.client, []string{s.redisKey(c.Key)}, c.Token, s.retention.Milliseconds()).Int()
+	ok, err := s.run(ctx, completeScript, s.redisKey(c.Key), c.Token, s.retention.Milliseconds())
 	if err != nil {
 		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, err)
 	}
@@ -166,7 +194,7 @@ func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	if err := checkHeld(c); err != nil {
 		return err
 	}
-	if err := releaseScript.Run(ctx, s.client, []string{s.redisKey(c.Key)}, c.Token).Err(); err != nil {
+	if _, err := s.run(ctx, releaseScript, s.redisKey(c.Key), c.Token); err != nil {
 		return fmt.Errorf("dedup/redis: release %q: %w", c.Key, err)
 	}
 	return nil

@@ -1,0 +1,163 @@
+package coalesce
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// Send answers one batch: it must set the answer of every item (the items
+// carry their own answer fields) before it returns. Its context carries
+// the values of the batch's first caller and ends only when every caller
+// of the batch has given up, so that one caller's cancellation does not
+// fail the others' calls.
+type Send[T any] func(ctx context.Context, items []T)
+
+// Batcher coalesces calls into batches of at most maxBatch items, with at
+// most maxInFlight batches in flight. It is safe for concurrent use.
+type Batcher[T any] struct {
+	send        Send[T]
+	maxBatch    int
+	maxInFlight int
+
+	mu       sync.Mutex
+	queue    []*waiter[T] // calls not yet taken into a batch, oldest first
+	inFlight int          // batch slots at work
+}
+
+type waiter[T any] struct {
+	item  T
+	ctx   context.Context
+	done  chan struct{} // closed once the batch holding item has been answered
+	err   error         // set before done is closed when send panicked
+	taken bool          // item is in a batch; guarded by Batcher.mu
+}
+
+// New returns a batcher that answers batches with send. maxBatch and
+// maxInFlight below 1 count as 1; maxBatch 1 turns batching off.
+func New[T any](maxBatch, maxInFlight int, send Send[T]) *Batcher[T] {
+	return &Batcher[T]{send: send, maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1)}
+}
+
+// Do adds item to the next batch and returns once the batch has been
+// answered, or with ctx's error once ctx ends. After an error the item may
+// still be in a batch in flight, whose send writes its answer later: the
+// caller must not read the item then, and must treat the call like a
+// request whose reply was lost (it may or may not have taken effect). A
+// send that panics fails every call of its batch with an error.
+func (b *Batcher[T]) Do(ctx context.Context, item T) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	w := &waiter[T]{item: item, ctx: ctx, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, w)
+	if b.inFlight < b.maxInFlight {
+		b.inFlight++
+		go b.flush()
+	}
+	b.mu.Unlock()
+
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		b.mu.Lock()
+		if !w.taken {
+			b.remove(w)
+		}
+		b.mu.Unlock()
+		select {
+		case <-w.done:
+			return w.err // answered after all
+		default:
+			return ctx.Err()
+		}
+	}
+}
+
+// flush is one batch slot at work: it sends batches from the head of the
+// queue until the queue is empty.
+func (b *Batcher[T]) flush() {
+	for {
+		// Yield before taking a batch: the callers that the previous batch
+		// (this slot's or another's) just woke are runnable and about to
+		// call again. Letting them queue first makes one batch of what
+		// would be a batch of one and a batch of the rest, for the price of
+		// a pass of the scheduler rather than a timer's delay.
+		runtime.Gosched()
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.inFlight--
+			b.mu.Unlock()
+			return
+		}
+		batch := b.take()
+		b.mu.Unlock()
+		b.run(batch)
+	}
+}
+
+// take removes the next batch from the queue. b.mu must be held.
+func (b *Batcher[T]) take() []*waiter[T] {
+	n := min(len(b.queue), b.maxBatch)
+	batch := slices.Clone(b.queue[:n])
+	for _, w := range batch {
+		w.taken = true
+	}
+	// Shift the rest down rather than reslice, so the queue's array does
+	// not grow without bound under steady load.
+	b.queue = slices.Delete(b.queue, 0, n)
+	return batch
+}
+
+// remove drops w, which has not been taken, from the queue. b.mu must be
+// held.
+func (b *Batcher[T]) remove(w *waiter[T]) {
+	if i := slices.Index(b.queue, w); i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+	}
+}
+
+// Waiting returns how many calls are queued for a batch, not yet sent.
+func (b *Batcher[T]) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
+}
+
+// run answers one batch and wakes its callers.
+func (b *Batcher[T]) run(batch []*waiter[T]) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(batch[0].ctx))
+	var gaveUp atomic.Int64
+	stops := make([]func() bool, len(batch))
+	items := make([]T, len(batch))
+	for i, w := range batch {
+		items[i] = w.item
+		stops[i] = context.AfterFunc(w.ctx, func() {
+			if gaveUp.Add(1) == int64(len(batch)) {
+				cancel()
+			}
+		})
+	}
+	defer func() {
+		// A panic in send is a bug in the store; it fails this batch's
+		// calls rather than the process, whose other work may be sound.
+		var err error
+		if p := recover(); p != nil {
+			err = fmt.Errorf("coalesce: sending a batch of %d panicked: %v", len(batch), p)
+		}
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+		for _, w := range batch {
+			w.err = err
+			close(w.done)
+		}
+	}()
+	b.send(ctx, items)
+}
