@@ -50,7 +50,10 @@ type Config struct {
 	Name string
 
 	// BatchSize is how many rows one claim takes. All rows of a batch are
-	// published concurrently. Default 100.
+	// published concurrently. Default 500: the relay waits on round trips
+	// (claim, confirms, settle), not on its CPU, so fewer and larger
+	// batches move more rows; bench/RESULTS.md measures 100 against 500. A
+	// smaller batch bounds how many rows one lapsed lease publishes twice.
 	BatchSize int
 
 	// Workers is how many claim–publish–settle loops run at once, so that
@@ -141,7 +144,7 @@ type Config struct {
 const (
 	DefaultExchange          = "warren.events"
 	DefaultTable             = "warren_outbox"
-	DefaultBatchSize         = 100
+	DefaultBatchSize         = 500
 	DefaultWorkers           = 2
 	DefaultLease             = 30 * time.Second
 	DefaultPublishTimeout    = 10 * time.Second
