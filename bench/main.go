@@ -6,39 +6,110 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 )
 
-// variant is one way of doing a scenario's work. run processes the backlog
-// it was given and reports messages per second.
+// variant is one way of doing a scenario's work. run processes the
+// workload it was given and returns one figure per metric of its
+// scenario, in the scenario's order.
 type variant struct {
 	name     string
 	baseline bool // a raw-client variant; the best baseline is the ratio's denominator
-	run      func(ctx context.Context, env *env) (float64, error)
+	run      func(ctx context.Context, env *env) (figures, error)
+	// why explains, in the report, a miss of the scenario's target by this
+	// variant: what it pays for that the baseline does not.
+	why string
 }
 
+// figures are one measurement of a variant, one value per metric.
+type figures []float64
+
+// rate is the figure of a throughput measurement: n messages in elapsed.
+func rate(n int, elapsed time.Duration) figures {
+	return figures{float64(n) / elapsed.Seconds()}
+}
+
+// metric is what one figure of a scenario measures.
+type metric struct {
+	name        string // the table's column: "msg/s", "p99 ms"
+	lowerBetter bool   // latencies and memory: the best baseline is the lowest
+	target      target
+}
+
+// target is what warren's variants should reach on a metric: a ratio to
+// the best baseline, an absolute bound, or both (zero means none).
+type target struct {
+	ratio float64 // at least this much of the best baseline (at most, when lowerBetter)
+	bound float64 // at most this much (at least, when !lowerBetter)
+}
+
+// throughput is the metric of the scenarios that drain a backlog.
+var throughput = metric{name: "msg/s"}
+
 type scenario struct {
-	name     string
-	about    string
+	name    string
+	about   string
+	metrics []metric // default: throughput with no target
+	// size describes one measurement's workload in the progress output.
+	size func(e *env) string
+	// rounds, when positive, caps -rounds for a scenario whose
+	// measurements are long and steady (memory).
+	rounds   int
 	variants []variant
 }
 
+// roundsFor is how many rounds s runs when -rounds asks for n.
+func (s *scenario) roundsFor(n int) int {
+	if s.rounds > 0 {
+		return min(s.rounds, n)
+	}
+	return n
+}
+
+func (s *scenario) metricList() []metric {
+	if len(s.metrics) == 0 {
+		return []metric{throughput}
+	}
+	return s.metrics
+}
+
 type env struct {
-	amqpURL  string
-	messages int
+	amqpURL     string
+	databaseURL string
+	redisURL    string
+	messages    int           // backlog size of the throughput scenarios
+	rssMessages int           // messages of the memory scenario
+	latencyRun  time.Duration // how long the latency scenario produces
+	latencyRate int           // events per second it produces
 }
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == childFlag {
+		// A subprocess of the memory scenario: see memory.go.
+		if err := runChild(os.Args[2], os.Args[3:]); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	rounds := flag.Int("rounds", 5, "rounds per scenario; variants alternate within each round")
-	messages := flag.Int("messages", 50000, "backlog size per measurement")
+	messages := flag.Int("messages", 20000, "backlog size per throughput measurement")
+	rssMessages := flag.Int("rss-messages", 1000000, "messages the memory scenario's consumer and relay each process")
+	latencyRun := flag.Duration("latency-duration", 10*time.Second, "how long each latency measurement produces events")
+	latencyRate := flag.Int("latency-rate", 1000, "events per second the latency scenario commits")
 	filter := flag.String("run", "", "regexp selecting scenarios by name")
 	variantFilter := flag.String("variant", "", "regexp selecting variants by name (for profiling one side)")
-	out := flag.String("out", "", "write the markdown report here (default: stdout only)")
+	out := flag.String("out", "", "write the markdown report here, and the ratio chart next to it as ratios.png (default: stdout only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
+	if *rounds < 1 || *messages < 1 || *rssMessages < 1 || *latencyRun <= 0 || *latencyRate < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -rounds, -messages, -rss-messages, -latency-duration and -latency-rate must be positive")
+		os.Exit(2)
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
@@ -52,7 +123,15 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	e := &env{amqpURL: envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), messages: *messages}
+	e := &env{
+		amqpURL:     envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		databaseURL: envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		redisURL:    envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		messages:    *messages,
+		rssMessages: *rssMessages,
+		latencyRun:  *latencyRun,
+		latencyRate: *latencyRate,
+	}
 	re, err := regexp.Compile(*filter)
 	if err != nil {
 		fatal(err)
@@ -62,16 +141,21 @@ func main() {
 		fatal(err)
 	}
 
+	run := runInfo{command: "go run . " + strings.Join(os.Args[1:], " "), rounds: *rounds, started: time.Now(), loadBefore: loadAverage()}
 	var results []result
 	for _, s := range scenarios() {
 		if !re.MatchString(s.name) {
 			continue
 		}
 		s.variants = slices.DeleteFunc(s.variants, func(v variant) bool { return !vre.MatchString(v.name) })
-		fmt.Fprintf(os.Stderr, "== %s (%d rounds × %d variants, %d messages each)\n", s.name, *rounds, len(s.variants), *messages)
-		r := result{scenario: s}
-		r.samples = make([][]float64, len(s.variants))
-		for round := range *rounds {
+		size := fmt.Sprintf("%d messages each", e.messages)
+		if s.size != nil {
+			size = s.size(e)
+		}
+		n := s.roundsFor(*rounds)
+		fmt.Fprintf(os.Stderr, "== %s (%d rounds × %d variants, %s)\n", s.name, n, len(s.variants), size)
+		r := result{scenario: s, size: size, rounds: n, samples: make([][]figures, len(s.variants))}
+		for round := range n {
 			// Alternate the order each round so neither side always runs
 			// on a warmer (or more fragmented) broker.
 			order := make([]int, len(s.variants))
@@ -83,28 +167,60 @@ func main() {
 			}
 			for _, i := range order {
 				v := s.variants[i]
-				rate, err := v.run(ctx, e)
+				f, err := v.run(ctx, e)
+				if err == nil && len(f) != len(s.metricList()) {
+					err = fmt.Errorf("returned %d figures for %d metrics", len(f), len(s.metricList()))
+				}
 				if err != nil {
 					pprof.StopCPUProfile()
 					fatal(fmt.Errorf("%s / %s: %w", s.name, v.name, err))
 				}
-				r.samples[i] = append(r.samples[i], rate)
-				fmt.Fprintf(os.Stderr, "   round %d  %-44s %9.0f msg/s\n", round+1, v.name, rate)
+				r.samples[i] = append(r.samples[i], f)
+				fmt.Fprintf(os.Stderr, "   round %d  %-52s %s\n", round+1, v.name, formatFigures(s.metricList(), f))
 			}
 		}
 		results = append(results, r)
 	}
-	report := renderReport(results, *rounds, *messages, time.Now())
+	run.finished, run.loadAfter = time.Now(), loadAverage()
+	report := renderReport(results, run)
 	fmt.Print(report)
 	if *out != "" {
+		chartPath := filepath.Join(filepath.Dir(*out), chartFile)
+		if err := writeChart(chartPath, results); err != nil {
+			fatal(err)
+		}
 		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
 			fatal(err)
 		}
+		fmt.Fprintf(os.Stderr, "wrote %s and %s\n", *out, chartPath)
 	}
 }
 
 func scenarios() []scenario {
-	return []scenario{consumeScenario()}
+	return []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(),
+		relayScenario(), latencyScenario(), memoryScenario()}
+}
+
+func formatFigures(ms []metric, f figures) string {
+	parts := make([]string, len(f))
+	for i, v := range f {
+		parts[i] = fmt.Sprintf("%9.1f %s", v, ms[i].name)
+	}
+	return strings.Join(parts, "  ")
+}
+
+// loadAverage is the 1-, 5- and 15-minute load average, as uptime shows
+// it: the machine is shared, so the report records how busy it was.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) < 3 {
+		return "unknown"
+	}
+	return strings.Join(fields[:3], ", ")
 }
 
 func envOr(name, fallback string) string {

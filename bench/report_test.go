@@ -1,0 +1,177 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+func TestMedianAndPercentile(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(c.xs); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+	sorted := make([]float64, 100)
+	for i := range sorted {
+		sorted[i] = float64(i + 1) // 1..100
+	}
+	if p50, p99 := percentile(sorted, 0.5), percentile(sorted, 0.99); p50 != 51 || p99 != 100 {
+		t.Errorf("p50, p99 of 1..100 = %v, %v; want 51, 100 (nearest rank)", p50, p99)
+	}
+	if percentile(nil, 0.5) != 0 {
+		t.Error("percentile of nothing must be 0")
+	}
+}
+
+// result builds a result from per-variant samples, one figures per round.
+func resultOf(s scenario, samples ...[]figures) result {
+	return result{scenario: s, size: "test", rounds: len(samples[0]), samples: samples}
+}
+
+func rates(xs ...float64) []figures {
+	out := make([]figures, len(xs))
+	for i, x := range xs {
+		out[i] = figures{x}
+	}
+	return out
+}
+
+// The ratio's denominator is the best baseline (the highest rate, or the
+// lowest latency), and a target is met or missed on medians.
+func TestVerdicts(t *testing.T) {
+	throughputScenario := scenario{
+		name:    "drain",
+		metrics: []metric{{name: "msg/s", target: target{ratio: 1}}},
+		variants: []variant{
+			{name: "raw slow", baseline: true}, {name: "raw fast", baseline: true},
+			{name: "warren", why: "because"},
+		},
+	}
+	r := resultOf(throughputScenario, rates(50, 60, 70), rates(90, 100, 200), rates(95, 99, 1000))
+	if best := r.best(0); best != 100 {
+		t.Fatalf("best baseline = %v, want the fast raw's median 100", best)
+	}
+	v := r.verdicts()
+	if len(v) != 1 || v[0].met || v[0].ratio != 0.99 || v[0].why != "because" || !v[0].bestRoundMet {
+		t.Fatalf("verdicts = %+v; want warren missed at ratio 0.99 (medians, not means), its best round (1000) meeting it", v)
+	}
+
+	// -variant can leave out every baseline; a ratio target is then not
+	// judged at all rather than judged met.
+	alone := throughputScenario
+	alone.variants = alone.variants[2:]
+	if v := resultOf(alone, rates(95, 99, 1000)).verdicts(); len(v) != 0 {
+		t.Fatalf("verdicts without a baseline = %+v; want none", v)
+	}
+
+	latency := scenario{
+		name: "latency",
+		metrics: []metric{
+			{name: "p50 ms", lowerBetter: true, target: target{bound: 5}},
+			{name: "p99 ms", lowerBetter: true, target: target{bound: 50}},
+		},
+		variants: []variant{{name: "poller", baseline: true}, {name: "relay"}},
+	}
+	r = resultOf(latency,
+		[]figures{{150, 270}, {140, 260}, {160, 280}},
+		[]figures{{2, 40}, {3, 60}, {1, 70}})
+	got := map[string]bool{}
+	for _, v := range r.verdicts() {
+		got[v.metric.name] = v.met
+	}
+	if !got["p50 ms"] || got["p99 ms"] {
+		t.Fatalf("latency verdicts %v; want p50 (median 2) met and p99 (median 60) missed", got)
+	}
+	if best := r.best(0); best != 150 {
+		t.Fatalf("best latency baseline = %v, want the lowest median, 150", best)
+	}
+}
+
+// The report names the command, the machine's load, each variant's
+// median, spread and ratio, and the reason of every missed target.
+func TestRenderReport(t *testing.T) {
+	s := scenario{
+		name:    "drain",
+		about:   "Drains things.",
+		metrics: []metric{{name: "msg/s", target: target{ratio: 1}}},
+		variants: []variant{
+			{name: "raw", baseline: true},
+			{name: "warren", why: "it does more"},
+		},
+	}
+	memory := scenario{
+		name:     "memory",
+		metrics:  []metric{{name: "peak RSS MB", lowerBetter: true, target: target{bound: 50}}},
+		variants: []variant{{name: "warren: consumer"}},
+	}
+	run := runInfo{command: "go run . -rounds 3", rounds: 3, started: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC),
+		finished: time.Date(2026, 11, 29, 12, 7, 0, 0, time.UTC), loadBefore: "1.00, 2.00, 3.00", loadAfter: "4.00, 5.00, 6.00"}
+	out := renderReport([]result{
+		resultOf(s, rates(100, 110, 120), rates(80, 90, 100)),
+		resultOf(memory, []figures{{23.4}}),
+	}, run)
+	for _, want := range []string{
+		"`cd bench && go run . -rounds 3`",
+		"1.00, 2.00, 3.00 before, 4.00, 5.00, 6.00 after",
+		"| warren | 90.0 | 80.0 – 100 | 0.82 |",
+		"bytes of JSON |",
+		"| drain | warren | 90.0 msg/s (ratio 0.82) | ratio ≥ 1.00 | **missed** |",
+		"- drain / warren (msg/s): it does more", // no round of warren's reached the target
+		"| memory | warren: consumer | 23.4 peak RSS MB | peak RSS MB ≤ 50 | met |",
+		"| variant | peak RSS MB median | spread |\n", // no ratio column without a baseline
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The chart plots the throughput ratios of warren's variants only.
+func TestChart(t *testing.T) {
+	s := scenario{
+		name:     "drain",
+		metrics:  []metric{{name: "msg/s", target: target{ratio: 1}}},
+		variants: []variant{{name: "raw", baseline: true}, {name: "warren"}},
+	}
+	latency := scenario{name: "latency", metrics: []metric{{name: "p50 ms", lowerBetter: true}},
+		variants: []variant{{name: "poller", baseline: true}, {name: "relay"}}}
+	results := []result{resultOf(s, rates(100), rates(120)), resultOf(latency, rates(150), rates(2))}
+	bars := ratioBars(results)
+	if len(bars) != 1 || bars[0].label != "drain: warren" || bars[0].ratio != 1.2 {
+		t.Fatalf("bars = %+v; want warren's throughput ratio alone", bars)
+	}
+	path := filepath.Join(t.TempDir(), chartFile)
+	if err := writeChart(path, results); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil || !strings.HasPrefix(string(data), "\x89PNG") {
+		t.Fatalf("chart is not a PNG (%d bytes, %v)", len(data), err)
+	}
+}
+
+func TestEventIndex(t *testing.T) {
+	for _, c := range []struct {
+		id   string
+		want int
+		ok   bool
+	}{
+		{sampleEvent(0).ID, 0, true},
+		{sampleEvent(123456).ID, 123456, true},
+		{"short", 0, false},
+		{"6f1c2a9e-0000-4000-8000-notanumber!", 0, false},
+	} {
+		i, ok := eventIndex(amqp.Delivery{MessageId: c.id})
+		if i != c.want || ok != c.ok {
+			t.Errorf("eventIndex(%q) = %d, %v; want %d, %v", c.id, i, ok, c.want, c.ok)
+		}
+	}
+}
