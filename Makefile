@@ -17,7 +17,8 @@ lint:
 	go run $(STATICCHECK) $(PKGS)
 	cd bench && go vet ./... && go run $(STATICCHECK) ./...
 
-# Every benchmark scenario at its defaults (about 8 minutes on 2 cores):
+# Every benchmark scenario at its defaults (about 20 minutes on 2 cores,
+# half of it the 1M-message memory run):
 # writes bench/RESULTS.md and bench/ratios.png. One scenario:
 # cd bench && go run . -run relay
 bench:

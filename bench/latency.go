@@ -35,7 +35,11 @@ func latencyScenario() scenario {
 			"to the exchange notes when each event arrives. The latency is from the producer's COMMIT returning to the event's delivery. "+
 			"The baseline is Plane's poller shape on bare pgx and amqp091-go: every %v it claims what is due (up to %d rows at a time, "+
 			"`FOR UPDATE SKIP LOCKED`), publishes with confirms and deletes. warren is `relay.Run` at its defaults, woken by LISTEN/NOTIFY. "+
-			"The first %v of each measurement is not counted.", pollerInterval, rawClaimBatch, latencyWarmUp),
+			"The first %v of each measurement is not counted. "+
+			"Committed events/s says whether the %d producers kept their schedule. Producers, Postgres, RabbitMQ and the relay share the "+
+			"machine's CPU; the poller claims 4 times a second, where a relay woken by every commit claims, publishes and settles "+
+			"an event or a few at a time, so it takes CPU the producers would otherwise have had, and on 2 saturated cores they fall behind.",
+			pollerInterval, rawClaimBatch, latencyWarmUp, producers),
 		metrics: []metric{
 			{name: "p50 ms", lowerBetter: true, target: target{bound: 5}},
 			{name: "p99 ms", lowerBetter: true, target: target{bound: 50}},

@@ -46,7 +46,15 @@
 // Several relays may run on one table. LISTEN/NOTIFY wakes them within
 // milliseconds of a commit; the adaptive poll (PollMin to PollMax) remains
 // the source of truth, since notifications are lost while a listener
-// reconnects and retries that fall due send none.
+// reconnects and retries that fall due send none. A notification wakes
+// one idle claim loop, not all of them.
+//
+// The relay's own transactions (claims and settles) commit with
+// synchronous_commit off, in that transaction only: a crash of the
+// database can forget one, which makes its rows published again, never
+// lost. It spares the disk two flushes per wake-up that the producers'
+// commits would queue behind. The producers' transactions keep their own
+// setting, even on a pool shared with the relay.
 //
 // # Ordering
 //

@@ -28,7 +28,7 @@ type Relay struct {
 	claimSQL string
 	poolCfg  *pgxpool.Config // nil when cfg.Pool is set
 	log      *slog.Logger
-	wake     *broadcast
+	wake     wakeup
 	running  atomic.Bool
 	hooks    hooks
 	health   *health
@@ -59,7 +59,7 @@ func New(cfg Config) (*Relay, error) {
 		outbox:   ob,
 		claimSQL: ob.sql.claim,
 		log:      cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
-		wake:     newBroadcast(),
+		wake:     newWakeup(),
 		health:   newHealth(cfg),
 	}
 	if cfg.TracerProvider != nil {
@@ -248,7 +248,6 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 	dbRetry := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	for ctx.Err() == nil {
 		beat.Store(time.Now().UnixNano())
-		wake := r.wake.C()
 		n, err := r.cycle(ctx, pool, pub)
 		r.health.claimed(err == nil)
 		var wait time.Duration
@@ -272,7 +271,7 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-		case <-wake:
+		case <-r.wake:
 			poll = r.cfg.PollMin
 			r.observeWake(true)
 		case <-t.C:
@@ -318,25 +317,40 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 	// its rows can be released, not left leased.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 	defer cancel()
-	rows, err := pool.Query(cctx, r.claimSQL, r.cfg.BatchSize, r.cfg.Lease.Seconds(), r.cfg.MaxAttempts, r.cfg.Name)
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	defer rows.Close()
+	var b pgx.Batch
+	queueAsyncCommit(&b)
 	var out []claimed
-	for rows.Next() {
-		var c claimed
-		var err error
-		c.Row, err = scanRow(rows, &c.exhausted)
-		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
+	b.Queue(r.claimSQL, r.cfg.BatchSize, r.cfg.Lease.Seconds(), r.cfg.MaxAttempts, r.cfg.Name).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var c claimed
+			var err error
+			c.Row, err = scanRow(rows, &c.exhausted)
+			if err != nil {
+				return err
+			}
+			out = append(out, c)
 		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
+		return rows.Err()
+	})
+	if err := pool.SendBatch(cctx, &b).Close(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	return out, nil
+}
+
+// queueAsyncCommit makes the batch's implicit transaction commit without
+// waiting for its WAL flush (synchronous_commit off for this transaction
+// only). The relay's own writes — a claim, a settle — may do so, because
+// losing one in a database crash loses no event: a lost claim leaves the
+// row pending and a lost settle leaves it pending or leased, so either way
+// it is published again, a duplicate the consumers' dedup absorbs. Postgres
+// writes the WAL in order, so a later durable commit (a producer's) makes
+// every earlier one durable too. The events themselves are only ever
+// written by the producer's transaction, at its own synchronous_commit.
+// Without this, each wake-up cost two fsyncs that the producers' commits
+// queued behind on a slow disk.
+func queueAsyncCommit(b *pgx.Batch) {
+	b.Queue(`SELECT set_config('synchronous_commit', 'off', true)`)
 }
 
 // outcome is what became of one claimed row.
@@ -501,6 +515,7 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 	// Deleting (or marking delivered) comes only after the broker's
 	// confirm: the confirm is the durable copy that replaces the row.
 	var b pgx.Batch
+	queueAsyncCommit(&b)
 	if len(ok.ids) > 0 {
 		q := r.outbox.sql.settleDelete
 		if r.cfg.KeepDelivered {

@@ -2,33 +2,27 @@ package relay
 
 import (
 	"math/rand/v2"
-	"sync"
 	"time"
 )
 
-// broadcast wakes every waiter at once. A waiter takes C before it starts
-// work and waits on it afterwards, so a signal sent while it worked is not
-// lost.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
+// wakeup hands one waiting worker a turn per signal. A signal sent while
+// every worker is busy is kept (one at most), so work committed during a
+// cycle is claimed by the next one. Waking one worker, not all, matters at
+// a steady trickle: every notification would otherwise send every worker
+// to claim, and all but one would find nothing yet still spend a
+// transaction doing so. A worker whose claim comes back full goes on
+// claiming without a signal, and so does the backlog's share of the others
+// as further notifications arrive.
+type wakeup chan struct{}
 
-func newBroadcast() *broadcast { return &broadcast{ch: make(chan struct{})} }
+func newWakeup() wakeup { return make(wakeup, 1) }
 
-// C returns a channel that is closed by the next Signal.
-func (b *broadcast) C() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ch
-}
-
-// Signal wakes everyone waiting on a channel C returned before it.
-func (b *broadcast) Signal() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	close(b.ch)
-	b.ch = make(chan struct{})
+// Signal wakes one waiter, or the next one to wait.
+func (w wakeup) Signal() {
+	select {
+	case w <- struct{}{}:
+	default: // a turn is already pending
+	}
 }
 
 // retryDelay is how long a row waits after its attempt-th claim failed:
