@@ -137,12 +137,8 @@ func prepareQueue(ctx context.Context, e *env) ([]string, func(), error) {
 
 // prepareOutbox fills an outbox table.
 func prepareOutbox(ctx context.Context, e *env) ([]string, func(), error) {
-	ob, err := newOutboxBench(ctx, e, 1000)
+	ob, err := filledOutbox(ctx, e, e.rssMessages)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := ob.insert(ctx, e.rssMessages); err != nil {
-		ob.close()
 		return nil, nil, err
 	}
 	return []string{"-name", ob.outbox.Table(), "-exchange", ob.exchange}, ob.close, nil

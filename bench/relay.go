@@ -100,6 +100,19 @@ func declareAndBind(ch *amqp.Channel, queue, exchange string, args amqp.Table) e
 	return ch.QueueBind(queue, "", exchange, false, nil)
 }
 
+// filledOutbox is a new outbox bench whose table holds n events.
+func filledOutbox(ctx context.Context, e *env, n int) (*outboxBench, error) {
+	ob, err := newOutboxBench(ctx, e, 1000)
+	if err != nil {
+		return nil, err
+	}
+	if err := ob.insert(ctx, n); err != nil {
+		ob.close()
+		return nil, err
+	}
+	return ob, nil
+}
+
 // insert writes n events to the outbox, 1000 to a transaction.
 func (ob *outboxBench) insert(ctx context.Context, n int) error {
 	for start := 0; start < n; start += 1000 {
@@ -146,14 +159,11 @@ func (ob *outboxBench) close() {
 // changes them.
 func warrenRelay(tweak func(*relay.Config)) func(ctx context.Context, e *env) (figures, error) {
 	return func(ctx context.Context, e *env) (figures, error) {
-		ob, err := newOutboxBench(ctx, e, 1000)
+		ob, err := filledOutbox(ctx, e, e.messages)
 		if err != nil {
 			return nil, err
 		}
 		defer ob.close()
-		if err := ob.insert(ctx, e.messages); err != nil {
-			return nil, err
-		}
 		cfg := relay.Config{Pool: ob.pool, AMQPURL: e.amqpURL, Exchange: ob.exchange, Table: ob.outbox.Table(),
 			Name: "warren-bench-relay", Logger: discardLogger}
 		if tweak != nil {
@@ -200,14 +210,11 @@ func warrenRelay(tweak func(*relay.Config)) func(ctx context.Context, e *env) (f
 // rawRelay drains a backlog with the loop a team would write on bare pgx
 // and amqp091-go.
 func rawRelay(ctx context.Context, e *env) (figures, error) {
-	ob, err := newOutboxBench(ctx, e, 1000)
+	ob, err := filledOutbox(ctx, e, e.messages)
 	if err != nil {
 		return nil, err
 	}
 	defer ob.close()
-	if err := ob.insert(ctx, e.messages); err != nil {
-		return nil, err
-	}
 	loop, err := newRawRelayLoop(ctx, e, ob)
 	if err != nil {
 		return nil, err
