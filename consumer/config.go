@@ -106,6 +106,14 @@ type Config struct {
 	// requeued. Default 30s.
 	ShutdownGrace time.Duration
 
+	// StuckAfter is how long handlers may hold deliveries without any of
+	// them finishing before /healthz reports the consumer stuck (Health's
+	// Stuck), so that an orchestrator restarts a process whose handlers
+	// hang, and the broker redelivers what they held. Set it above the
+	// longest a handler may legitimately run. Default 10m; negative never
+	// reports stuck.
+	StuckAfter time.Duration
+
 	// PublishTimeout bounds the wait for the broker's confirm of a retry or
 	// dead-letter publish. Default 10s.
 	PublishTimeout time.Duration
@@ -144,6 +152,7 @@ const (
 	DefaultDLQTTL            = 7 * 24 * time.Hour
 	DefaultMaxAttempts       = 5
 	DefaultShutdownGrace     = 30 * time.Second
+	DefaultStuckAfter        = 10 * time.Minute
 	DefaultPublishTimeout    = 10 * time.Second
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultReconnectMaxDelay = 15 * time.Second
@@ -167,6 +176,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
 	setDefault(&c.QueueType, Classic)
 	setDefault(&c.ShutdownGrace, DefaultShutdownGrace)
+	setDefault(&c.StuckAfter, DefaultStuckAfter)
 	setDefault(&c.PublishTimeout, DefaultPublishTimeout)
 	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&c.ReconnectMaxDelay, DefaultReconnectMaxDelay)

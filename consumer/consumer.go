@@ -134,6 +134,7 @@ func (c *BaseConsumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
+	c.stats.lastSettled.Store(time.Now().UnixNano()) // a stuck clock starts no earlier than Run
 	c.running.Store(true)
 	defer c.running.Store(false)
 	h := c.handler()

@@ -52,7 +52,9 @@
 // # Seeing what happens
 //
 // [BaseConsumer.Stats] counts every disposition; [BaseConsumer.HealthHandler]
-// serves /healthz and /readyz. Config.Observer receives each delivery's
+// serves /healthz (failing when Run has stopped, or when handlers have
+// held deliveries for Config.StuckAfter without one finishing) and
+// /readyz (connected and consuming). Config.Observer receives each delivery's
 // fate and each connection change (package warrenprom turns them into
 // Prometheus metrics, without the consumer linking Prometheus), and
 // Config.TracerProvider records a span around each handler, a child of the

@@ -217,6 +217,53 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 }
 
+// Handlers that hang make /healthz fail once StuckAfter has passed
+// without any delivery finishing, and pass again when one finishes.
+func TestHealthzReportsStuckHandlers(t *testing.T) {
+	c := newConsumer(t, func(cfg *consumer.Config) { cfg.StuckAfter = 100 * time.Millisecond })
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	c.HandleFunc("", func(ctx context.Context, _ *warren.Message) error {
+		entered <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	srv := httptest.NewServer(c.HealthHandler())
+	defer srv.Close()
+	healthz := func() (int, consumer.Health) {
+		resp, err := http.Get(srv.URL + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h consumer.Health
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, h
+	}
+	start(t, c)
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // before the consumer's stop, which waits for the handler
+	if code, h := healthz(); code != 200 || h.Stuck {
+		t.Fatalf("an idle consumer: /healthz %d, %+v; want 200, not stuck", code, h)
+	}
+	newPublisher(t).events(c.Config().Exchange, "", event("stuck-1", "workitem.updated"))
+	<-entered
+	testenv.WaitFor(t, 10*time.Second, "/healthz to report the hanging handler", func() bool {
+		code, h := healthz()
+		return code == 503 && h.Stuck && h.Alive
+	})
+	unblock()
+	testenv.WaitFor(t, 10*time.Second, "/healthz to pass once the handler finished", func() bool {
+		code, h := healthz()
+		return code == 200 && !h.Stuck
+	})
+}
+
 func TestRunTwiceIsAnError(t *testing.T) {
 	c := newConsumer(t, nil)
 	start(t, c)

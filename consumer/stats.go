@@ -17,6 +17,7 @@ type counters struct {
 	publishFailures, reconnects               counter
 	inFlight                                  atomic.Int64
 	lastMessage                               atomic.Int64 // unix nanoseconds
+	lastSettled                               atomic.Int64 // unix nanoseconds a handler last finished, or Run started
 }
 
 func (s *counters) moved(k move) *counter {
@@ -65,6 +66,10 @@ type Health struct {
 	// Ready: connected and consuming. False while reconnecting and during
 	// shutdown.
 	Ready bool `json:"ready"`
+	// Stuck: deliveries are in flight and none has finished for
+	// Config.StuckAfter. The handlers hang; restarting the process hands
+	// their deliveries back to the broker.
+	Stuck bool `json:"stuck,omitempty"`
 	// LastMessage is when the latest delivery arrived (zero if none yet).
 	LastMessage time.Time `json:"last_message,omitzero"`
 	Stats       Stats     `json:"stats"`
@@ -76,11 +81,15 @@ func (c *BaseConsumer) Health() Health {
 	if ns := c.stats.lastMessage.Load(); ns != 0 {
 		h.LastMessage = time.Unix(0, ns)
 	}
+	if after := c.cfg.StuckAfter; h.Alive && after > 0 && h.Stats.InFlight > 0 {
+		h.Stuck = time.Since(time.Unix(0, c.stats.lastSettled.Load())) > after
+	}
 	return h
 }
 
-// HealthHandler serves /healthz (200 while Run runs) and /readyz (200 while
-// connected and consuming), each with the Health as JSON, 503 otherwise.
+// HealthHandler serves /healthz (200 while Run runs and its handlers are
+// not stuck) and /readyz (200 while connected and consuming), each with
+// the Health as JSON, 503 otherwise.
 func (c *BaseConsumer) HealthHandler() http.Handler {
-	return healthhttp.Handler(c.Health, func(h Health) bool { return h.Alive }, func(h Health) bool { return h.Ready })
+	return healthhttp.Handler(c.Health, func(h Health) bool { return h.Alive && !h.Stuck }, func(h Health) bool { return h.Ready })
 }

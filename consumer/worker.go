@@ -31,7 +31,10 @@ func (c *BaseConsumer) process(hctx context.Context, h warren.Handler, j job) {
 	}
 	c.stats.received.Add(1)
 	c.stats.inFlight.Add(1)
-	defer c.stats.inFlight.Add(-1)
+	defer func() {
+		c.stats.lastSettled.Store(time.Now().UnixNano())
+		c.stats.inFlight.Add(-1)
+	}()
 	c.stats.lastMessage.Store(time.Now().UnixNano())
 	obs := c.cfg.Observer
 	if obs == nil {
