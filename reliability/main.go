@@ -38,6 +38,12 @@ const (
 	// automationLease is the automation's dedup lease (middleware's
 	// DefaultLease; the command does not change it).
 	automationLease = 5 * time.Minute
+	// longestRetryTier is how long an event that failed its first attempts
+	// (a receiver answering 503 through several faults) may wait in the
+	// consumers' last retry tier; the examples keep the default tiers. The
+	// long mode's drain must outlast it, or such events, not lost, would
+	// count as undelivered.
+	longestRetryTier = 10 * time.Minute
 )
 
 // mode is the size of a run.
@@ -81,7 +87,7 @@ var modes = map[string]mode{
 			faultCloseConns: 6, faultBrokerRestart: 5, faultPGTerminate: 8, faultRedisRestart: 5,
 			faultReceiver5xx: 4, faultReceiverSlow: 4, faultHostile: 4,
 		},
-		recoveryTimeout: 3 * time.Minute, drainTimeout: automationLease + 2*time.Minute, quiet: 20 * time.Second,
+		recoveryTimeout: 3 * time.Minute, drainTimeout: max(automationLease, longestRetryTier) + 2*time.Minute, quiet: 20 * time.Second,
 		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, redisDown: 3 * time.Second,
 		receiverFail: 25 * time.Second, receiverSlow: 20 * time.Second,
 	},
@@ -217,6 +223,11 @@ func run(ctx context.Context, m mode, seed uint64, out string, keep, race, verbo
 // runAll starts everything, runs the workload and the faults, drains and
 // checks. It leaves stopping to shutdown.
 func (h *harness) runAll(ctx context.Context) (*result, error) {
+	// The background measurements (catch-up, ready again) end with the
+	// run: a catch-up still waiting then is reported as not caught up,
+	// and shutdown, which waits for them, cannot hang on one.
+	ctx, endMeasurements := context.WithCancel(ctx)
+	defer endMeasurements()
 	for _, d := range []string{"bin", "logs", "rabbitmq", "postgres", "redis"} {
 		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
 			return nil, err
