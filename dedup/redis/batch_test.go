@@ -60,6 +60,39 @@ func (r *pipelineRecorder) recorded() [][]string {
 
 // newRecordedStore returns a store with one pipeline in flight at a time,
 // under a prefix of its own, on a client that rec watches.
+// claimTogether holds the store's only pipeline with a lone first claim,
+// queues a claim of each key behind it and then lets them all go, so
+// that the keys' claims share the next pipeline. It returns each key's
+// result, in order.
+func claimTogether(t *testing.T, s *Store, rec *pipelineRecorder, keys []string) []claimResult {
+	t.Helper()
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(ctx, "first", time.Minute)
+		first <- err
+	}()
+	<-rec.held
+	results := make([]chan claimResult, len(keys))
+	for i, k := range keys {
+		results[i] = make(chan claimResult, 1)
+		go func() {
+			c, err := s.Claim(ctx, k, time.Minute)
+			results[i] <- claimResult{c, err}
+		}()
+		testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
+	}
+	close(rec.hold)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	out := make([]claimResult, len(keys))
+	for i, ch := range results {
+		out[i] = <-ch
+	}
+	return out
+}
+
 func newRecordedStore(t *testing.T, rec *pipelineRecorder) (*Store, *goredis.Client, string) {
 	t.Helper()
 	prefix := testenv.Name(t, "dd") + ":"
@@ -88,28 +121,10 @@ func TestOneKeysErrorFailsOnlyItsOwnClaim(t *testing.T) {
 	if err := rdb.HSet(ctx, prefix+"{poison}", "field", "value").Err(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Claim(ctx, "first", time.Minute)
-		first <- err
-	}()
-	<-rec.held
 	keys := []string{"k1", "k2", "poison", "k3", "k4", "k5"}
-	results := map[string]chan claimResult{}
+	results := claimTogether(t, s, rec, keys)
 	for i, k := range keys {
-		results[k] = make(chan claimResult, 1)
-		go func() {
-			c, err := s.Claim(ctx, k, time.Minute)
-			results[k] <- claimResult{c, err}
-		}()
-		testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
-	}
-	close(rec.hold)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range keys {
-		r := <-results[k]
+		r := results[i]
 		if k == "poison" {
 			if r.err == nil || !strings.Contains(r.err.Error(), "WRONGTYPE") {
 				t.Errorf("claim of a key holding a hash = %+v, %v; want WRONGTYPE", r.claim, r.err)

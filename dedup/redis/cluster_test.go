@@ -137,36 +137,19 @@ func testClusterPipelineAcrossSlots(t *testing.T, client *goredis.ClusterClient)
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Claim(ctx, "first", time.Minute)
-		first <- err
-	}()
-	<-rec.held
 	const n = 24
 	slots := map[int64]bool{}
-	results := make([]chan claimResult, n)
-	for i := range n {
-		key := fmt.Sprintf("evt-%d", i)
-		slot, err := client.ClusterKeySlot(ctx, s.redisKey(key)).Result()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("evt-%d", i)
+		slot, err := client.ClusterKeySlot(ctx, s.redisKey(keys[i])).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		slots[slot] = true
-		results[i] = make(chan claimResult, 1)
-		go func() {
-			c, err := s.Claim(ctx, key, time.Minute)
-			results[i] <- claimResult{c, err}
-		}()
-		testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
-	}
-	close(rec.hold)
-	if err := <-first; err != nil {
-		t.Fatal(err)
 	}
 	claims := make([]dedup.Claim, n)
-	for i, ch := range results {
-		r := <-ch
+	for i, r := range claimTogether(t, s, rec, keys) {
 		if r.err != nil || r.claim.Result != dedup.Acquired {
 			t.Fatalf("claim of evt-%d in a pipeline across slots = %+v, %v; want acquired", i, r.claim, r.err)
 		}
