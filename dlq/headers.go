@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"time"
@@ -24,6 +25,12 @@ const (
 	HeaderConsumer         = "x-warren-consumer"           // consumer name
 	HeaderHost             = "x-warren-host"               // host the consumer ran on
 	HeaderReplays          = "x-warren-replays"            // times the message was replayed from a DLQ
+
+	// The first time RabbitMQ dead-lettered the message from its origin
+	// queue, kept by [StripDeaths] when it removes the broker's own record.
+	HeaderFirstDeathReason = "x-warren-first-death-reason" // "expired", "maxlen", "delivery_limit", "rejected"
+	HeaderFirstDeathQueue  = "x-warren-first-death-queue"  // the queue it was dead-lettered from
+	HeaderFirstDeathTime   = "x-warren-first-death-time"   // RFC 3339 time, when the broker recorded one
 )
 
 // Class says why a message is dead.
@@ -108,6 +115,61 @@ func Stamp(headers amqp.Table, f Failure, attempts int, class Class) amqp.Table 
 	return out
 }
 
+// brokerDeathHeaders are the headers RabbitMQ writes when it dead-letters a
+// message: x-death and x-first-death-* (all versions warren supports), and
+// x-last-death-* (since 3.13).
+var brokerDeathHeaders = []string{
+	"x-death",
+	"x-first-death-queue", "x-first-death-reason", "x-first-death-exchange",
+	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
+}
+
+// StripDeaths returns a copy of headers without RabbitMQ's death headers
+// (x-death, x-first-death-*, x-last-death-*), for a client to publish. Every
+// client-side publish of a message that may carry them goes through it: the
+// consumer's retries, deferrals and dead letters, and a replay or import out
+// of a dead-letter queue.
+//
+// Keeping them loses messages. RabbitMQ drops a message, without a trace,
+// when it would dead-letter it into a queue that its x-death already names
+// with no rejection on the way (a "cycle"). A message that expired in queue
+// N carries x-death {queue: N, reason: expired}; put back on N with that
+// header and retried through a retry tier, which dead-letters back to N, it
+// would vanish after its original was acked.
+//
+// What is worth keeping moves to warren's own headers, once: the oldest
+// x-death entry that names origin (the consumer's queue the message belongs
+// to; it says the broker expired, overflowed or rejected the message there)
+// becomes [HeaderFirstDeathReason], [HeaderFirstDeathQueue] and
+// [HeaderFirstDeathTime], unless an earlier call already recorded a first
+// death. Entries naming other queues are dropped: they are the hops through
+// the consumer's own retry tiers (a retry is a dead-letter by expiry) or
+// another system's queues. So the record is three headers however often a
+// message goes round. headers itself is not changed.
+func StripDeaths(headers amqp.Table, origin string) amqp.Table {
+	out := maps.Clone(headers)
+	if _, recorded := out[HeaderFirstDeathReason]; !recorded && origin != "" {
+		// x-death lists the most recent death first; the oldest is last.
+		deaths := reader{h: headers, m: &Metadata{}}.deaths()
+		for i := len(deaths) - 1; i >= 0; i-- {
+			d := deaths[i]
+			if _, known := brokerClasses[d.Reason]; d.Queue != origin || !known {
+				continue
+			}
+			out[HeaderFirstDeathReason] = d.Reason
+			out[HeaderFirstDeathQueue] = d.Queue
+			if !d.Time.IsZero() {
+				out[HeaderFirstDeathTime] = d.Time.UTC().Format(time.RFC3339Nano)
+			}
+			break
+		}
+	}
+	for _, name := range brokerDeathHeaders {
+		delete(out, name)
+	}
+	return out
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -145,6 +207,11 @@ type Metadata struct {
 	Replays          int
 	Deaths           []Death // x-death, most recent first
 
+	// FirstDeath is the broker's first dead-lettering of the message from
+	// its origin queue, as [StripDeaths] recorded it before removing
+	// x-death (Queue, Reason and Time only); zero when none was recorded.
+	FirstDeath Death
+
 	// Problems lists headers that were present but unreadable. Headers come
 	// from outside and are not trusted; a bad one is reported, not fatal.
 	Problems []string
@@ -169,6 +236,11 @@ func ParseMetadata(headers amqp.Table) Metadata {
 	m.Host = r.str(HeaderHost)
 	m.Replays = r.int(HeaderReplays)
 	m.Deaths = r.deaths()
+	m.FirstDeath = Death{
+		Reason: r.str(HeaderFirstDeathReason),
+		Queue:  r.str(HeaderFirstDeathQueue),
+		Time:   r.time(HeaderFirstDeathTime),
+	}
 
 	// A message without warren's class was dead-lettered by the broker
 	// itself; its latest x-death entry says why and from where.

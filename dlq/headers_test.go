@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -167,6 +168,88 @@ func TestParseMetadataExpired(t *testing.T) {
 	}
 }
 
+// StripDeaths removes every header RabbitMQ writes when it dead-letters a
+// message and keeps, once, the first death from the message's own queue in
+// warren's headers, so what ParseMetadata reports survives without x-death.
+func TestStripDeaths(t *testing.T) {
+	expired := time.Unix(1700000000, 0).UTC()
+	tierHop := expired.Add(time.Hour)
+	in := Stamp(amqp.Table{
+		"app": "kept",
+		// Most recent first: a hop through a retry tier, a death in
+		// another system's queue, and the expiry in the consumer's queue.
+		"x-death": []any{
+			amqp.Table{"queue": "webhook.retry.1s", "reason": "expired", "count": int64(4), "time": tierHop},
+			amqp.Table{"queue": "upstream", "reason": "maxlen", "count": int64(1), "time": expired.Add(-time.Hour)},
+			amqp.Table{"queue": "webhook", "reason": "expired", "exchange": "events", "count": int64(1), "time": expired},
+		},
+		"x-first-death-queue": "upstream", "x-first-death-reason": "maxlen", "x-first-death-exchange": "",
+		"x-last-death-queue": "webhook.retry.1s", "x-last-death-reason": "expired", "x-last-death-exchange": "",
+	}, failure("boom", t0, "events"), 2, ClassExhausted)
+	before := maps.Clone(in)
+
+	out := StripDeaths(in, "webhook")
+	if !reflect.DeepEqual(in, before) {
+		t.Fatal("StripDeaths changed its input")
+	}
+	for name := range out {
+		if slices.Contains(brokerDeathHeaders, name) || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-") {
+			t.Errorf("%s survived", name)
+		}
+	}
+	m := ParseMetadata(out)
+	want := Death{Queue: "webhook", Reason: "expired", Time: expired}
+	if !reflect.DeepEqual(m.FirstDeath, want) || len(m.Deaths) != 0 || len(m.Problems) != 0 {
+		t.Fatalf("first death %+v, deaths %v, problems %v; want %+v and no x-death", m.FirstDeath, m.Deaths, m.Problems, want)
+	}
+	// warren's own record is untouched.
+	if m.Class != ClassExhausted || m.Attempts != 2 || m.Error != "boom" || !m.FirstFailure.Equal(t0) || m.OriginQueue != "webhook" || out["app"] != "kept" {
+		t.Fatalf("stripped metadata %+v", m)
+	}
+
+	// The record is written once: a later death in the same queue (the
+	// message expired there again and was moved back again) does not
+	// replace it, so it stays three headers however often the message
+	// goes round.
+	out["x-death"] = []any{amqp.Table{"queue": "webhook", "reason": "rejected", "time": tierHop}}
+	again := StripDeaths(out, "webhook")
+	if m := ParseMetadata(again); !reflect.DeepEqual(m.FirstDeath, want) || len(again) != len(out)-1 {
+		t.Fatalf("second strip: first death %+v, %d headers from %d", m.FirstDeath, len(again), len(out))
+	}
+
+	// Only retry-tier hops: nothing to record. No origin known: nothing
+	// either, but the headers still go.
+	hops := amqp.Table{"x-death": []any{amqp.Table{"queue": "webhook.retry.1s", "reason": "expired", "time": tierHop}}, "x-first-death-queue": "webhook.retry.1s"}
+	for _, origin := range []string{"webhook", ""} {
+		if got := StripDeaths(hops, origin); len(got) != 0 {
+			t.Errorf("origin %q: tier hops left %v", origin, got)
+		}
+	}
+	// A reason the broker does not write (forged, or from a later
+	// version) and entries of the wrong shape are not recorded.
+	forged := amqp.Table{"x-death": []any{"not a table", amqp.Table{"queue": "webhook", "reason": strings.Repeat("x", 1000)}}}
+	if got := StripDeaths(forged, "webhook"); len(got) != 0 {
+		t.Errorf("forged x-death left %v", got)
+	}
+	if got := StripDeaths(amqp.Table{"x-death": "not an array"}, "webhook"); len(got) != 0 {
+		t.Errorf("x-death of the wrong type left %v", got)
+	}
+	if StripDeaths(nil, "webhook") != nil {
+		t.Error("nil headers came back non-nil")
+	}
+
+	// The broker dead-letters the stripped message again (it expired in
+	// its queue once more): x-death classifies it as before, and the first
+	// death still reads back.
+	redead := maps.Clone(again)
+	delete(redead, HeaderErrorClass)
+	later := t1.Add(time.Hour)
+	redead["x-death"] = xDeath("expired", "webhook", later)
+	if m := ParseMetadata(redead); m.Class != ClassExpired || !m.LastFailure.Equal(later) || !reflect.DeepEqual(m.FirstDeath, want) {
+		t.Fatalf("dead again: %+v", m)
+	}
+}
+
 // FuzzParseMetadata feeds ParseMetadata hostile headers: any table the
 // export format can describe (every AMQP type, nested), in place of or next
 // to warren's headers. ParseMetadata must not panic, must report each
@@ -227,6 +310,19 @@ func FuzzParseMetadata(f *testing.F) {
 		// stamp is the whole story.
 		if class != "" && (sm.Class != Class(class) || sm.OriginQueue != queue || sm.Error != truncate(errText, MaxErrorLen)) {
 			t.Fatalf("stamped class %q, queue %q, error %q read as %q, %q, %q", class, queue, errText, sm.Class, sm.OriginQueue, sm.Error)
+		}
+		// Stripping hostile headers leaves none of the broker's, and records
+		// only a death the broker could have written.
+		stripped := StripDeaths(h, queue)
+		for _, name := range brokerDeathHeaders {
+			if _, ok := stripped[name]; ok {
+				t.Fatalf("StripDeaths left %s", name)
+			}
+		}
+		if r, ok := stripped[HeaderFirstDeathReason].(string); ok && h[HeaderFirstDeathReason] == nil {
+			if _, known := brokerClasses[r]; !known || stripped[HeaderFirstDeathQueue] != queue {
+				t.Fatalf("StripDeaths recorded %q from %v", r, stripped[HeaderFirstDeathQueue])
+			}
 		}
 		for _, p := range sm.Problems {
 			for _, written := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderLastFailure, HeaderOriginQueue, HeaderConsumer, HeaderHost} {

@@ -215,16 +215,19 @@ func TestReplayPublishing(t *testing.T) {
 	}, 5, ClassExhausted)
 	headers["x-death"] = []any{amqp.Table{"queue": "webhook", "reason": "expired"}}
 	headers["x-first-death-queue"] = "webhook"
+	headers["x-last-death-reason"] = "expired"
 	m := newMessage(0, amqp.Publishing{MessageId: "id", Headers: headers, Body: []byte("b")})
 
 	p := replayPublishing(&m)
-	for _, gone := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure, "x-death", "x-first-death-queue"} {
+	for _, gone := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure, "x-death", "x-first-death-queue", "x-last-death-reason"} {
 		if _, ok := p.Headers[gone]; ok {
 			t.Errorf("replayed message keeps %s", gone)
 		}
 	}
+	// The broker's death in the origin queue is kept as warren's first death.
 	want := amqp.Table{"keep": "me", HeaderReplays: int32(3), HeaderOriginQueue: "webhook", HeaderOriginExchange: "events",
-		HeaderOriginRoutingKey: "rk", HeaderConsumer: "webhook", HeaderHost: "h"}
+		HeaderOriginRoutingKey: "rk", HeaderConsumer: "webhook", HeaderHost: "h",
+		HeaderFirstDeathReason: "expired", HeaderFirstDeathQueue: "webhook"}
 	if !reflect.DeepEqual(p.Headers, want) {
 		t.Errorf("replay headers\n got %v\nwant %v", p.Headers, want)
 	}
@@ -237,7 +240,8 @@ func TestReplayPublishing(t *testing.T) {
 		"queue": "webhook", "reason": "expired", "exchange": "events", "routing-keys": []any{"k"}, "count": int64(1),
 	}}}})
 	p = replayPublishing(&expired)
-	want = amqp.Table{HeaderReplays: int32(1), HeaderOriginQueue: "webhook", HeaderOriginExchange: "events", HeaderOriginRoutingKey: "k"}
+	want = amqp.Table{HeaderReplays: int32(1), HeaderOriginQueue: "webhook", HeaderOriginExchange: "events", HeaderOriginRoutingKey: "k",
+		HeaderFirstDeathReason: "expired", HeaderFirstDeathQueue: "webhook"}
 	if !reflect.DeepEqual(p.Headers, want) {
 		t.Errorf("expired replay headers\n got %v\nwant %v", p.Headers, want)
 	}

@@ -2,7 +2,6 @@ package dlq
 
 import (
 	"encoding/json"
-	"maps"
 	"math"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -83,33 +82,19 @@ func (m *Message) Origin() string {
 	return ""
 }
 
-// brokerDeathHeaders are the headers RabbitMQ writes when it dead-letters a
-// message ("x-last-death-*" since 3.13).
-var brokerDeathHeaders = []string{
-	"x-death",
-	"x-first-death-queue", "x-first-death-reason", "x-first-death-exchange",
-	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
-}
-
 // replayPublishing is the message a replay publishes: the same body and
 // properties, with its failure record reset so the consumer treats it as a
 // fresh delivery, and the replay counted.
 //
-// RabbitMQ's x-death headers are removed, not kept. The broker drops a
-// message as a dead-letter cycle when it would dead-letter it into a queue
-// its x-death already names with no rejection on the way. A message that
-// expired in queue N carries x-death {queue: N, reason: expired}; replayed
-// with that header into N and then retried through a retry tier (which
-// dead-letters back to N), it would be silently discarded. The origin the
-// x-death recorded is kept in warren's own origin headers instead.
+// RabbitMQ's death headers are removed by [StripDeaths], or the consumer's
+// first retry of the copy could be dropped as a dead-letter cycle. The
+// origin the x-death recorded is kept in warren's own origin headers, and
+// the broker's first death in warren's first-death headers.
 func replayPublishing(m *Message) amqp.Publishing {
 	p := m.Publishing
-	h := maps.Clone(p.Headers)
+	h := StripDeaths(p.Headers, m.Origin())
 	if h == nil {
 		h = amqp.Table{}
-	}
-	for _, name := range brokerDeathHeaders {
-		delete(h, name)
 	}
 	for _, name := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure} {
 		delete(h, name)
