@@ -199,7 +199,11 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 	defer cancel()
 	d := j.d
 	msg := amqp.Publishing{
-		Headers:         headers,
+		// Without the broker's death headers: with an x-death that names
+		// our queue (a dead message moved back here), the retry tier's
+		// dead-letter back to the queue would be a cycle, and RabbitMQ
+		// would drop the copy after we acked the original.
+		Headers:         dlq.StripDeaths(headers, c.topo.Queue),
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		// A message we hold on a producer's behalf must survive a broker
