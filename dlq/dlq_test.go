@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -544,6 +545,63 @@ func TestExportImportRoundTrip(t *testing.T) {
 	}
 	if _, ok := copied[21].Headers["x-death"]; !ok {
 		t.Fatal("x-death lost in the round trip")
+	}
+}
+
+// Imported into a queue that is not a dead-letter queue (`import --to`,
+// typically the origin queue), a message loses every header RabbitMQ wrote
+// when it dead-lettered it: with an x-death naming its origin queue, the
+// broker would drop it on the consumer's first retry. The broker's death is
+// kept in warren's first-death headers. Imported into a dead-letter queue,
+// where history belongs, the message keeps them all.
+func TestImportStripsBrokerDeathsOutsideDeadLetterQueues(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	f.top.Expire(t, f.conn, []amqp.Publishing{{MessageId: "x1", Type: "workitem.updated", Body: []byte(`{"event_id":"x1"}`), Headers: amqp.Table{"keep": "me"}}})
+	var file bytes.Buffer
+	if _, err := f.q.Export(ctx, &file, dlq.ExportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := dlq.ReadMessages(&file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := testenv.Drain(t, f.conn, f.top.DLQ)
+	if len(dead) != 1 {
+		t.Fatalf("DLQ held %d messages, want the one that expired", len(dead))
+	}
+	md := dlq.ParseMetadata(dead[0].Headers)
+	if len(md.Deaths) != 1 || dead[0].Headers["x-first-death-queue"] != f.top.Consumer {
+		t.Fatalf("the broker did not record the expiry as expected: %v", dead[0].Headers)
+	}
+
+	if _, err := f.q.Import(ctx, msgs, dlq.ImportOptions{To: f.top.Consumer}); err != nil {
+		t.Fatal(err)
+	}
+	back := testenv.Drain(t, f.conn, f.top.Consumer)
+	if len(back) != 1 {
+		t.Fatalf("origin queue holds %d messages after the import, want 1", len(back))
+	}
+	for name := range back[0].Headers {
+		if name == "x-death" || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-") {
+			t.Errorf("imported into %s, the message keeps %s", f.top.Consumer, name)
+		}
+	}
+	got := dlq.ParseMetadata(back[0].Headers)
+	if want := (dlq.Death{Queue: f.top.Consumer, Reason: "expired", Time: md.Deaths[0].Time}); got.FirstDeath.Queue != want.Queue ||
+		got.FirstDeath.Reason != want.Reason || !got.FirstDeath.Time.Equal(want.Time) {
+		t.Errorf("first death %+v, want %+v", got.FirstDeath, want)
+	}
+	if back[0].Headers["keep"] != "me" || back[0].MessageId != "x1" {
+		t.Errorf("the producer's headers or properties changed: %v", back[0].Headers)
+	}
+
+	if _, err := f.q.Import(ctx, msgs, dlq.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := testenv.Drain(t, f.conn, f.top.DLQ)
+	if len(again) != 1 || !reflect.DeepEqual(testenv.AsPublishing(again[0]), testenv.AsPublishing(dead[0])) {
+		t.Fatalf("imported back into the DLQ, the message differs:\n got %v\nwant %v", again, dead)
 	}
 }
 

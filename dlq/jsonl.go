@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -448,6 +449,7 @@ type metadataJSON struct {
 	Host             string      `json:"host,omitempty"`
 	Replays          int         `json:"replays,omitempty"`
 	Deaths           []deathJSON `json:"x_death,omitempty"`
+	FirstDeath       *deathJSON  `json:"first_death,omitempty"`
 	Problems         []string    `json:"problems,omitempty"`
 	ReplayTo         string      `json:"replay_to,omitempty"`
 }
@@ -507,6 +509,10 @@ func (m Message) MarshalJSON() ([]byte, error) {
 	}
 	for _, d := range md.Deaths {
 		out.Metadata.Deaths = append(out.Metadata.Deaths, deathJSON(d))
+	}
+	if md.FirstDeath.Reason != "" {
+		fd := deathJSON(md.FirstDeath)
+		out.Metadata.FirstDeath = &fd
 	}
 	if len(headers) == 0 {
 		out.Headers = nil
@@ -664,14 +670,21 @@ type ImportOptions struct {
 	Progress     func(Progress)
 }
 
-// Import publishes msgs, in order and exactly as they are (headers
-// included), to the dead-letter queue or opts.To, each with publisher
-// confirms. It stops at the first failure or when ctx ends (after the
-// message in flight is confirmed or DrainTimeout passes); Result.Done says
-// how many of msgs are now in the queue, so a caller can resume with
-// msgs[Done:].
+// Import publishes msgs, in order, to the dead-letter queue or opts.To,
+// each with publisher confirms. It stops at the first failure or when ctx
+// ends (after the message in flight is confirmed or DrainTimeout passes);
+// Result.Done says how many of msgs are now in the queue, so a caller can
+// resume with msgs[Done:].
+//
+// Into a dead-letter queue (this one, or any whose name ends in ".dlq")
+// messages go exactly as they are, headers included: that is where their
+// history belongs. Into any other queue they go without RabbitMQ's death
+// headers, through [StripDeaths]: a message whose x-death names the queue
+// it is imported into would otherwise be dropped by the broker on its first
+// retry.
 func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) (Result, error) {
 	target := cmp.Or(opts.To, q.name)
+	toDLQ := target == q.name || strings.HasSuffix(target, ".dlq")
 	res := Result{Progress: Progress{Total: len(msgs)}}
 	if _, err := q.depth(ctx, target); err != nil {
 		return res, fmt.Errorf("import target: %w", err)
@@ -688,8 +701,12 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 		}
 		res.Scanned++
 		res.Matched++
+		p := msgs[i].Publishing
+		if !toDLQ {
+			p.Headers = StripDeaths(p.Headers, msgs[i].Origin())
+		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-		err := pub.Publish(pctx, "", target, msgs[i].Publishing)
+		err := pub.Publish(pctx, "", target, p)
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("import message %d (%s) to %q: %w", i+1, describe(&msgs[i]), target, err)

@@ -97,7 +97,7 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "export", summary: "write dead messages to a JSON Lines file",
-		about: "Write dead messages as JSON Lines, one message per line: body, every property, and headers with their AMQP types, plus the decoded failure record for reading. 'warren dlq import' publishes such a file back exactly. The queue is left as it was.",
+		about: "Write dead messages as JSON Lines, one message per line: body, every property, and headers with their AMQP types, plus the decoded failure record for reading. 'warren dlq import' publishes such a file back exactly (into a queue other than a DLQ, without RabbitMQ's death headers). The queue is left as it was.",
 		examples: []string{
 			"warren dlq export --queue webhook --output webhook-dead.jsonl",
 			"warren dlq export --queue webhook --type workitem. | jq -c '{id: .event_id, error: .metadata.error}'",
@@ -111,7 +111,7 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "import", args: "FILE", summary: "publish messages from a JSON Lines file into a queue", changes: true,
-		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. The whole file is checked before anything is published. FILE '-' reads standard input (then --yes is required).",
+		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) are left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published. FILE '-' reads standard input (then --yes is required).",
 		examples: []string{
 			"warren dlq import --queue webhook webhook-dead.jsonl",
 			"warren dlq export --queue webhook --amqp-url \"$OLD\" | warren dlq import --queue webhook --amqp-url \"$NEW\" --yes -",

@@ -112,6 +112,15 @@ func printMessage(w io.Writer, m *dlq.Message, now time.Time) error {
 	if md.Replays > 0 {
 		row("replays", strconv.Itoa(md.Replays))
 	}
+	if fd := md.FirstDeath; fd.Reason != "" {
+		// Kept by dlq.StripDeaths when the message was moved back from a
+		// DLQ or retried: the x-death it came from is gone.
+		v := fmt.Sprintf("%s from queue %s", clean(fd.Reason), clean(fd.Queue))
+		if !fd.Time.IsZero() {
+			v += " at " + when(fd.Time, now)
+		}
+		row("first broker death", v)
+	}
 	for i, d := range md.Deaths {
 		row(fmt.Sprintf("x-death[%d]", i), fmt.Sprintf("%s from queue %s ×%d at %s (exchange %q, keys %q)",
 			clean(d.Reason), clean(d.Queue), d.Count, when(d.Time, now), d.Exchange, d.RoutingKeys))

@@ -338,6 +338,29 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 	if r.code != 0 || decodeJSON[dlq.Result](t, r.stdout).Done != 34 {
 		t.Fatalf("import from stdin: exit %d, %s %s", r.code, r.stdout, r.stderr)
 	}
+
+	// Into the origin queue, the broker's death headers are left behind
+	// (RabbitMQ would drop a message on its first retry as a dead-letter
+	// cycle) and what they said is kept in warren's first-death headers.
+	ok(t, "dlq", "import", "--queue", src.Consumer, "--to", src.Consumer, "--yes", file)
+	back := testenv.Drain(t, conn, src.Consumer)
+	if len(back) != 34 {
+		t.Fatalf("origin queue holds %d messages after import --to, want 34", len(back))
+	}
+	expired := 0
+	for _, d := range back {
+		for name := range d.Headers {
+			if name == "x-death" || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-") {
+				t.Errorf("message %s imported into its origin queue keeps %s", d.MessageId, name)
+			}
+		}
+		if fd := dlq.ParseMetadata(d.Headers).FirstDeath; fd.Reason == "expired" && fd.Queue == src.Consumer {
+			expired++
+		}
+	}
+	if expired != 3 {
+		t.Errorf("%d imported messages record the broker's expiry, want the 3 that expired", expired)
+	}
 }
 
 // ls, show, stats and export leave the DLQ as it was: same count, same
@@ -578,5 +601,21 @@ func TestCleanEscapesTerminalControls(t *testing.T) {
 		if got := clean(in); got != want {
 			t.Errorf("clean(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// A message moved back from a DLQ and dead again has lost the broker's
+// x-death; show still says the broker once dead-lettered it, and why.
+func TestShowPrintsFirstBrokerDeath(t *testing.T) {
+	died := time.Unix(1700000000, 0)
+	h := dlq.StripDeaths(amqp.Table{"x-death": []any{amqp.Table{"queue": "webhook", "reason": "expired", "count": int64(1), "time": died}}}, "webhook")
+	h = dlq.Stamp(h, dlq.Failure{Err: "boom", At: died.Add(time.Hour), Queue: "webhook", Consumer: "webhook"}, 3, dlq.ClassExhausted)
+	m := dlq.Message{Metadata: dlq.ParseMetadata(h), Publishing: amqp.Publishing{Headers: h}}
+	var out bytes.Buffer
+	if err := printMessage(&out, &m, died.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if want := "first broker death  expired from queue webhook at 2023-11-14T22:13:20Z (2h"; !strings.Contains(out.String(), want) {
+		t.Fatalf("show printed\n%s\nwant a line containing %q", out.String(), want)
 	}
 }
