@@ -40,7 +40,10 @@
 //
 // Dead messages carry the headers of package dlq: the error, its class,
 // attempts, first and last failure, origin queue, exchange and routing key,
-// consumer and host.
+// consumer and host. Nothing the consumer publishes carries RabbitMQ's
+// death headers (x-death and the like; see dlq.StripDeaths): on a dead
+// message moved back to N with them, the retry tier's dead-letter back to N
+// would be a cycle, which the broker resolves by dropping the message.
 //
 // # Connections
 //
