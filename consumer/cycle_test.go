@@ -85,12 +85,15 @@ func TestDeadMessageMovedBackToItsQueueSurvivesRetries(t *testing.T) {
 				return tc.handle(rec.count(m.Event.ID))
 			})
 			start(t, c)
-			testenv.WaitFor(t, 30*time.Second, "every call of the moved-back event", func() bool {
-				return rec.count("back") == tc.calls
-			})
-			testenv.WaitFor(t, 10*time.Second, "the event to end done", func() bool { return c.Stats().Done == 1 })
-			if s := c.Stats(); s.DeadLettered != 0 || s.Requeued != 0 {
-				t.Errorf("stats %+v, want the event done and nothing dead or requeued", s)
+			testenv.WaitFor(t, 30*time.Second, "the moved-back event to end done", func() bool { return c.Stats().Done == 1 })
+			// Exactly the calls its verdicts need, unless a retry's publish
+			// timed out on a busy machine and the delivery came back.
+			s := c.Stats()
+			if n := rec.count("back"); n < tc.calls || (n > tc.calls && s.Requeued == 0) {
+				t.Errorf("handled %d times, want %d", n, tc.calls)
+			}
+			if s.DeadLettered != 0 {
+				t.Errorf("stats %+v, want the event done and nothing dead", s)
 			}
 			for _, q := range topo.Queues() {
 				if n := testenv.QueueDepth(t, ch, q); n != 0 {
