@@ -173,9 +173,7 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 		// is delivered again.
 		if errors.Is(cerr, dedup.ErrLeaseLost) {
 			// The lease ran out before the handler finished and another
-			// claimer took the key over (or, in a store that forgets expired
-			// leases such as Redis, simply ran out): the event may be handled
-			// twice. What remains guaranteed is that it is not lost: the key's
+			// claimer took the key over: the event may be handled twice. What remains guaranteed is that it is not lost: the key's
 			// new holder completes or releases it on its own.
 			d.log(ctx, slog.LevelWarn, "dedup lease expired before the handler finished; the event may be handled twice (make Lease longer than the handler's Timeout)", m, key, cerr)
 		} else {
