@@ -85,6 +85,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}
 	if cfg.MaxBatch > 1 {
 		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendPipeline)
+		s.batcher.Abandoned = s.releaseAbandoned
 	}
 	return s, nil
 }
