@@ -20,6 +20,9 @@
 //     retried later, up to the consumer's attempt limit.
 //   - [Defer]: try again later without spending an attempt (another
 //     worker holds the event's lease).
+//   - [Unavailable]: a deferral because a dependency needed before the
+//     handler (a dedup store) could not be reached; counted apart, and
+//     reported with a [Dependency] in the consumer's health.
 //   - [Permanent]: retrying cannot help; the message goes to the
 //     dead-letter queue at once.
 //

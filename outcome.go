@@ -42,7 +42,10 @@ var (
 	ErrSkipped   = errors.New("skipped")
 	ErrDuplicate = errors.New("duplicate")
 	ErrDeferred  = errors.New("deferred")
-	ErrPermanent = errors.New("permanent failure")
+	// ErrUnavailable is matched by the errors of [Unavailable], which are
+	// deferrals too (they also match ErrDeferred).
+	ErrUnavailable = errors.New("dependency unavailable")
+	ErrPermanent   = errors.New("permanent failure")
 )
 
 // Skip returns an error that acknowledges the message as skipped: the event
@@ -62,6 +65,20 @@ func Duplicate(reason string) error {
 // returns it when another worker holds the event's lease.
 func Defer(d time.Duration, reason string) error {
 	return &outcomeError{outcome: OutcomeDeferred, delay: d, err: errors.New(reason)}
+}
+
+// Unavailable defers the message, as [Defer] does, because a dependency
+// the message needs before its handler can run (a dedup store) could not
+// be reached: err says why. The handler did not run, so the failure is not
+// the message's and spends no attempt; the message comes back after about
+// d however long the outage lasts, and is never dead-lettered for it. The
+// consumer counts these deferrals apart (consumer.Stats.Unavailable).
+// Unavailable(d, nil) returns nil.
+func Unavailable(d time.Duration, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &outcomeError{outcome: OutcomeDeferred, delay: d, err: err, unavailable: true}
 }
 
 // Permanent marks err as one that retrying cannot fix, so the message is
@@ -100,9 +117,10 @@ func Classify(err error) (Outcome, time.Duration) {
 }
 
 type outcomeError struct {
-	outcome Outcome
-	delay   time.Duration
-	err     error
+	outcome     Outcome
+	delay       time.Duration
+	err         error
+	unavailable bool // made by Unavailable
 }
 
 func (e *outcomeError) Error() string {
@@ -124,6 +142,8 @@ func (e *outcomeError) Is(target error) bool {
 		return e.outcome == OutcomeDuplicate
 	case ErrDeferred:
 		return e.outcome == OutcomeDeferred
+	case ErrUnavailable:
+		return e.unavailable
 	case ErrPermanent:
 		return e.outcome == OutcomePermanent
 	}

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -140,6 +141,13 @@ type Config struct {
 	// Default nil: no spans; a traceparent header still reaches the
 	// handler's context as its remote parent.
 	TracerProvider trace.TracerProvider
+
+	// Dependencies are the services the middleware needs for every
+	// message, as the middleware reports them (middleware.DedupOptions's
+	// Health). Health lists their states, and /readyz fails while one is
+	// down; /healthz does not, since a restart cannot bring a store back.
+	// Default none.
+	Dependencies []*warren.Dependency
 }
 
 // Defaults applied by [New].
@@ -238,6 +246,9 @@ func (c Config) validate() error {
 		if d < 0 {
 			add("%s must not be negative, got %v", name, d)
 		}
+	}
+	if slices.Contains(c.Dependencies, nil) {
+		add("Dependencies must not contain nil")
 	}
 	if len(problems) > 0 {
 		slices.Sort(problems)

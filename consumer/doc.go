@@ -57,7 +57,8 @@
 // [BaseConsumer.Stats] counts every disposition; [BaseConsumer.HealthHandler]
 // serves /healthz (failing when Run has stopped, or when handlers have
 // held deliveries for Config.StuckAfter without one finishing) and
-// /readyz (connected and consuming). Config.Observer receives each delivery's
+// /readyz (connected and consuming, and every Config.Dependencies up —
+// readiness, since restarting does not bring a store back). Config.Observer receives each delivery's
 // fate and each connection change (package warrenprom turns them into
 // Prometheus metrics, without the consumer linking Prometheus), and
 // Config.TracerProvider records a span around each handler, a child of the

@@ -66,6 +66,10 @@ type Settlement struct {
 	// Class says why a DeadLettered message was dead-lettered; empty
 	// otherwise.
 	Class dlq.Class
+	// Unavailable marks a Deferred message that was deferred because a
+	// dependency was unavailable before its handler ran
+	// ([warren.Unavailable]): a store outage, not the message's fault.
+	Unavailable bool
 	// HandlerDuration is how long the middleware chain and the handler
 	// ran; zero when they did not run (the body did not decode).
 	HandlerDuration time.Duration

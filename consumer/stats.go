@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/healthhttp"
 )
 
@@ -14,6 +15,7 @@ type counter = atomic.Uint64
 type counters struct {
 	received, done, skipped, duplicates       counter
 	retried, deferred, deadLettered, requeued counter
+	unavailable                               counter // of deferred: warren.Unavailable
 	publishFailures, reconnects               counter
 	inFlight                                  atomic.Int64
 	lastMessage                               atomic.Int64 // unix nanoseconds
@@ -41,6 +43,7 @@ type Stats struct {
 	Duplicates      uint64 `json:"duplicates"`    // acked as already handled
 	Retried         uint64 `json:"retried"`       // sent to a retry tier after a transient failure
 	Deferred        uint64 `json:"deferred"`      // sent to a retry tier without spending an attempt
+	Unavailable     uint64 `json:"unavailable"`   // of Deferred: a dependency was unavailable before the handler ran
 	DeadLettered    uint64 `json:"dead_lettered"` // sent to the DLQ
 	Requeued        uint64 `json:"requeued"`      // handed back to the broker (shutdown, failed publish)
 	PublishFailures uint64 `json:"publish_failures"`
@@ -53,7 +56,7 @@ func (c *BaseConsumer) Stats() Stats {
 	s := &c.stats
 	return Stats{
 		Received: s.received.Load(), Done: s.done.Load(), Skipped: s.skipped.Load(), Duplicates: s.duplicates.Load(),
-		Retried: s.retried.Load(), Deferred: s.deferred.Load(), DeadLettered: s.deadLettered.Load(), Requeued: s.requeued.Load(),
+		Retried: s.retried.Load(), Deferred: s.deferred.Load(), Unavailable: s.unavailable.Load(), DeadLettered: s.deadLettered.Load(), Requeued: s.requeued.Load(),
 		PublishFailures: s.publishFailures.Load(), Reconnects: s.reconnects.Load(), InFlight: s.inFlight.Load(),
 	}
 }
@@ -63,8 +66,9 @@ type Health struct {
 	// Alive: Run is running. A process whose consumer has stopped should
 	// be restarted.
 	Alive bool `json:"alive"`
-	// Ready: connected and consuming. False while reconnecting and during
-	// shutdown.
+	// Ready: connected and consuming, and every dependency up. False
+	// while reconnecting, during shutdown, and while a dependency is down
+	// (the consumer goes on deferring the messages that need it).
 	Ready bool `json:"ready"`
 	// Stuck: deliveries are in flight and none has finished for
 	// Config.StuckAfter. The handlers hang; restarting the process hands
@@ -72,12 +76,19 @@ type Health struct {
 	Stuck bool `json:"stuck,omitempty"`
 	// LastMessage is when the latest delivery arrived (zero if none yet).
 	LastMessage time.Time `json:"last_message,omitzero"`
-	Stats       Stats     `json:"stats"`
+	// Dependencies are the states of Config.Dependencies.
+	Dependencies []warren.DependencyState `json:"dependencies,omitempty"`
+	Stats        Stats                    `json:"stats"`
 }
 
 // Health returns the consumer's current health.
 func (c *BaseConsumer) Health() Health {
 	h := Health{Alive: c.running.Load(), Ready: c.ready.Load(), Stats: c.Stats()}
+	for _, d := range c.cfg.Dependencies {
+		st := d.State()
+		h.Ready = h.Ready && st.Up
+		h.Dependencies = append(h.Dependencies, st)
+	}
 	if ns := c.stats.lastMessage.Load(); ns != 0 {
 		h.LastMessage = time.Unix(0, ns)
 	}
@@ -88,7 +99,8 @@ func (c *BaseConsumer) Health() Health {
 }
 
 // HealthHandler serves /healthz (200 while Run runs and its handlers are
-// not stuck) and /readyz (200 while connected and consuming), each with
+// not stuck) and /readyz (200 while connected and consuming, and every
+// dependency up), each with
 // the Health as JSON, 503 otherwise.
 func (c *BaseConsumer) HealthHandler() http.Handler {
 	return healthhttp.Handler(c.Health, func(h Health) bool { return h.Alive && !h.Stuck }, func(h Health) bool { return h.Ready })

@@ -84,6 +84,12 @@ func (c *BaseConsumer) dispose(hctx context.Context, h warren.Handler, j job) Se
 		// Not a failure: the attempt is not spent and no error recorded.
 		tier := c.topo.tierFor(1, delay)
 		s.Disposition = c.republish(hctx, j, tier.Queue, j.d.Headers, movedDeferred, slog.Duration("delay", tier.Delay))
+		if s.Disposition == Deferred && errors.Is(err, warren.ErrUnavailable) {
+			// A store outage defers every message until it ends, however
+			// long: counted apart so that it shows.
+			c.stats.unavailable.Add(1)
+			s.Unavailable = true
+		}
 	case warren.OutcomeRetry:
 		if m.Attempt >= c.cfg.MaxAttempts {
 			dead := c.deadLetter(hctx, j, m, dlq.ClassExhausted, err)

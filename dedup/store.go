@@ -55,8 +55,9 @@ type Store interface {
 	Claim(ctx context.Context, key string, lease time.Duration) (Claim, error)
 
 	// Complete marks the claimed key done; it stays done for the store's
-	// retention period. It fails with ErrLeaseLost when c no longer holds
-	// the key. Completing the same claim again succeeds and changes
+	// retention period. It fails with ErrLeaseLost when another claim holds
+	// the key (its lease or its done-mark); a lease that ran out while
+	// nobody else claimed the key still completes. Completing the same claim again succeeds and changes
 	// nothing, so a call retried after a lost reply (clients retry on
 	// network errors) does not report a lease it in fact kept as lost.
 	Complete(ctx context.Context, c Claim) error

@@ -40,9 +40,31 @@ type DedupOptions struct {
 
 	// FailOpen runs the handler without deduplication when the store
 	// cannot be asked, trading possible duplicates for availability.
-	// Default false: a store error is a transient failure of the message,
-	// which is retried later, so no event is handled unclaimed.
+	// Default false: the message is deferred for UnavailableDelay
+	// ([warren.Unavailable]), without spending an attempt, and comes back
+	// until the store answers, so no event is handled unclaimed.
 	FailOpen bool
+
+	// StoreTimeout bounds each call to the store (a claim, a completion, a
+	// release), so that a stalled store — a database whose backends stopped
+	// answering, a connection nobody reads — holds a worker no longer than
+	// this. A claim that times out is a store failure like any other.
+	// Default 10 seconds.
+	StoreTimeout time.Duration
+
+	// UnavailableDelay is how long a message waits before it comes back
+	// when its claim failed: the store could not be reached, so its handler
+	// did not run. The wait does not spend an attempt, however many times
+	// it recurs, so a store outage longer than every retry tier together
+	// dead-letters nothing; the consumer rounds it up to a retry tier.
+	// Default 10 seconds.
+	UnavailableDelay time.Duration
+
+	// Health, when set, is told the result of every store call, so a
+	// consumer that lists it in consumer.Config.Dependencies shows the
+	// store down in its health (and is not ready) while calls fail or time
+	// out. Default nil: no report.
+	Health *warren.Dependency
 
 	// Logger receives what an outcome cannot carry: a lease lost under a
 	// slow handler, a done-mark that could not be written, a store error
@@ -52,14 +74,11 @@ type DedupOptions struct {
 
 // Default values of [DedupOptions].
 const (
-	DefaultLease     = 5 * time.Minute
-	DefaultBusyDelay = 5 * time.Second
+	DefaultLease            = 5 * time.Minute
+	DefaultBusyDelay        = 5 * time.Second
+	DefaultStoreTimeout     = 10 * time.Second
+	DefaultUnavailableDelay = 10 * time.Second
 )
-
-// settleTimeout bounds Complete and Release, which run on a context that
-// outlives the handler's: a handler cancelled by Timeout or shutdown must
-// still have its lease released, or its retry waits for the lease to end.
-const settleTimeout = 10 * time.Second
 
 // DefaultKey is the key [Dedup] uses unless told otherwise:
 // dedup.Key(consumer, event_id), "<consumer>:<event_id>" with ':' in the
@@ -81,7 +100,9 @@ func DefaultKey(m *warren.Message) string {
 //   - key already done: [warren.Duplicate], acknowledged and counted.
 //   - key busy under another worker's lease: [warren.Defer] for
 //     opts.BusyDelay, which does not spend an attempt.
-//   - store error: a transient failure (retried), unless opts.FailOpen.
+//   - store error or timeout on the claim: [warren.Unavailable] for
+//     opts.UnavailableDelay, which does not spend an attempt (the handler
+//     has not run), unless opts.FailOpen.
 //
 // The handler's own error is returned unchanged.
 //
@@ -92,8 +113,9 @@ func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
 	if store == nil {
 		panic("middleware: Dedup: nil store")
 	}
-	if opts.Lease < 0 || opts.BusyDelay < 0 {
-		panic(fmt.Sprintf("middleware: Dedup: negative duration (Lease %v, BusyDelay %v)", opts.Lease, opts.BusyDelay))
+	if opts.Lease < 0 || opts.BusyDelay < 0 || opts.StoreTimeout < 0 || opts.UnavailableDelay < 0 {
+		panic(fmt.Sprintf("middleware: Dedup: negative duration (Lease %v, BusyDelay %v, StoreTimeout %v, UnavailableDelay %v)",
+			opts.Lease, opts.BusyDelay, opts.StoreTimeout, opts.UnavailableDelay))
 	}
 	if opts.Transactional {
 		tx, ok := store.(dedup.Transactor)
@@ -107,6 +129,12 @@ func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
 	}
 	if d.opts.BusyDelay == 0 {
 		d.opts.BusyDelay = DefaultBusyDelay
+	}
+	if d.opts.StoreTimeout == 0 {
+		d.opts.StoreTimeout = DefaultStoreTimeout
+	}
+	if d.opts.UnavailableDelay == 0 {
+		d.opts.UnavailableDelay = DefaultUnavailableDelay
 	}
 	if d.opts.Key == nil {
 		d.opts.Key = DefaultKey
@@ -129,13 +157,18 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 	if key == "" {
 		return warren.Permanent(fmt.Errorf("dedup: no key for event %q of consumer %q (the default key needs both)", m.Event.ID, m.Consumer))
 	}
-	claim, err := d.store.Claim(ctx, key, d.opts.Lease)
+	claim, err := d.claim(ctx, key)
 	if err != nil {
 		if d.opts.FailOpen && ctx.Err() == nil {
 			d.log(ctx, slog.LevelWarn, "dedup store failed; handling the event without deduplication (FailOpen)", m, key, err)
 			return next.Handle(ctx, m)
 		}
-		return fmt.Errorf("dedup: %w", err) // the store's error names the key
+		// The handler has not run: the failure is the store's, not the
+		// message's, and must not spend an attempt — or a store outage
+		// longer than the retry tiers would dead-letter, as exhausted,
+		// messages nothing ever tried. (A shutdown that cancelled ctx is
+		// requeued by the consumer whatever the outcome.)
+		return warren.Unavailable(d.opts.UnavailableDelay, fmt.Errorf("dedup: %w", err)) // the store's error names the key
 	}
 	switch claim.Result {
 	case dedup.Acquired:
@@ -173,9 +206,7 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 		// is delivered again.
 		if errors.Is(cerr, dedup.ErrLeaseLost) {
 			// The lease ran out before the handler finished and another
-			// claimer took the key over (or, in a store that forgets expired
-			// leases such as Redis, simply ran out): the event may be handled
-			// twice. What remains guaranteed is that it is not lost: the key's
+			// claimer took the key over: the event may be handled twice. What remains guaranteed is that it is not lost: the key's
 			// new holder completes or releases it on its own.
 			d.log(ctx, slog.LevelWarn, "dedup lease expired before the handler finished; the event may be handled twice (make Lease longer than the handler's Timeout)", m, key, cerr)
 		} else {
@@ -192,7 +223,9 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 // acknowledged, and rolls both back otherwise.
 func (d *deduper) handleInTx(ctx context.Context, m *warren.Message, next warren.Handler, claim dedup.Claim) error {
 	var handlerErr error
+	ran := false
 	err := d.tx.WithinTx(ctx, claim, func(ctx context.Context) error {
+		ran = true
 		handlerErr = next.Handle(ctx, m)
 		if acknowledged(handlerErr) {
 			return nil
@@ -202,6 +235,11 @@ func (d *deduper) handleInTx(ctx context.Context, m *warren.Message, next warren
 	switch {
 	case err == nil:
 		return handlerErr
+	case !ran:
+		// The transaction did not begin: the store failed before the
+		// handler ran, which must not spend an attempt, as for a claim.
+		d.release(ctx, m, claim)
+		return warren.Unavailable(d.opts.UnavailableDelay, fmt.Errorf("dedup: %w", err))
 	case !acknowledged(handlerErr):
 		d.release(ctx, m, claim)
 		return handlerErr
@@ -229,20 +267,53 @@ func acknowledged(err error) bool {
 	return false
 }
 
-func (d *deduper) complete(ctx context.Context, c dedup.Claim) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+// claim claims key within StoreTimeout. A claim that times out inside a
+// store's batch may still take effect after the caller has gone; the
+// stores give such a lease back (docs/adr/dedup-batching.md), and at worst
+// it runs out by itself after Lease.
+func (d *deduper) claim(ctx context.Context, key string) (dedup.Claim, error) {
+	cctx, cancel := context.WithTimeout(ctx, d.opts.StoreTimeout)
 	defer cancel()
-	return d.store.Complete(ctx, c)
+	c, err := d.store.Claim(cctx, key, d.opts.Lease)
+	if ctx.Err() == nil { // a cancelled handler says nothing about the store
+		d.report(err)
+	}
+	return c, err
+}
+
+// complete and release run on a context that outlives the handler's: a
+// handler cancelled by Timeout or shutdown must still have its lease
+// released, or its retry waits for the lease to end.
+func (d *deduper) complete(ctx context.Context, c dedup.Claim) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.StoreTimeout)
+	defer cancel()
+	err := d.store.Complete(ctx, c)
+	d.report(err)
+	return err
 }
 
 func (d *deduper) release(ctx context.Context, m *warren.Message, c dedup.Claim) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.StoreTimeout)
 	defer cancel()
-	if err := d.store.Release(sctx, c); err != nil {
+	err := d.store.Release(sctx, c)
+	d.report(err)
+	if err != nil {
 		// The retry waits for the lease to expire (deferred as busy
 		// meanwhile) instead of running at once. Nothing is lost.
 		d.log(ctx, slog.LevelWarn, "dedup release failed; the retry waits for the lease to expire", m, c.Key, err)
 	}
+}
+
+// report tells opts.Health how a store call went. A lost lease is an
+// answer: the store is up.
+func (d *deduper) report(err error) {
+	if d.opts.Health == nil {
+		return
+	}
+	if errors.Is(err, dedup.ErrLeaseLost) {
+		err = nil
+	}
+	d.opts.Health.Report(err)
 }
 
 func (d *deduper) log(ctx context.Context, level slog.Level, msg string, m *warren.Message, key string, err error) {

@@ -185,9 +185,24 @@ func TestDedupStoreErrors(t *testing.T) {
 	t.Run("claim fails closed", func(t *testing.T) {
 		ran = 0
 		s := &faultyStore{Store: memory.New(memory.Config{}), claimErr: down}
-		err := middleware.Dedup(s, middleware.DedupOptions{})(counting).Handle(context.Background(), msg("c", "e"))
-		if outcomeOf(err) != warren.OutcomeRetry || !errors.Is(err, down) || ran != 0 {
-			t.Errorf("claim error: %v (%v), ran %d; want a retry wrapping the store's error, handler not run", outcomeOf(err), err, ran)
+		health := warren.NewDependency("dedup")
+		mw := middleware.Dedup(s, middleware.DedupOptions{UnavailableDelay: time.Minute, Health: health})
+		err := mw(counting).Handle(context.Background(), msg("c", "e"))
+		// Deferred, not retried: the handler never ran, so no attempt is
+		// spent, and an outage cannot dead-letter the message.
+		outcome, delay := warren.Classify(err)
+		if outcome != warren.OutcomeDeferred || delay != time.Minute || !errors.Is(err, warren.ErrUnavailable) || !errors.Is(err, down) || ran != 0 {
+			t.Errorf("claim error: %v after %v (%v), ran %d; want an Unavailable deferral of a minute wrapping the store's error, handler not run", outcome, delay, err, ran)
+		}
+		if st := health.State(); st.Up || !strings.Contains(st.Error, down.Error()) {
+			t.Errorf("health after a failed claim = %+v, want down with the store's error", st)
+		}
+		s.claimErr = nil
+		if err := mw(counting).Handle(context.Background(), msg("c", "e")); err != nil || ran != 1 {
+			t.Fatalf("after the store came back: %v, ran %d", err, ran)
+		}
+		if st := health.State(); !st.Up {
+			t.Errorf("health after the store answered = %+v, want up", st)
 		}
 	})
 	t.Run("claim fails open when told", func(t *testing.T) {

@@ -39,6 +39,7 @@ type ConsumerMetrics struct {
 	lastMessage *prometheus.GaugeVec
 	connected   *prometheus.GaugeVec
 	reconnects  *prometheus.CounterVec
+	unavailable *prometheus.CounterVec
 
 	types     *eventTypes
 	consumers sync.Map // consumer name → *consumerSeries
@@ -78,9 +79,11 @@ func NewConsumerMetrics(reg prometheus.Registerer, opts ConsumerOptions) (*Consu
 			"1 while the consumer is connected and consuming, else 0.", "consumer"),
 		reconnects: promreg.CounterVec("warren_consumer_reconnects_total",
 			"Consuming sessions started after the first: connection losses recovered.", "consumer"),
+		unavailable: promreg.CounterVec("warren_consumer_unavailable_total",
+			"Deliveries deferred because a dependency (a dedup store) was unavailable before the handler ran; also counted as deferred. No attempt is spent.", "consumer"),
 		types: newEventTypes(maxTypes),
 	}
-	err := promreg.Register(reg, m.received, m.messages, m.deadLetters, m.handler, m.inFlight, m.lastMessage, m.connected, m.reconnects)
+	err := promreg.Register(reg, m.received, m.messages, m.deadLetters, m.handler, m.inFlight, m.lastMessage, m.connected, m.reconnects, m.unavailable)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +95,7 @@ func NewConsumerMetrics(reg prometheus.Registerer, opts ConsumerOptions) (*Consu
 type consumerSeries struct {
 	name        string
 	received    prometheus.Counter
+	unavailable prometheus.Counter
 	inFlight    prometheus.Gauge
 	lastMessage prometheus.Gauge
 	types       sync.Map // event type label → *typeSeries (bounded by MaxEventTypes + 2)
@@ -112,6 +116,7 @@ func (m *ConsumerMetrics) series(name string) *consumerSeries {
 	s := &consumerSeries{
 		name:        name,
 		received:    m.received.WithLabelValues(name),
+		unavailable: m.unavailable.WithLabelValues(name),
 		inFlight:    m.inFlight.WithLabelValues(name),
 		lastMessage: m.lastMessage.WithLabelValues(name),
 	}
@@ -154,6 +159,9 @@ func (m *ConsumerMetrics) Settled(name string, st consumer.Settlement) {
 	t := m.eventType(s, st.EventType)
 	if st.Disposition >= consumer.Done && st.Disposition <= consumer.Requeued {
 		t.outcomes[st.Disposition].Inc()
+	}
+	if st.Unavailable {
+		s.unavailable.Inc()
 	}
 	if st.Disposition == consumer.DeadLettered {
 		m.deadLetters.WithLabelValues(name, t.label, string(st.Class)).Inc()

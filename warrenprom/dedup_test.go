@@ -61,7 +61,7 @@ func TestDedupClaimResults(t *testing.T) {
 	if _, err := store.Claim(ctx, "", time.Minute); err == nil { // refused: an error
 		t.Fatal("an empty key was accepted")
 	}
-	stale := dedup.Claim{Key: "k2", Token: "not-ours", Result: dedup.Acquired}
+	stale := dedup.Claim{Key: "k1", Token: "not-ours", Result: dedup.Acquired} // k1 is held by first
 	if err := store.Complete(ctx, stale); err == nil {
 		t.Fatal("completing a claim never made succeeded")
 	}

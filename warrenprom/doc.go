@@ -33,6 +33,8 @@
 //	warren_consumer_last_message_timestamp_seconds when the latest delivery arrived
 //	warren_consumer_connected                      1 while consuming, else 0
 //	warren_consumer_reconnects_total               sessions started after the first
+//	warren_consumer_unavailable_total              deferred because a dependency was unavailable
+//	                                               before the handler ran (no attempt spent)
 //
 // Queues ([QueueDepths], labels consumer, queue and role = main, retry or
 // dlq), polled with a passive queue.declare on a channel of its own:

@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CompleteThenDone", testCompleteThenDone},
 		{"ReleaseFreesKey", testReleaseFreesKey},
 		{"ExpiredLeaseIsTakenOver", testExpiredLeaseIsTakenOver},
+		{"ExpiredLeaseNobodyTookCompletes", testExpiredLeaseNobodyTookCompletes},
 		{"RetentionEnds", testRetentionEnds},
 		{"ConcurrentClaimsAcquireOnce", testConcurrentClaims},
 		{"KeysAreIndependent", testKeysAreIndependent},
@@ -131,6 +132,28 @@ func testExpiredLeaseIsTakenOver(t *testing.T, newStore NewStore) {
 	mustClaim(t, s, key, longLease, dedup.Busy) // the new lease survived both
 	if err := s.Complete(ctx, taken); err != nil {
 		t.Fatalf("Complete by the new holder: %v", err)
+	}
+	mustClaim(t, s, key, longLease, dedup.Done)
+}
+
+// A lease that ran out while nobody else claimed its key still completes:
+// the claim was never contradicted, so its done-mark is written rather than
+// lost (a slow handler's event would otherwise be handled again on its
+// next delivery, though no other worker ever touched it).
+func testExpiredLeaseNobodyTookCompletes(t *testing.T, newStore NewStore) {
+	s, ctx, key := newStore(t, longRetention), context.Background(), uniqueKey(t)
+	slow := mustClaim(t, s, key, shortLease, dedup.Acquired)
+	// A probe claimed after key with the same lease expires no earlier:
+	// once the probe can be taken over, the store holds key's lease
+	// expired too.
+	probe := key + ":probe"
+	mustClaim(t, s, probe, shortLease, dedup.Acquired)
+	claimUntilAcquired(t, s, probe, longLease)
+	if err := s.Complete(ctx, slow); err != nil {
+		t.Fatalf("Complete of an expired lease nobody took over = %v, want nil", err)
+	}
+	if err := s.Complete(ctx, slow); err != nil {
+		t.Errorf("Complete of it again = %v, want nil (a retried call must succeed)", err)
 	}
 	mustClaim(t, s, key, longLease, dedup.Done)
 }

@@ -83,12 +83,13 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	defer s.mu.Unlock()
 	now := time.Now()
 	e, ok := s.entries[c.Key]
-	if !ok || e.token != c.Token {
+	if ok && e.token != c.Token {
 		return fmt.Errorf("dedup/memory: complete %q: %w", c.Key, dedup.ErrLeaseLost)
 	}
-	// The lease may have expired without anyone taking it over; the token
-	// still holds the key then, as it would in dedup/postgres.
-	if !e.done {
+	// The lease may have expired without anyone taking it over (and been
+	// swept): nobody else holds the key then, and the mark is written, as
+	// dedup/postgres and dedup/redis write it.
+	if !ok || !e.done {
 		s.entries[c.Key] = entry{token: c.Token, done: true, expires: now.Add(s.retention)}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +21,7 @@ type call struct {
 	acquired, done bool // claims
 	held           bool // completions: the claim still held the key
 	err            error
+	unsent         bool // a claim gaveUp answered without sending it
 
 	// ctx is the caller's: a claim whose caller has stopped waiting is
 	// not sent (gaveUp).
@@ -36,7 +38,7 @@ func gaveUp(c *call) bool {
 		return false
 	}
 	if err := c.ctx.Err(); err != nil {
-		c.err = err
+		c.err, c.unsent = err, true
 		return true
 	}
 	return false
@@ -239,6 +241,35 @@ func (s *Store) do(ctx context.Context, c *call) error {
 		return err
 	}
 	return c.err
+}
+
+// abandonedTimeout bounds the release of the leases that abandoned claims
+// took; it holds the batch slot, so it is short.
+const abandonedTimeout = 5 * time.Second
+
+// releaseAbandoned gives back the leases that claims may have taken after
+// their callers stopped waiting (coalesce's Abandoned): a claim that was
+// acquired, or that failed after it was sent (its commit may have
+// happened, its reply lost). Kept, such a lease would hold every delivery
+// of its key off until it ran out, though nobody will complete it. Release
+// is fenced by the claim's token, so releasing a claim that took nothing
+// changes nothing. A claim delivered to the server only after this release
+// (a connection stalled with it unsent) still takes its lease, which then
+// runs out by itself.
+func (s *Store) releaseAbandoned(calls []*call) {
+	var releases []*call
+	for _, c := range calls {
+		if c.kind == claimCall && !c.unsent && (c.acquired || c.err != nil) {
+			releases = append(releases, &call{kind: releaseCall, key: c.key, token: c.token})
+		}
+	}
+	if len(releases) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), abandonedTimeout)
+	defer cancel()
+	s.sendBatch(ctx, releases)
+	s.abandonedReleased.Add(int64(len(releases)))
 }
 
 // batchKeys returns the keys the calls name, each once.

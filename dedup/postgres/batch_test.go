@@ -523,3 +523,63 @@ func TestLargestBatchGoesOutWhole(t *testing.T) {
 		t.Fatalf("the batch failed and was sent one by one")
 	}
 }
+
+// A caller that gives up (its StoreTimeout passes) while its claim is in
+// a batch in flight must not leave the key leased with nobody to complete
+// it: when the batch commits after all, the store gives the lease back,
+// and the next delivery of the key acquires it instead of waiting out the
+// lease as busy.
+func TestClaimOfCallerWhoGaveUpInFlightIsGivenBack(t *testing.T) {
+	s := newBatchStore(t)
+	ctx := context.Background()
+	// A transaction holding "stays" uncommitted stops the next batch in
+	// its claim statement, after it has written "gone" (keys in order).
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `INSERT INTO `+s.table+` (key, token, expires_at) VALUES ('stays', 'x', now())`); err != nil {
+		t.Fatal(err)
+	}
+	release, blocked := s.holdBatch(t)
+	defer release()
+	goneCtx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	gone := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(goneCtx, "gone", time.Hour)
+		gone <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 1 })
+	stays := s.claimAsync("stays")
+	testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 2 })
+	release()
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the batch of gone and stays to wait for the row of stays", func() bool {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%' AND query LIKE '%'||$1||'%'`, strings.Trim(s.table, `"`)).Scan(&n)
+		return err == nil && n > 0 && s.batcher.Waiting() == 0
+	})
+	giveUp()
+	if err := <-gone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("claim whose caller gave up = %v, want context.Canceled", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-stays; r.err != nil || r.claim.Result != dedup.Acquired {
+		t.Fatalf("claim of stays = %+v, %v; want acquired", r.claim, r.err)
+	}
+	// The batch committed gone's lease (an hour long) after its caller
+	// left; the store releases it.
+	testenv.WaitFor(t, 15*time.Second, "the abandoned lease of gone to be given back", func() bool {
+		return deduptest.State(t, s, "gone") == dedup.Acquired
+	})
+	if n := s.abandonedReleased.Load(); n != 1 {
+		t.Errorf("%d abandoned claims released, want 1", n)
+	}
+}

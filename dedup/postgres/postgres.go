@@ -88,6 +88,9 @@ type Store struct {
 	// oneByOne counts batches that failed and were sent again call by
 	// call; tests read it.
 	oneByOne atomic.Int64
+	// abandonedReleased counts the claims of callers who gave up that
+	// releaseAbandoned gave back; tests read it.
+	abandonedReleased atomic.Int64
 }
 
 var (
@@ -162,6 +165,7 @@ WHERE key = $1 AND token = $2`
 	s.lockClass = lockClass(table)
 	if cfg.MaxBatch > 1 {
 		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendBatch)
+		s.batcher.Abandoned = s.releaseAbandoned
 	}
 	return s, nil
 }

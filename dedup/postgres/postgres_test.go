@@ -410,11 +410,11 @@ func TestConnectionsTerminated(t *testing.T) {
 	if n := testenv.TerminateBackends(t, appName); n == 0 {
 		t.Fatal("no backend to terminate")
 	}
-	// Each delivery fails as a retry while the pool reconnects, or is
+	// Each delivery is deferred as unavailable while the pool reconnects, or is
 	// answered right; none runs the handler a second time.
-	testenv.HandleUntil(t, h, message("e1"), warren.OutcomeDuplicate, warren.OutcomeRetry)
-	testenv.HandleUntil(t, h, message("e2"), warren.OutcomeDone, warren.OutcomeRetry)
-	testenv.HandleUntil(t, h, message("e2"), warren.OutcomeDuplicate, warren.OutcomeRetry)
+	testenv.HandleUntil(t, h, message("e1"), warren.OutcomeDuplicate, warren.OutcomeDeferred)
+	testenv.HandleUntil(t, h, message("e2"), warren.OutcomeDone, warren.OutcomeDeferred)
+	testenv.HandleUntil(t, h, message("e2"), warren.OutcomeDuplicate, warren.OutcomeDeferred)
 	if runs["e1"] != 1 || runs["e2"] != 1 {
 		t.Errorf("runs = %v, want each event once", runs)
 	}

@@ -85,6 +85,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}
 	if cfg.MaxBatch > 1 {
 		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendPipeline)
+		s.batcher.Abandoned = s.releaseAbandoned
 	}
 	return s, nil
 }
@@ -121,12 +122,16 @@ return 3
 `)
 
 // completeScript turns the claim's lease into a done-mark, "done:<token>",
-// if the key still holds the claim's token; a key that already holds this
-// claim's done-mark counts as completed, so a retried call succeeds. Tokens
-// are base32 (A–Z, 2–7), so no lease looks like a done-mark.
+// if the key still holds the claim's token, or holds nothing: a lease that
+// ran out has left Redis, and while no other claimer has taken the key the
+// claim was never contradicted, so its done-mark is written as
+// dedup/postgres writes it on a row nobody took over. A key that already
+// holds this claim's done-mark counts as completed, so a retried call
+// succeeds. Only another claim's lease or done-mark fails it. Tokens are
+// base32 (A–Z, 2–7), so no lease looks like a done-mark.
 var completeScript = goredis.NewScript(`
 local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
+if v == ARGV[1] or not v then
 	redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2])
 	return 1
 end
@@ -173,8 +178,9 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 	return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: script answered %d", key, res)
 }
 
-// Complete implements [dedup.Store]. A lease that expired has left Redis,
-// so completing it fails with ErrLeaseLost even if nobody took it over.
+// Complete implements [dedup.Store]. A lease that expired without being
+// taken over still completes: its key is empty, and the done-mark is
+// written.
 func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	if err := checkHeld(c); err != nil {
 		return err

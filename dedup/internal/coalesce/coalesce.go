@@ -19,6 +19,15 @@ type Send[T any] func(ctx context.Context, items []T)
 // Batcher coalesces calls into batches of at most maxBatch items, with at
 // most maxInFlight batches in flight. It is safe for concurrent use.
 type Batcher[T any] struct {
+	// Abandoned, when set (before the first Do), is called with the items
+	// of a batch whose callers gave up while the batch was in flight, once
+	// the batch has been answered: each item then carries an answer that
+	// nobody received, or an error that left its fate unknown. The store
+	// undoes what needs undoing (a claim's lease) with it. It runs on the
+	// batch's slot, before the slot takes another batch, and must bound
+	// its own I/O.
+	Abandoned func(items []T)
+
 	send        Send[T]
 	maxBatch    int
 	maxInFlight int
@@ -34,6 +43,10 @@ type waiter[T any] struct {
 	done  chan struct{} // closed once the batch holding item has been answered
 	err   error         // set before done is closed when send panicked
 	taken bool          // item is in a batch; guarded by Batcher.mu
+	// abandoned: the caller returned while item was in flight, and will
+	// never read its answer; guarded by Batcher.mu, as is the closing of
+	// done, so that each answer is either received or abandoned.
+	abandoned bool
 }
 
 // New returns a batcher that answers batches with send. maxBatch and
@@ -46,8 +59,9 @@ func New[T any](maxBatch, maxInFlight int, send Send[T]) *Batcher[T] {
 // answered, or with ctx's error once ctx ends. After an error the item may
 // still be in a batch in flight, whose send writes its answer later: the
 // caller must not read the item then, and must treat the call like a
-// request whose reply was lost (it may or may not have taken effect). A
-// send that panics fails every call of its batch with an error.
+// request whose reply was lost (it may or may not have taken effect);
+// the batcher hands such an item, once answered, to Abandoned. A send that
+// panics fails every call of its batch with an error.
 func (b *Batcher[T]) Do(ctx context.Context, item T) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -66,14 +80,16 @@ func (b *Batcher[T]) Do(ctx context.Context, item T) error {
 		return w.err
 	case <-ctx.Done():
 		b.mu.Lock()
+		defer b.mu.Unlock()
 		if !w.taken {
 			b.remove(w)
+			return ctx.Err()
 		}
-		b.mu.Unlock()
 		select {
 		case <-w.done:
 			return w.err // answered after all
 		default:
+			w.abandoned = true // run hands the answer to Abandoned
 			return ctx.Err()
 		}
 	}
@@ -143,21 +159,42 @@ func (b *Batcher[T]) run(batch []*waiter[T]) {
 			}
 		})
 	}
+	err := b.sendSafely(ctx, items)
+	for _, stop := range stops {
+		stop()
+	}
+	cancel()
+	var abandoned []T
+	b.mu.Lock()
+	for _, w := range batch {
+		w.err = err
+		if w.abandoned {
+			abandoned = append(abandoned, w.item)
+		}
+		close(w.done)
+	}
+	b.mu.Unlock()
+	if len(abandoned) > 0 && b.Abandoned != nil {
+		_ = safely(func() { b.Abandoned(abandoned) }) // a panic there loses only the undoing
+	}
+}
+
+// sendSafely sends a batch. A panic in send is a bug in the store; it
+// fails this batch's calls rather than the process, whose other work may
+// be sound.
+func (b *Batcher[T]) sendSafely(ctx context.Context, items []T) error {
+	if err := safely(func() { b.send(ctx, items) }); err != nil {
+		return fmt.Errorf("coalesce: sending a batch of %d: %w", len(items), err)
+	}
+	return nil
+}
+
+func safely(f func()) (err error) {
 	defer func() {
-		// A panic in send is a bug in the store; it fails this batch's
-		// calls rather than the process, whose other work may be sound.
-		var err error
 		if p := recover(); p != nil {
-			err = fmt.Errorf("coalesce: sending a batch of %d panicked: %v", len(batch), p)
-		}
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-		for _, w := range batch {
-			w.err = err
-			close(w.done)
+			err = fmt.Errorf("panicked: %v", p)
 		}
 	}()
-	b.send(ctx, items)
+	f()
+	return nil
 }

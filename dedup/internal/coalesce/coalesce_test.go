@@ -235,6 +235,48 @@ func TestBatchContextOutlivesAllButTheLastCaller(t *testing.T) {
 	close(release)
 }
 
+// A caller that gives up while its call is in flight never reads the
+// answer: the batcher hands it to Abandoned once the batch is answered, so
+// the store can undo it (a claim's lease). A caller answered in time is
+// not abandoned, even if its context ends afterwards.
+func TestAnswerOfCallerWhoGaveUpGoesToAbandoned(t *testing.T) {
+	r := gated()
+	b := New(8, 1, r.send)
+	abandoned := make(chan []*call, 1)
+	b.Abandoned = func(items []*call) { abandoned <- items }
+	ctxA, cancelA := context.WithCancel(context.Background())
+	ctxB, cancelB := context.WithCancel(context.Background())
+	defer cancelB()
+	gone, stays := &call{in: 1}, &call{in: 2}
+	errA := doAsync(b, ctxA, gone)
+	<-r.started // gone's batch is in flight
+	cancelA()
+	if err := <-errA; !errors.Is(err, context.Canceled) {
+		t.Fatalf("caller who gave up: %v", err)
+	}
+	r.gate <- struct{}{}
+	select {
+	case items := <-abandoned:
+		if len(items) != 1 || items[0] != gone || gone.out != 2 {
+			t.Fatalf("abandoned %v, want the answered call of the caller who gave up", items)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer nobody received was not handed to Abandoned")
+	}
+	errB := doAsync(b, ctxB, stays)
+	<-r.started
+	r.gate <- struct{}{}
+	if err := <-errB; err != nil || stays.out != 4 {
+		t.Fatalf("caller answered in time: %v, answer %d", err, stays.out)
+	}
+	cancelB()
+	select {
+	case items := <-abandoned:
+		t.Fatalf("abandoned %v, which its caller received", items)
+	default:
+	}
+}
+
 // A send that panics fails its batch's calls with an error, and the
 // batcher goes on sending the calls behind them.
 func TestPanickingSendFailsItsBatch(t *testing.T) {
