@@ -2,12 +2,19 @@ package localrabbit
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // shared is the node of this test binary, started by the first test that
@@ -84,24 +91,72 @@ func removeOrphans() {
 	}
 }
 
-// Alarm raises the node's memory alarm, failing t if it cannot, and
-// returns a function that lifts it. The alarm is lifted when t ends in
+// Alarm raises the node's memory alarm and returns once the broker
+// blocks publishers, failing t if it cannot; lift lifts the alarm and
+// returns once the broker unblocks them. The alarm is lifted when t ends in
 // any case, so a failing test does not leave the node blocked for the
 // tests after it.
 func (n *Node) Alarm(t testing.TB) (lift func()) {
 	t.Helper()
-	if err := n.RaiseMemoryAlarm(context.Background()); err != nil {
-		t.Fatalf("raise the memory alarm: %v", err)
+	ctx := context.Background()
+	// RabbitMQ 3.10 blocks a connection when it publishes under an alarm,
+	// so a probe that publishes says when the alarm is in effect.
+	probe, err := amqpx.Dial(ctx, n.URL(), amqpx.DialOptions{Name: "localrabbit alarm probe"})
+	if err != nil {
+		t.Fatalf("alarm probe: %v", err)
+	}
+	blocked := probe.NotifyBlocked(make(chan amqp.Blocking, 4))
+	ch, err := probe.Channel()
+	if err != nil {
+		probe.Close()
+		t.Fatalf("alarm probe: %v", err)
 	}
 	var once sync.Once
+	var inEffect bool // the probe saw the alarm: lifting it must unblock the probe
+	sent := make(chan error, 1)
 	lift = func() {
 		t.Helper()
 		once.Do(func() {
-			if err := n.LiftMemoryAlarm(context.Background()); err != nil {
+			if err := n.LiftMemoryAlarm(ctx); err != nil {
 				t.Errorf("lift the memory alarm: %v", err)
+			} else if inEffect {
+				if err := waitBlocked(blocked, false); err != nil {
+					t.Errorf("lift the memory alarm: %v", err)
+				}
 			}
+			// With a deadline: a probe still blocked fails its stuck send.
+			amqpx.CloseConnection(probe, 5*time.Second)
+			<-sent
 		})
 	}
 	t.Cleanup(lift)
+	if err := n.RaiseMemoryAlarm(ctx); err != nil {
+		sent <- nil
+		t.Fatalf("raise the memory alarm: %v", err)
+	}
+	go func() { sent <- ch.Publish("", "localrabbit.alarm.probe", false, false, amqp.Publishing{}) }()
+	if err := waitBlocked(blocked, true); err != nil {
+		t.Fatalf("raise the memory alarm: %v", err)
+	}
+	inEffect = true
 	return lift
+}
+
+// waitBlocked waits up to a minute for a connection.blocked (active) or
+// connection.unblocked notification.
+func waitBlocked(notes <-chan amqp.Blocking, active bool) error {
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case b, ok := <-notes:
+			if !ok {
+				return errors.New("the probe connection closed")
+			}
+			if b.Active == active {
+				return nil
+			}
+		case <-timeout:
+			return fmt.Errorf("the broker did not set the probe's blocked state to %v within a minute", active)
+		}
+	}
 }
