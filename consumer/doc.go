@@ -54,8 +54,10 @@
 // [BaseConsumer.Stats] counts every disposition; [BaseConsumer.HealthHandler]
 // serves /healthz (failing when Run has stopped, or when handlers have
 // held deliveries for Config.StuckAfter without one finishing) and
-// /readyz (connected and consuming). Config.Observer receives each delivery's
-// fate and each connection change (package warrenprom turns them into
+// /readyz (connected and consuming, and not blocked by a broker alarm, which
+// fails readiness but not liveness). Config.Observer receives each
+// delivery's fate and each connection change, and, if it implements
+// [BlockObserver], each block and unblock (package warrenprom turns them into
 // Prometheus metrics, without the consumer linking Prometheus), and
 // Config.TracerProvider records a span around each handler, a child of the
 // W3C traceparent the message carries from relay.Publish.
