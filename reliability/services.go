@@ -39,20 +39,6 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for len(ports) < n {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		if !slices.Contains(ports, p) {
-			ports = append(ports, p)
-		}
-	}
-	return ports, nil
-}
-
 // childAttr puts a service in its own process group, so that stopping it
 // reaches its children too (rabbitmq-server is a shell script around
 // beam.smp), and has the kernel kill it if the harness dies.
