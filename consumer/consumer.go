@@ -40,6 +40,7 @@ type BaseConsumer struct {
 	forceStop chan struct{} // closed to skip the rest of the shutdown grace
 	forceOnce sync.Once
 
+	block  amqpx.BlockState // of the current session's connection
 	stats  counters
 	tracer trace.Tracer // nil without Config.TracerProvider
 }

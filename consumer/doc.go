@@ -57,9 +57,11 @@
 // [BaseConsumer.Stats] counts every disposition; [BaseConsumer.HealthHandler]
 // serves /healthz (failing when Run has stopped, or when handlers have
 // held deliveries for Config.StuckAfter without one finishing) and
-// /readyz (connected and consuming, and every Config.Dependencies up —
-// readiness, since restarting does not bring a store back). Config.Observer receives each delivery's
-// fate and each connection change (package warrenprom turns them into
+// /readyz (connected and consuming, every Config.Dependencies up, and not
+// blocked by a broker alarm: each fails readiness but not liveness, since
+// restarting brings neither a store nor the broker back). Config.Observer
+// receives each delivery's fate and each connection change, and, if it
+// implements [BlockObserver], each block and unblock (package warrenprom turns them into
 // Prometheus metrics, without the consumer linking Prometheus), and
 // Config.TracerProvider records a span around each handler, a child of the
 // W3C traceparent the message carries from relay.Publish.

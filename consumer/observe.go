@@ -31,6 +31,21 @@ type Observer interface {
 	Disconnected(consumer string, err error)
 }
 
+// BlockObserver is implemented by an Observer that also wants to know
+// when the broker blocks the consumer's connection (a memory or disk
+// alarm: retries, dead letters and acks wait) and when it unblocks it.
+// The consumer calls these methods when its Observer implements them; it
+// is an interface of its own so that Observers written before it keep
+// compiling.
+type BlockObserver interface {
+	// Blocked is called when the broker blocks the connection; reason
+	// is the broker's ("low on memory", "low on disk space").
+	Blocked(consumer, reason string)
+	// Unblocked is called when the block ends: the broker lifted it, or
+	// the connection it applied to is gone.
+	Unblocked(consumer string)
+}
+
 // Disposition is what became of a delivery. Its values match the fields
 // of [Stats].
 type Disposition uint8

@@ -58,17 +58,7 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 	conn := s.conn
 	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	s.background.Go(func() {
-		// The broker blocks a publishing connection during a memory or disk
-		// alarm: retries and dead letters wait, and so do acks.
-		for b := range blocked {
-			if b.Active {
-				c.log.Warn("the broker blocked this connection; retries, dead letters and acks wait until it lifts", "reason", b.Reason)
-			} else {
-				c.log.Info("the broker unblocked this connection")
-			}
-		}
-	})
+	s.background.Go(func() { c.watchBlocked(blocked) })
 
 	ch, err := conn.Channel()
 	if err != nil {
@@ -110,6 +100,40 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 		s.forwarders.Go(func() { s.forward(deliveries, a, jobs) })
 	}
 	return nil
+}
+
+// watchBlocked follows the broker's connection.blocked and unblocked
+// notifications until the connection closes. The broker blocks a
+// publishing connection during a memory or disk alarm and stops reading
+// it: retries, dead letters and acks wait until it lifts.
+func (c *BaseConsumer) watchBlocked(blocked <-chan amqp.Blocking) {
+	for b := range blocked {
+		switch {
+		case !c.block.Set(b):
+		case b.Active:
+			c.stats.blocks.Add(1)
+			c.log.Warn("the broker blocked this connection; retries, dead letters and acks wait until it lifts", "reason", b.Reason)
+			c.observeBlocked(true, b.Reason)
+		default:
+			c.log.Info("the broker unblocked this connection")
+			c.observeBlocked(false, "")
+		}
+	}
+	// The connection is gone; the next one starts unblocked.
+	if c.block.Reset() {
+		c.observeBlocked(false, "")
+	}
+}
+
+func (c *BaseConsumer) observeBlocked(active bool, reason string) {
+	o, ok := c.cfg.Observer.(BlockObserver)
+	switch {
+	case !ok:
+	case active:
+		o.Blocked(c.cfg.Name, reason)
+	default:
+		o.Unblocked(c.cfg.Name)
+	}
 }
 
 // watch turns a close notification into a session failure. A clean close

@@ -15,6 +15,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
 
 // TestMain lets the test binary double as a small consumer service, so a
@@ -23,7 +24,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WARREN_TEST_SERVICE") == "1" {
 		os.Exit(runTestService())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	localrabbit.StopShared()
+	os.Exit(code)
 }
 
 // runTestService consumes with a handler that takes HANDLER_TIME, printing

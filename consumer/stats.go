@@ -16,7 +16,7 @@ type counters struct {
 	received, done, skipped, duplicates       counter
 	retried, deferred, deadLettered, requeued counter
 	unavailable                               counter // of deferred: warren.Unavailable
-	publishFailures, reconnects               counter
+	publishFailures, reconnects, blocks       counter
 	inFlight                                  atomic.Int64
 	lastMessage                               atomic.Int64 // unix nanoseconds
 	lastSettled                               atomic.Int64 // unix nanoseconds a handler last finished, or Run started
@@ -48,6 +48,7 @@ type Stats struct {
 	Requeued        uint64 `json:"requeued"`      // handed back to the broker (shutdown, failed publish)
 	PublishFailures uint64 `json:"publish_failures"`
 	Reconnects      uint64 `json:"reconnects"`
+	Blocks          uint64 `json:"blocks"` // times the broker blocked the connection (an alarm)
 	InFlight        int64  `json:"in_flight"`
 }
 
@@ -57,7 +58,7 @@ func (c *BaseConsumer) Stats() Stats {
 	return Stats{
 		Received: s.received.Load(), Done: s.done.Load(), Skipped: s.skipped.Load(), Duplicates: s.duplicates.Load(),
 		Retried: s.retried.Load(), Deferred: s.deferred.Load(), Unavailable: s.unavailable.Load(), DeadLettered: s.deadLettered.Load(), Requeued: s.requeued.Load(),
-		PublishFailures: s.publishFailures.Load(), Reconnects: s.reconnects.Load(), InFlight: s.inFlight.Load(),
+		PublishFailures: s.publishFailures.Load(), Reconnects: s.reconnects.Load(), Blocks: s.blocks.Load(), InFlight: s.inFlight.Load(),
 	}
 }
 
@@ -66,10 +67,19 @@ type Health struct {
 	// Alive: Run is running. A process whose consumer has stopped should
 	// be restarted.
 	Alive bool `json:"alive"`
-	// Ready: connected and consuming, and every dependency up. False
-	// while reconnecting, during shutdown, and while a dependency is down
-	// (the consumer goes on deferring the messages that need it).
+	// Ready: connected and consuming, every dependency up, and the broker
+	// not blocking the connection. False while reconnecting, during
+	// shutdown, while a dependency is down (the consumer goes on deferring
+	// the messages that need it) and while blocked.
 	Ready bool `json:"ready"`
+	// Blocked: the broker blocked the connection (a memory or disk alarm,
+	// BlockedReason says which): retries, dead letters and acks wait
+	// until the alarm clears. It makes the consumer not ready but still
+	// alive: a restart cannot help, and the consumer resumes by itself
+	// when the broker unblocks it.
+	Blocked       bool      `json:"blocked,omitempty"`
+	BlockedReason string    `json:"blocked_reason,omitempty"`
+	BlockedSince  time.Time `json:"blocked_since,omitzero"`
 	// Stuck: deliveries are in flight and none has finished for
 	// Config.StuckAfter. The handlers hang; restarting the process hands
 	// their deliveries back to the broker.
@@ -83,7 +93,9 @@ type Health struct {
 
 // Health returns the consumer's current health.
 func (c *BaseConsumer) Health() Health {
-	h := Health{Alive: c.running.Load(), Ready: c.ready.Load(), Stats: c.Stats()}
+	h := Health{Alive: c.running.Load(), Stats: c.Stats()}
+	h.Blocked, h.BlockedReason, h.BlockedSince = c.block.Blocked()
+	h.Ready = c.ready.Load() && !h.Blocked
 	for _, d := range c.cfg.Dependencies {
 		st := d.State()
 		h.Ready = h.Ready && st.Up
@@ -99,8 +111,8 @@ func (c *BaseConsumer) Health() Health {
 }
 
 // HealthHandler serves /healthz (200 while Run runs and its handlers are
-// not stuck) and /readyz (200 while connected and consuming, and every
-// dependency up), each with
+// not stuck) and /readyz (200 while connected and consuming, every
+// dependency up and not blocked by the broker), each with
 // the Health as JSON, 503 otherwise.
 func (c *BaseConsumer) HealthHandler() http.Handler {
 	return healthhttp.Handler(c.Health, func(h Health) bool { return h.Alive && !h.Stuck }, func(h Health) bool { return h.Ready })

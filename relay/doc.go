@@ -81,8 +81,11 @@
 // # Seeing what happens
 //
 // [Relay.HealthHandler] serves /healthz (workers are looping) and /readyz
-// (broker connected, last claim succeeded). Config.Observer receives every
-// publish verdict, wake-up and dead row, plus periodic outbox stats
+// (broker connected and not blocking the connection, last claim
+// succeeded). While a broker alarm blocks the connection the relay claims
+// nothing and rows keep their attempts. Config.Observer receives every
+// publish verdict, wake-up and dead row, plus periodic outbox stats, and,
+// if it implements [BlockObserver], each block and unblock
 // (package warrenprom/relayprom turns them into Prometheus metrics), and
 // Config.TracerProvider records a span per publish. The trace context of the
 // ctx given to Publish is stored with the row and sent as a traceparent

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/healthhttp"
 )
 
@@ -13,10 +14,20 @@ type Health struct {
 	// Alive: Run is running and no worker loop is stuck. A process whose
 	// relay is not alive should be restarted.
 	Alive bool `json:"alive"`
-	// Ready: connected to the broker, and the last claim reached Postgres.
+	// Ready: connected to the broker, the broker is not blocking the
+	// connection, and the last claim reached Postgres.
 	Ready bool `json:"ready"`
 
 	BrokerConnected bool `json:"broker_connected"`
+	// BrokerBlocked: the broker blocked the connection (a memory or disk
+	// alarm, BlockedReason says which) and refuses every publisher's
+	// messages until the alarm clears. The relay claims nothing meanwhile,
+	// and rows keep their attempts. It makes the relay not ready but
+	// still alive: a restart cannot help, and the relay resumes by itself
+	// when the broker unblocks it.
+	BrokerBlocked bool      `json:"broker_blocked,omitempty"`
+	BlockedReason string    `json:"blocked_reason,omitempty"`
+	BlockedSince  time.Time `json:"blocked_since,omitzero"`
 	// DatabaseOK: the last claim query succeeded.
 	DatabaseOK bool `json:"database_ok"`
 	// LastClaim is when a claim query last succeeded (zero if none yet).
@@ -30,6 +41,7 @@ type Health struct {
 type health struct {
 	running    atomic.Bool
 	brokerUp   atomic.Bool
+	block      amqpx.BlockState // of the current broker connection
 	claimOK    atomic.Bool
 	lastClaim  atomic.Int64   // unix nanoseconds of the last successful claim
 	beats      []atomic.Int64 // per worker: unix nanoseconds of its latest loop, 0 while it is not running
@@ -57,6 +69,7 @@ func (h *health) claimed(ok bool) {
 func (r *Relay) Health() Health {
 	h := r.health
 	out := Health{BrokerConnected: h.brokerUp.Load(), DatabaseOK: h.claimOK.Load()}
+	out.BrokerBlocked, out.BlockedReason, out.BlockedSince = h.block.Blocked()
 	if ns := h.lastClaim.Load(); ns != 0 {
 		out.LastClaim = time.Unix(0, ns)
 	}
@@ -67,12 +80,13 @@ func (r *Relay) Health() Health {
 		}
 	}
 	out.Alive = h.running.Load() && out.StuckWorkers == 0
-	out.Ready = out.Alive && out.BrokerConnected && out.DatabaseOK
+	out.Ready = out.Alive && out.BrokerConnected && !out.BrokerBlocked && out.DatabaseOK
 	return out
 }
 
 // HealthHandler serves /healthz (200 while Run runs and no worker is
-// stuck) and /readyz (200 while the relay can claim and publish), each
+// stuck) and /readyz (200 while the relay can claim and publish: not
+// while the broker blocks its connection), each
 // with the Health as JSON, 503 otherwise.
 func (r *Relay) HealthHandler() http.Handler {
 	return healthhttp.Handler(r.Health, func(h Health) bool { return h.Alive }, func(h Health) bool { return h.Ready })

@@ -33,6 +33,20 @@ type Observer interface {
 	OutboxStats(outbox string, s Stats)
 }
 
+// BlockObserver is implemented by an Observer that also wants to know
+// when the broker blocks the relay's connection (a memory or disk alarm)
+// and when it unblocks it. The relay calls these methods when its
+// Observer implements them; it is an interface of its own so that
+// Observers written before it keep compiling.
+type BlockObserver interface {
+	// Blocked is called when the broker blocks the connection; reason
+	// is the broker's ("low on memory", "low on disk space").
+	Blocked(outbox, reason string)
+	// Unblocked is called when the block ends: the broker lifted it, or
+	// the connection it applied to is gone.
+	Unblocked(outbox string)
+}
+
 // Publication is the verdict on one row's publish.
 type Publication struct {
 	// InsertedAt is when the producer's transaction wrote the row

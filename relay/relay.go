@@ -194,6 +194,8 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 
 	sessionCtx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	defer r.unblocked() // the next connection starts unblocked
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		select {
@@ -202,6 +204,7 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 		case <-sessionCtx.Done():
 		}
 	})
+	wg.Go(func() { r.watchBlocked(sessionCtx, blocked) })
 	r.log.Info("connected to broker", "amqp_url", redact.URL(r.cfg.AMQPURL))
 	r.health.brokerUp.Store(true)
 	defer r.health.brokerUp.Store(false)
@@ -216,6 +219,38 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 		return nil
 	}
 	return context.Cause(sessionCtx)
+}
+
+// watchBlocked follows the broker's connection.blocked and unblocked
+// notifications until ctx ends. The channel has room for the few that can
+// arrive between then and the connection's close, so the library's reader
+// never waits on it.
+func (r *Relay) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case b, ok := <-blocked:
+			switch {
+			case !ok:
+				return
+			case !r.health.block.Set(b):
+			case b.Active:
+				r.log.Warn("the broker blocked the connection (an alarm); claiming stops until it lifts, and rows keep their attempts", "reason", b.Reason)
+				r.observeBlocked(true, b.Reason)
+			default:
+				r.log.Info("the broker unblocked the connection; claiming resumes")
+				r.observeBlocked(false, "")
+			}
+		}
+	}
+}
+
+// unblocked clears the block of a connection that is gone.
+func (r *Relay) unblocked() {
+	if r.health.block.Reset() {
+		r.observeBlocked(false, "")
+	}
 }
 
 func closeError(e *amqp.Error) error {
@@ -248,6 +283,19 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 	dbRetry := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	for ctx.Err() == nil {
 		beat.Store(time.Now().UnixNano())
+		if lifted := r.health.block.Lifted(); lifted != nil {
+			// The broker refuses every publisher until its alarm clears: a
+			// claim now would only spend the rows' attempts. Come round
+			// every PollMax all the same, to show the loop is not stuck.
+			t := time.NewTimer(r.cfg.PollMax)
+			select {
+			case <-ctx.Done():
+			case <-lifted:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
 		n, err := r.cycle(ctx, pool, pub)
 		r.health.claimed(err == nil)
 		var wait time.Duration
@@ -399,10 +447,16 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			start := time.Now()
 			err := pub.Publish(pctx, r.cfg.Exchange, c.Event.Type, msg)
 			notSent := errors.Is(err, amqpx.ErrNotSent)
+			timedOut := errors.Is(err, context.DeadlineExceeded)
+			// A broker that blocked the connection stops reading it: the
+			// timeout is the alarm's doing, not the row's.
+			blocked := timedOut && !notSent && r.health.block.BlockedSince(start)
 			switch {
-			case notSent && errors.Is(err, context.DeadlineExceeded):
+			case notSent && timedOut:
 				err = fmt.Errorf("no free in-flight slot within PublishTimeout (%v; MaxInFlight %d): %w", r.cfg.PublishTimeout, r.cfg.MaxInFlight, err)
-			case errors.Is(err, context.DeadlineExceeded):
+			case blocked:
+				err = fmt.Errorf("no confirm within PublishTimeout (%v) while the broker blocked the connection: %w", r.cfg.PublishTimeout, err)
+			case timedOut:
 				err = fmt.Errorf("no confirm from the broker within PublishTimeout (%v): %w", r.cfg.PublishTimeout, err)
 			}
 			if r.cfg.Observer != nil {
@@ -412,9 +466,12 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			switch {
 			case err == nil:
 				results[i] = result{outcome: delivered}
-			case notSent:
-				// The broker never had the message: the row did nothing
-				// wrong, so its attempt is given back.
+			case notSent || blocked:
+				// The broker never had the message, or refused every
+				// publisher for a while: the row did nothing wrong, so its
+				// attempt is given back. Released, not settled: if the
+				// broker had it after all, the row is published twice,
+				// never lost.
 				results[i] = result{released, err}
 			default:
 				results[i] = result{failed, err}
@@ -460,7 +517,7 @@ func later(a, b time.Time) time.Time {
 func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, results []result, leaseEnd time.Time) {
 	var ok, giveBack fence
 	var bad failures
-	var notSent int // released rows whose publish failed before reaching the broker
+	var notSent int // released rows whose publish failed through no fault of theirs
 	var notSentErr error
 	for i, c := range rows {
 		res := results[i]
@@ -484,7 +541,7 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 		r.log.Warn("rows not delivered", "count", len(bad.ids), "first_event_id", bad.eventIDs[0], "first_error", bad.errs[0])
 	}
 	if notSent > 0 {
-		r.log.Warn("rows not sent to the broker; released with their attempt given back", "count", notSent, "first_error", notSentErr)
+		r.log.Warn("rows not sent to the broker, or blocked by it; released with their attempt given back", "count", notSent, "first_error", notSentErr)
 	}
 	// Retries stop at the lease's end, but one attempt is always made: the
 	// fence makes a late settle safe, and one that lands spares a
@@ -559,6 +616,17 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 func (r *Relay) observeWake(byNotify bool) {
 	if r.cfg.Observer != nil {
 		r.cfg.Observer.Woken(r.cfg.Table, byNotify)
+	}
+}
+
+func (r *Relay) observeBlocked(active bool, reason string) {
+	o, ok := r.cfg.Observer.(BlockObserver)
+	switch {
+	case !ok:
+	case active:
+		o.Blocked(r.cfg.Table, reason)
+	default:
+		o.Unblocked(r.cfg.Table)
 	}
 }
 

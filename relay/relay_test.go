@@ -18,6 +18,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -29,7 +30,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	localrabbit.StopShared()
+	os.Exit(code)
 }
 
 type childSpec struct {

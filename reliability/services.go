@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -20,7 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
 
 // The services this harness breaks are its own: a RabbitMQ node, a
@@ -39,20 +37,6 @@ func freePort() (int, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for len(ports) < n {
-		p, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		if !slices.Contains(ports, p) {
-			ports = append(ports, p)
-		}
-	}
-	return ports, nil
 }
 
 // childAttr puts a service in its own process group, so that stopping it
@@ -123,153 +107,22 @@ func poll(ctx context.Context, timeout, interval time.Duration, exited <-chan st
 
 // ---------------------------------------------------------------- RabbitMQ
 
-// rabbit is a private RabbitMQ node.
+// rabbit is a private RabbitMQ node (see package localrabbit).
 type rabbit struct {
-	dir      string
-	node     string
-	port     int
-	bin      string // directory of rabbitmq-server and rabbitmqctl
-	env      []string
-	cmd      *exec.Cmd
-	exited   <-chan struct{}
-	outPath  string
-	Startup  time.Duration
-	stopOnce sync.Once
-}
-
-// rabbitBinDir finds the real scripts, not Debian's /usr/sbin wrappers,
-// which switch to the rabbitmq user and so to the shared node's cookie.
-func rabbitBinDir() (string, error) {
-	for _, dir := range []string{"/usr/lib/rabbitmq/bin"} {
-		if _, err := os.Stat(filepath.Join(dir, "rabbitmq-server")); err == nil {
-			return dir, nil
-		}
-	}
-	p, err := exec.LookPath("rabbitmq-server")
-	if err != nil {
-		return "", fmt.Errorf("rabbitmq-server not found (scripts/services.sh installs it): %w", err)
-	}
-	return filepath.Dir(p), nil
+	*localrabbit.Node
+	node string
 }
 
 func startRabbit(ctx context.Context, dir string) (*rabbit, error) {
-	bin, err := rabbitBinDir()
+	n, err := localrabbit.Start(ctx, dir, "rel")
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	var cookie [16]byte
-	rand.Read(cookie[:])
-	r := &rabbit{
-		dir:     dir,
-		node:    fmt.Sprintf("warren_rel_%d@localhost", os.Getpid()),
-		port:    ports[0],
-		bin:     bin,
-		outPath: filepath.Join(dir, "rabbitmq.out"),
-	}
-	files := map[string]string{
-		"rabbitmq.conf": fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\nloopback_users = none\n", r.port),
-		"env.conf":      "", // instead of /etc/rabbitmq/rabbitmq-env.conf, which names the shared node
-		"plugins":       "[].\n",
-		// The node's own cookie: rabbitmqctl run with HOME=dir reads it,
-		// and cannot authenticate to any other node.
-		".erlang.cookie": strings.ToUpper(hex.EncodeToString(cookie[:])),
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-			return nil, err
-		}
-	}
-	os.Chmod(filepath.Join(dir, ".erlang.cookie"), 0o400)
-	r.env = append(cleanEnv(),
-		"HOME="+dir,
-		"RABBITMQ_NODENAME="+r.node,
-		"RABBITMQ_NODE_IP_ADDRESS=127.0.0.1",
-		"RABBITMQ_NODE_PORT="+strconv.Itoa(r.port),
-		"RABBITMQ_DIST_PORT="+strconv.Itoa(ports[1]),
-		"RABBITMQ_CONF_ENV_FILE="+filepath.Join(dir, "env.conf"),
-		"RABBITMQ_CONFIG_FILE="+filepath.Join(dir, "rabbitmq.conf"),
-		"RABBITMQ_ADVANCED_CONFIG_FILE="+filepath.Join(dir, "advanced.config"),
-		"RABBITMQ_ENABLED_PLUGINS_FILE="+filepath.Join(dir, "plugins"),
-		"RABBITMQ_MNESIA_BASE="+filepath.Join(dir, "mnesia"),
-		"RABBITMQ_LOG_BASE="+filepath.Join(dir, "log"),
-		"RABBITMQ_PID_FILE="+filepath.Join(dir, "rabbitmq.pid"),
-		// The node registers with the machine's epmd (shared by every
-		// node, harmless: it only maps names to ports). If none runs, the
-		// node starts one on loopback, which outlives the run.
-		"ERL_EPMD_ADDRESS=127.0.0.1",
-	)
-	out, err := os.Create(r.outPath)
-	if err != nil {
-		return nil, err
-	}
-	defer out.Close()
-	start := time.Now()
-	r.cmd = exec.Command(filepath.Join(bin, "rabbitmq-server"))
-	r.cmd.Dir, r.cmd.Env, r.cmd.Stdout, r.cmd.Stderr, r.cmd.SysProcAttr = dir, r.env, out, out, childAttr()
-	if err := r.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start rabbitmq-server: %w", err)
-	}
-	r.exited = waitExit(r.cmd)
-	err = poll(ctx, 2*time.Minute, 200*time.Millisecond, r.exited, func(ctx context.Context) error {
-		conn, err := amqpx.Dial(ctx, r.URL(), amqpx.DialOptions{Name: "reliability readiness", Timeout: time.Second})
-		if err != nil {
-			return err
-		}
-		return conn.Close()
-	})
-	if err != nil {
-		r.Stop()
-		return nil, fmt.Errorf("private RabbitMQ %s on port %d: %w\n%s", r.node, r.port, err, tail(r.outPath, 2000))
-	}
-	r.Startup = time.Since(start)
-	return r, nil
+	return &rabbit{Node: n, node: n.Name}, nil
 }
-
-// URL is the node's AMQP URL.
-func (r *rabbit) URL() string { return fmt.Sprintf("amqp://guest:guest@127.0.0.1:%d/", r.port) }
 
 // ctl runs rabbitmqctl against this node, and only this node.
-func (r *rabbit) ctl(ctx context.Context, args ...string) error {
-	if !strings.HasPrefix(r.node, "warren_rel_") {
-		panic("reliability: refusing rabbitmqctl against node " + r.node)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, "rabbitmqctl"), append([]string{"-n", r.node, "-q"}, args...)...)
-	cmd.Dir, cmd.Env = r.dir, r.env
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("rabbitmqctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
-}
-
-// Stop shuts the node down, and kills it if it does not go.
-func (r *rabbit) Stop() {
-	r.stopOnce.Do(func() {
-		if r.cmd == nil || r.cmd.Process == nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		select {
-		case <-r.exited:
-			return
-		default:
-		}
-		r.ctl(ctx, "shutdown")
-		select {
-		case <-r.exited:
-		case <-time.After(10 * time.Second):
-			killGroup(r.cmd, syscall.SIGKILL)
-			<-r.exited
-		}
-	})
-}
+func (r *rabbit) ctl(ctx context.Context, args ...string) error { return r.Ctl(ctx, args...) }
 
 // ---------------------------------------------------------------- Postgres
 

@@ -38,6 +38,7 @@ type ConsumerMetrics struct {
 	inFlight    *prometheus.GaugeVec
 	lastMessage *prometheus.GaugeVec
 	connected   *prometheus.GaugeVec
+	blocked     *prometheus.GaugeVec
 	reconnects  *prometheus.CounterVec
 	unavailable *prometheus.CounterVec
 
@@ -45,7 +46,10 @@ type ConsumerMetrics struct {
 	consumers sync.Map // consumer name → *consumerSeries
 }
 
-var _ consumer.Observer = (*ConsumerMetrics)(nil)
+var (
+	_ consumer.Observer      = (*ConsumerMetrics)(nil)
+	_ consumer.BlockObserver = (*ConsumerMetrics)(nil)
+)
 
 // NewConsumerMetrics creates the consumer metrics and registers them on
 // reg. Registering a second ConsumerMetrics on one registerer fails: share
@@ -77,13 +81,15 @@ func NewConsumerMetrics(reg prometheus.Registerer, opts ConsumerOptions) (*Consu
 			"Unix time the latest delivery arrived; time() minus it is the time since the last message.", "consumer"),
 		connected: promreg.GaugeVec("warren_consumer_connected",
 			"1 while the consumer is connected and consuming, else 0.", "consumer"),
+		blocked: promreg.GaugeVec("warren_consumer_connection_blocked",
+			"1 while the broker blocks the consumer's connection (a memory or disk alarm: retries, dead letters and acks wait), else 0.", "consumer"),
 		reconnects: promreg.CounterVec("warren_consumer_reconnects_total",
 			"Consuming sessions started after the first: connection losses recovered.", "consumer"),
 		unavailable: promreg.CounterVec("warren_consumer_unavailable_total",
 			"Deliveries deferred because a dependency (a dedup store) was unavailable before the handler ran; also counted as deferred. No attempt is spent.", "consumer"),
 		types: newEventTypes(maxTypes),
 	}
-	err := promreg.Register(reg, m.received, m.messages, m.deadLetters, m.handler, m.inFlight, m.lastMessage, m.connected, m.reconnects, m.unavailable)
+	err := promreg.Register(reg, m.received, m.messages, m.deadLetters, m.handler, m.inFlight, m.lastMessage, m.connected, m.blocked, m.reconnects, m.unavailable)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +127,7 @@ func (m *ConsumerMetrics) series(name string) *consumerSeries {
 		lastMessage: m.lastMessage.WithLabelValues(name),
 	}
 	m.connected.WithLabelValues(name) // exported as 0 until connected
+	m.blocked.WithLabelValues(name)
 	m.reconnects.WithLabelValues(name)
 	actual, _ := m.consumers.LoadOrStore(name, s)
 	return actual.(*consumerSeries)
@@ -183,4 +190,15 @@ func (m *ConsumerMetrics) Connected(name string, reconnect bool) {
 // Disconnected implements [consumer.Observer].
 func (m *ConsumerMetrics) Disconnected(name string, _ error) {
 	m.connected.WithLabelValues(name).Set(0)
+}
+
+// Blocked implements [consumer.BlockObserver].
+func (m *ConsumerMetrics) Blocked(name, _ string) {
+	m.series(name)
+	m.blocked.WithLabelValues(name).Set(1)
+}
+
+// Unblocked implements [consumer.BlockObserver].
+func (m *ConsumerMetrics) Unblocked(name string) {
+	m.blocked.WithLabelValues(name).Set(0)
 }

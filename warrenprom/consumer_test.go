@@ -2,10 +2,12 @@ package warrenprom_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
@@ -134,4 +136,30 @@ func TestRegistration(t *testing.T) {
 	// The failed second registration must not have removed the first's.
 	first.Received("c1")
 	expect(t, serve(t, reg).scrape(), map[string]float64{`warren_consumer_received_total{consumer="c1"}`: 1})
+}
+
+// TestBlockedGauge follows the consumer.BlockObserver calls: 0 from the
+// consumer's first event, 1 while blocked, 0 again once unblocked.
+func TestBlockedGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cm, err := warrenprom.NewConsumerMetrics(reg, warrenprom.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(v string) {
+		t.Helper()
+		err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP warren_consumer_connection_blocked 1 while the broker blocks the consumer's connection (a memory or disk alarm: retries, dead letters and acks wait), else 0.
+# TYPE warren_consumer_connection_blocked gauge
+warren_consumer_connection_blocked{consumer="c"} `+v+"\n"), "warren_consumer_connection_blocked")
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	cm.Connected("c", false)
+	want("0")
+	cm.Blocked("c", "low on memory")
+	want("1")
+	cm.Unblocked("c")
+	want("0")
 }

@@ -32,6 +32,8 @@
 //	warren_consumer_in_flight                      deliveries being handled now
 //	warren_consumer_last_message_timestamp_seconds when the latest delivery arrived
 //	warren_consumer_connected                      1 while consuming, else 0
+//	warren_consumer_connection_blocked             1 while the broker blocks the connection
+//	                                               (a memory or disk alarm), else 0
 //	warren_consumer_reconnects_total               sessions started after the first
 //	warren_consumer_unavailable_total              deferred because a dependency was unavailable
 //	                                               before the handler ran (no attempt spent)

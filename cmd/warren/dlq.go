@@ -9,7 +9,10 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
@@ -284,6 +287,21 @@ func (c *dlqCall) connectAndRun(ctx context.Context, rawURL string) error {
 	if err != nil {
 		return err
 	}
+	// A broker under a memory or disk alarm blocks a connection that
+	// publishes (replay, import) until the alarm clears: say so, or the
+	// stall looks like a hang. The watcher ends when the connection closes.
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	var watcher sync.WaitGroup
+	defer watcher.Wait()
+	watcher.Go(func() {
+		for b := range blocked {
+			if b.Active {
+				fmt.Fprintf(c.env.stderr, "warren: the broker blocked the connection (%s); publishing waits until its alarm clears\n", b.Reason)
+			} else {
+				fmt.Fprintln(c.env.stderr, "warren: the broker unblocked the connection")
+			}
+		}
+	})
 	defer conn.Close()
 	if c.queue, err = dlq.Open(ctx, conn, c.opts.queue); err != nil {
 		return err

@@ -40,11 +40,15 @@ type RelayMetrics struct {
 	pending, inFlight         *prometheus.GaugeVec
 	retrying, deadRows        *prometheus.GaugeVec
 	delivered, oldest         *prometheus.GaugeVec
+	blocked                   *prometheus.GaugeVec
 
 	outboxes sync.Map // table → *relaySeries
 }
 
-var _ relay.Observer = (*RelayMetrics)(nil)
+var (
+	_ relay.Observer      = (*RelayMetrics)(nil)
+	_ relay.BlockObserver = (*RelayMetrics)(nil)
+)
 
 // NewRelayMetrics creates the relay and outbox metrics and registers them
 // on reg. Share one among the relays of a process.
@@ -71,9 +75,10 @@ func NewRelayMetrics(reg prometheus.Registerer, opts RelayOptions) (*RelayMetric
 		deadRows:  promreg.GaugeVec("warren_outbox_dead_rows", "Dead rows, waiting for 'warren outbox redrive' or a purge.", "outbox"),
 		delivered: promreg.GaugeVec("warren_outbox_delivered_rows", "Delivered rows kept by KeepDelivered until purged.", "outbox"),
 		oldest:    promreg.GaugeVec("warren_outbox_oldest_pending_age_seconds", "How long the oldest pending row has waited; 0 when none.", "outbox"),
+		blocked:   promreg.GaugeVec("warren_relay_connection_blocked", "1 while the broker blocks the relay's connection (a memory or disk alarm: the relay claims nothing), else 0.", "outbox"),
 	}
 	err := promreg.Register(reg, m.published, m.failures, m.dead, m.wakeups, m.confirm, m.latency,
-		m.pending, m.inFlight, m.retrying, m.deadRows, m.delivered, m.oldest)
+		m.pending, m.inFlight, m.retrying, m.deadRows, m.delivered, m.oldest, m.blocked)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +106,7 @@ func (m *RelayMetrics) series(outbox string) *relaySeries {
 		confirm:   m.confirm.WithLabelValues(outbox),
 		latency:   m.latency.WithLabelValues(outbox),
 	}
+	m.blocked.WithLabelValues(outbox) // exported as 0 until blocked
 	actual, _ := m.outboxes.LoadOrStore(outbox, s)
 	return actual.(*relaySeries)
 }
@@ -143,4 +149,15 @@ func (m *RelayMetrics) OutboxStats(outbox string, st relay.Stats) {
 	m.deadRows.WithLabelValues(outbox).Set(float64(st.Dead))
 	m.delivered.WithLabelValues(outbox).Set(float64(st.Delivered))
 	m.oldest.WithLabelValues(outbox).Set(st.OldestPendingAge.Seconds())
+}
+
+// Blocked implements [relay.BlockObserver].
+func (m *RelayMetrics) Blocked(outbox, _ string) {
+	m.series(outbox)
+	m.blocked.WithLabelValues(outbox).Set(1)
+}
+
+// Unblocked implements [relay.BlockObserver].
+func (m *RelayMetrics) Unblocked(outbox string) {
+	m.blocked.WithLabelValues(outbox).Set(0)
 }

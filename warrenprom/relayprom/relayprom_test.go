@@ -78,3 +78,29 @@ warren_outbox_oldest_pending_age_seconds{outbox="t1"} 90
 		t.Errorf("histogram counts %v, want 3 confirm and 2 latency samples", hist)
 	}
 }
+
+// TestBlockedGauge follows the relay.BlockObserver calls: 0 from the
+// outbox's first event, 1 while blocked, 0 again once unblocked.
+func TestBlockedGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rm, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(v string) {
+		t.Helper()
+		err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP warren_relay_connection_blocked 1 while the broker blocks the relay's connection (a memory or disk alarm: the relay claims nothing), else 0.
+# TYPE warren_relay_connection_blocked gauge
+warren_relay_connection_blocked{outbox="t1"} `+v+"\n"), "warren_relay_connection_blocked")
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	rm.Woken("t1", false)
+	want("0")
+	rm.Blocked("t1", "low on memory")
+	want("1")
+	rm.Unblocked("t1")
+	want("0")
+}

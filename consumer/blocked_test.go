@@ -1,0 +1,161 @@
+package consumer_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
+)
+
+// blockObserved is an Observer that also implements
+// consumer.BlockObserver.
+type blockObserved struct {
+	observed
+	mu        sync.Mutex
+	blocked   []string // reasons
+	unblocked int
+}
+
+var _ consumer.BlockObserver = (*blockObserved)(nil)
+
+func (o *blockObserved) Blocked(_, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.blocked = append(o.blocked, reason)
+}
+
+func (o *blockObserved) Unblocked(string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.unblocked++
+}
+
+func (o *blockObserved) counts() (blocked, unblocked int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.blocked), o.unblocked
+}
+
+// A broker under a memory alarm blocks the consumer's connection when it
+// publishes a retry, and stops reading it until the alarm lifts. The
+// consumer must say so: a log line, Health (not ready, still alive),
+// Stats and the Observer, and clear it when the broker unblocks it. The
+// alarm is raised on a private node.
+func TestBlockedConnectionIsReported(t *testing.T) {
+	node := localrabbit.Shared(t)
+	obs := &blockObserved{}
+	cfg := consumer.Config{
+		URL:      node.URL(),
+		Name:     testenv.Name(t, "c"),
+		Exchange: testenv.Name(t, "ex"),
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Observer: obs,
+	}
+	c, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		defer amqpx.CloseConnection(conn, 5*time.Second)
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		topo := c.Topology()
+		for _, q := range topo.Queues() {
+			ch.QueueDelete(q, false, false, false)
+		}
+		ch.ExchangeDelete(topo.Exchange, false, false)
+		ch.ExchangeDelete(topo.DLX, false, false)
+	})
+
+	// The handler fails once, when the test says so: its retry is the
+	// publish that the broker blocks.
+	fail := make(chan struct{})
+	var once sync.Once
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+		failed := false
+		once.Do(func() {
+			<-fail
+			failed = true
+		})
+		if failed {
+			return errors.New("transient")
+		}
+		return nil
+	})
+	start(t, c)
+	srv := httptest.NewServer(c.HealthHandler())
+	t.Cleanup(srv.Close)
+	status := func(path string) (int, consumer.Health) {
+		t.Helper()
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h consumer.Health
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, h
+	}
+
+	pub, err := amqpx.NewPublisher(conn, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := amqpx.EventPublishing(event("ev-1", "workitem.updated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(context.Background(), cfg.Exchange, "", msg); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 15*time.Second, "the handler to take the message", func() bool { return c.Stats().InFlight == 1 })
+
+	lift := node.Alarm(t)
+	close(fail)
+	testenv.WaitFor(t, time.Minute, "/readyz to fail while the broker blocks the consumer", func() bool {
+		code, _ := status("/readyz")
+		return code == http.StatusServiceUnavailable
+	})
+	if _, h := status("/readyz"); !h.Blocked || h.BlockedReason == "" || h.BlockedSince.IsZero() || h.Stats.Blocks != 1 {
+		t.Errorf("a blocked consumer reports %+v, want blocked with its reason and time, and Stats.Blocks 1", h)
+	}
+	if code, _ := status("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d while the broker blocks the consumer, want 200: a restart cannot help", code)
+	}
+	if n, _ := obs.counts(); n != 1 {
+		t.Errorf("Observer.Blocked called %d times, want 1", n)
+	}
+
+	lift()
+	testenv.WaitFor(t, time.Minute, "/readyz to pass once the alarm lifted", func() bool {
+		code, h := status("/readyz")
+		return code == http.StatusOK && !h.Blocked
+	})
+	if _, n := obs.counts(); n != 1 {
+		t.Errorf("Observer.Unblocked called %d times, want 1", n)
+	}
+	testenv.WaitFor(t, time.Minute, "the message to be handled after its retry", func() bool { return c.Stats().Done == 1 })
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

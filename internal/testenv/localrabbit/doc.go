@@ -1,0 +1,15 @@
+// Package localrabbit runs a private RabbitMQ node from the machine's
+// binaries, for tests and the reliability harness that need to do to a
+// broker what must never be done to the shared one: raise a memory alarm,
+// stop it, close its connections.
+//
+// The node is private in every way that matters: its name, its ports, its
+// data directory and its Erlang cookie are its own, so even a wrong node
+// name in a rabbitmqctl call cannot authenticate to the shared broker.
+// The Erlang VM is the direct child of the process that starts it and is
+// killed by the kernel when that process dies (Pdeathsig), so a crashed
+// test binary leaves no broker behind.
+//
+// Only tests and developer tools import this package; runtime packages
+// never do.
+package localrabbit

@@ -1,0 +1,162 @@
+package localrabbit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// shared is the node of this test binary, started by the first test that
+// asks for it.
+var shared struct {
+	once sync.Once
+	dir  string
+	node *Node
+	err  error
+}
+
+// Shared returns this test binary's private node, starting it on first
+// use (on a busy machine that takes 10–30 s). A node that cannot start
+// fails t, saying what installs RabbitMQ.
+//
+// Every test of the binary shares the node, so a test that raises an
+// alarm on it must not run in parallel with another that uses it. Call
+// StopShared from TestMain once the tests have run; if the binary dies
+// first, the kernel kills the node anyway.
+func Shared(t testing.TB) *Node {
+	t.Helper()
+	shared.once.Do(func() {
+		removeOrphans()
+		dir, err := os.MkdirTemp("", dirPattern)
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.dir = dir
+		if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			shared.err = err
+			return
+		}
+		t.Logf("starting a private RabbitMQ node in %s", dir)
+		shared.node, shared.err = Start(context.Background(), dir, "test")
+		if shared.err == nil {
+			t.Logf("private RabbitMQ node %s on port %d started in %v", shared.node.Name, shared.node.Port, shared.node.Startup)
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("cannot start a private RabbitMQ node: %v\n(%s installs rabbitmq-server)", shared.err, StartCommand)
+	}
+	return shared.node
+}
+
+// StopShared stops the node Shared started, if any, and deletes its
+// directory.
+func StopShared() {
+	if shared.node != nil {
+		shared.node.Stop()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+}
+
+const (
+	dirPattern = "warren-localrabbit-"
+	ownerFile  = "owner.pid"
+)
+
+// removeOrphans deletes the directories of shared nodes whose test binary
+// died before StopShared (the kernel killed the node itself).
+func removeOrphans() {
+	owners, _ := filepath.Glob(filepath.Join(os.TempDir(), dirPattern+"*", ownerFile))
+	for _, f := range owners {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(string(b)); err == nil && pid > 0 && syscall.Kill(pid, 0) != nil {
+			os.RemoveAll(filepath.Dir(f))
+		}
+	}
+}
+
+// Alarm raises the node's memory alarm and returns once the broker
+// blocks publishers, failing t if it cannot; lift lifts the alarm and
+// returns once the broker unblocks them. The alarm is lifted when t ends in
+// any case, so a failing test does not leave the node blocked for the
+// tests after it.
+func (n *Node) Alarm(t testing.TB) (lift func()) {
+	t.Helper()
+	ctx := context.Background()
+	// RabbitMQ 3.10 blocks a connection when it publishes under an alarm,
+	// so a probe that publishes says when the alarm is in effect.
+	probe, err := amqpx.Dial(ctx, n.URL(), amqpx.DialOptions{Name: "localrabbit alarm probe"})
+	if err != nil {
+		t.Fatalf("alarm probe: %v", err)
+	}
+	blocked := probe.NotifyBlocked(make(chan amqp.Blocking, 4))
+	ch, err := probe.Channel()
+	if err != nil {
+		probe.Close()
+		t.Fatalf("alarm probe: %v", err)
+	}
+	var once sync.Once
+	var inEffect bool // the probe saw the alarm: lifting it must unblock the probe
+	sent := make(chan error, 1)
+	lift = func() {
+		t.Helper()
+		once.Do(func() {
+			if err := n.LiftMemoryAlarm(ctx); err != nil {
+				t.Errorf("lift the memory alarm: %v", err)
+			} else if inEffect {
+				if err := waitBlocked(blocked, false); err != nil {
+					t.Errorf("lift the memory alarm: %v", err)
+				}
+			}
+			// With a deadline: a probe still blocked fails its stuck send.
+			amqpx.CloseConnection(probe, 5*time.Second)
+			<-sent
+		})
+	}
+	t.Cleanup(lift)
+	if err := n.RaiseMemoryAlarm(ctx); err != nil {
+		sent <- nil
+		t.Fatalf("raise the memory alarm: %v", err)
+	}
+	go func() { sent <- ch.Publish("", "localrabbit.alarm.probe", false, false, amqp.Publishing{}) }()
+	if err := waitBlocked(blocked, true); err != nil {
+		t.Fatalf("raise the memory alarm: %v", err)
+	}
+	inEffect = true
+	return lift
+}
+
+// waitBlocked waits up to a minute for a connection.blocked (active) or
+// connection.unblocked notification.
+func waitBlocked(notes <-chan amqp.Blocking, active bool) error {
+	timeout := time.After(time.Minute)
+	for {
+		select {
+		case b, ok := <-notes:
+			if !ok {
+				return errors.New("the probe connection closed")
+			}
+			if b.Active == active {
+				return nil
+			}
+		case <-timeout:
+			return fmt.Errorf("the broker did not set the probe's blocked state to %v within a minute", active)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package relay_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
+	"github.com/warrenmq/warren/relay"
+)
+
+// blockRecorder is an Observer that also implements relay.BlockObserver.
+type blockRecorder struct {
+	mu        sync.Mutex
+	blocked   []string // reasons
+	unblocked int
+}
+
+var _ relay.BlockObserver = (*blockRecorder)(nil)
+
+func (*blockRecorder) Woken(string, bool)                  {}
+func (*blockRecorder) Published(string, relay.Publication) {}
+func (*blockRecorder) Dead(string, int)                    {}
+func (*blockRecorder) OutboxStats(string, relay.Stats)     {}
+
+func (b *blockRecorder) Blocked(outbox, reason string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.blocked = append(b.blocked, reason)
+}
+
+func (b *blockRecorder) Unblocked(outbox string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.unblocked++
+}
+
+func (b *blockRecorder) counts() (blocked, unblocked int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.blocked), b.unblocked
+}
+
+// A broker under a memory alarm blocks the relay's connection and stops
+// reading it: every publish times out, through no fault of the rows. The
+// relay must see the block (log, health, Observer), stop claiming, and
+// give back the attempt of a publish the block timed out, so a row
+// outlives an alarm longer than MaxAttempts publish timeouts and is
+// delivered once it lifts. The alarm is raised on a private node.
+func TestBlockedBrokerSpendsNoAttempts(t *testing.T) {
+	node := localrabbit.Shared(t)
+	e := newEnv(t)
+	conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { amqpx.CloseConnection(conn, 5*time.Second) })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ch.QueueDelete(e.queue, false, false, false)
+		ch.ExchangeDelete(e.exchange, false, false)
+	})
+	for _, err := range []error{
+		ch.ExchangeDeclare(e.exchange, "fanout", true, false, false, false, nil),
+		declareQueue(ch, e.queue, nil),
+		ch.QueueBind(e.queue, "", e.exchange, false, nil),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	const maxAttempts = 3
+	obs := &blockRecorder{}
+	logs := recordLogs(t)
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.AMQPURL, cfg.Observer, cfg.Logger = node.URL(), obs, logs.logger
+	cfg.MaxAttempts, cfg.Workers = maxAttempts, 1
+	run := e.start(cfg)
+	srv := httptest.NewServer(run.relay.HealthHandler())
+	t.Cleanup(srv.Close)
+	waitStatus(t, srv, "/readyz", http.StatusOK)
+
+	lift := node.Alarm(t)
+	e.publish(event("ev-1"))
+	h := waitStatus(t, srv, "/readyz", http.StatusServiceUnavailable)
+	if !h.BrokerBlocked || h.BlockedReason == "" || h.BlockedSince.IsZero() {
+		t.Errorf("a blocked relay reports %+v, want broker_blocked with its reason and time", h)
+	}
+	if code, _ := probe(t, srv, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz %d while the broker blocks the relay, want 200: a restart cannot help", code)
+	}
+	if n, _ := obs.counts(); n != 1 {
+		t.Errorf("Observer.Blocked called %d times, want 1", n)
+	}
+	if !logs.contains("the broker blocked the connection") {
+		t.Errorf("no warning that the broker blocked the connection; log:\n%s", logs.text())
+	}
+
+	// The alarm lasts twice as long as the publish timeouts that would
+	// spend every attempt; the row must stay alive all along.
+	alarm := time.NewTimer(2 * maxAttempts * cfg.PublishTimeout)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for alarmed := true; alarmed; {
+		select {
+		case <-alarm.C:
+			alarmed = false
+		case <-tick.C:
+		}
+		if e.count("state = 'dead'") > 0 {
+			t.Fatalf("the row went dead while the broker blocked the relay; log:\n%s", logs.text())
+		}
+	}
+	lift()
+
+	testenv.WaitFor(t, time.Minute, "the row to be delivered once the alarm lifted", func() bool { return e.count("true") == 0 })
+	waitStatus(t, srv, "/readyz", http.StatusOK)
+	if _, n := obs.counts(); n != 1 {
+		t.Errorf("Observer.Unblocked called %d times, want 1", n)
+	}
+	// Confirmed, so the message is in the queue, once or (if the publish
+	// the block held up went through when it lifted) twice.
+	got := testenv.MessageIDs(testenv.Drain(t, conn, e.queue))
+	if len(got) == 0 || len(got) > 2 {
+		t.Fatalf("queue holds %v, want ev-1 once or twice", got)
+	}
+	for _, id := range got {
+		if id != "ev-1" {
+			t.Fatalf("queue holds %v, want only ev-1", got)
+		}
+	}
+}
