@@ -34,7 +34,7 @@ func TestExplainDuplicate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, detail := explainDuplicate(twice, c.kills, c.stalls, c.redis)
+			got, detail := explainDuplicate(twice, c.kills, c.stalls, c.redis, nil)
 			if got != c.want {
 				t.Fatalf("cause %q, want %q", got, c.want)
 			}
@@ -48,10 +48,10 @@ func TestExplainDuplicate(t *testing.T) {
 func TestExplainDuplicateNeedsEveryRepeatExplained(t *testing.T) {
 	thrice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}, {at: at(80), poster: "webhook-a"}}
 	kills := map[string][]time.Time{"webhook-a": {at(10.01)}}
-	if got, _ := explainDuplicate(thrice, kills, nil, nil); got != "" {
+	if got, _ := explainDuplicate(thrice, kills, nil, nil, nil); got != "" {
 		t.Fatalf("the third delivery has no fault behind it, yet the duplicate was explained: %q", got)
 	}
-	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}); got == "" {
+	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}, nil); got == "" {
 		t.Fatal("a kill and a Redis restart explain both repeats, yet the duplicate was not explained")
 	}
 }

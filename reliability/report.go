@@ -201,6 +201,7 @@ func (r *result) markdown() string {
 		sort.Ints(backlog)
 		w("| %s | %d | %s | %s | %s | %d |\n", k, len(fs), medMax(rec), medMax(ready), catchS, backlog[len(backlog)/2])
 	}
+	r.stopsMarkdown(w)
 	notes := map[string]int{}
 	for _, f := range r.faults {
 		if f.note != "" {
@@ -305,6 +306,46 @@ func (r *result) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// stopsMarkdown lists how the processes stopped on SIGTERM during faults
+// (the memory alarm), against their grace plus the bound.
+func (r *result) stopsMarkdown(w func(string, ...any)) {
+	byKind := map[string][]time.Duration{}
+	var killed, failed []string
+	n := 0
+	for _, f := range r.faults {
+		for _, s := range f.stops {
+			n++
+			kind, _, _ := strings.Cut(s.proc, "-")
+			byKind[kind] = append(byKind[kind], s.took)
+			switch {
+			case s.killed:
+				killed = append(killed, s.proc+" at "+f.start.Format("15:04:05"))
+			case s.problem() != "":
+				failed = append(failed, s.proc+": "+s.problem())
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	w("\nStops on SIGTERM while the broker's memory alarm held (each process may take its grace — the consumers' `ShutdownGrace` %v, the relay's publish timeout %v — plus %v; past that it is killed and the run fails): ",
+		consumerGraceForReport, relayStopGrace, stopBound)
+	for i, k := range sortedKeys(byKind) {
+		if i > 0 {
+			w(", ")
+		}
+		w("%s median / max %s", k, medMax(byKind[k]))
+	}
+	w("; %d stops, %d needed SIGKILL", n, len(killed))
+	if len(killed) > 0 {
+		w(" (%s)", strings.Join(killed, ", "))
+	}
+	if len(failed) > 0 {
+		w("; other problems: %s", strings.Join(failed, "; "))
+	}
+	w(".\n")
 }
 
 func (r *result) countFailures(words ...string) int {
