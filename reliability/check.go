@@ -331,7 +331,7 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 		expectWebhook[id] = "automation follow-up"
 	}
 	for _, id := range h.moved {
-		expectWebhook[id] = "dead letter moved back to its queue, refused once"
+		expectWebhook[id] = "moved back from the DLQ to its queue, refused once"
 	}
 	for _, hm := range h.hostile {
 		if hm.webhook.delivered {

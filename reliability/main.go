@@ -244,6 +244,9 @@ func run(ctx context.Context, m mode, seed uint64, out string, keep, race, verbo
 	os.Chmod(dir, 0o711)
 	res, err := h.runAll(ctx)
 	h.shutdown()
+	// Everything is stopped: a kept directory is not an orphan for the
+	// next run to reap.
+	os.Remove(filepath.Join(dir, pidFile))
 	if res != nil {
 		h.scanLogs(res)
 	}

@@ -78,6 +78,18 @@ const consumerGraceForReport = consumer.DefaultShutdownGrace
 // connected. The broker stops reading a blocked connection's socket while
 // heartbeats still flow, so only a stop path with deadlines finishes.
 func (h *harness) memoryAlarm(ctx context.Context, f *faultRecord) (target, note string, err error) {
+	// The receiver fails from 2s before the alarm until the stop: events
+	// refused before the alarm come back from the 1s retry tier while it
+	// holds (the broker's own dead-lettering is not blocked), are refused
+	// again, and the webhook consumers' republish to the next tier runs
+	// into the alarm, so their connections are blocked too, as the
+	// relays' are.
+	h.recv.failFor(2*time.Second + h.mode.alarmHold + 2*time.Second)
+	select {
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	case <-time.After(2 * time.Second):
+	}
 	if err := h.rabbit.ctl(ctx, "set_vm_memory_high_watermark", alarmWatermark); err != nil {
 		return "", "", err
 	}
