@@ -347,7 +347,8 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 	}
 	kills := h.killTimes()
 	redisRestarts := append(h.faultTimes(faultRedisRestart), h.faultTimes(faultRedisDown)...)
-	redisStalls := h.faultWindows(faultRedisStall)
+	// A stalled or absent Redis fails the done-mark due right after a 200.
+	redisStalls := append(h.faultWindows(faultRedisStall), h.faultWindows(faultRedisDown)...)
 	for id, what := range expectWebhook {
 		acc := accepted[id]
 		switch {
@@ -509,7 +510,7 @@ const (
 	causeRedisRestart = "Redis restart between the deliveries forgot the done-mark"
 	causePosterKilled = "the replica was killed after the receiver's 200 and before the done-mark; the redelivery re-posted once the lease ended"
 	causePosterFrozen = "the replica was frozen past its lease after the receiver's 200; another replica took the event over"
-	causeRedisStalled = "Redis stalled between the receiver's 200 and the done-mark"
+	causeRedisStalled = "Redis was stalled or down when the done-mark was due after the receiver's 200"
 )
 
 // explainDuplicate finds, for each repeated acceptance, a fault that

@@ -77,7 +77,7 @@ type mode struct {
 var modes = map[string]mode{
 	"short": {
 		name: "short", rate: 16, workers: 4, rollbackPct: 8,
-		warmup: 5 * time.Second, faultPhase: 180 * time.Second, gapMin: 500 * time.Millisecond, gapMax: 2 * time.Second,
+		warmup: 5 * time.Second, faultPhase: 150 * time.Second, gapMin: 500 * time.Millisecond, gapMax: 2 * time.Second,
 		counts: map[faultKind]int{
 			faultKillRelay: 5, faultKillWebhook: 5, faultKillAutomation: 4, faultStallRelay: 2,
 			faultCloseConns: 2, faultBrokerRestart: 2, faultPGTerminate: 3, faultRedisRestart: 2,
@@ -180,7 +180,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the run directory (logs, service data) even when the run passes")
 	race := flag.Bool("race", false, "build the service binaries with the race detector")
 	verbose := flag.Bool("v", false, "log every fault as it happens")
-	faultPhase := flag.Duration("fault-phase", 0, "inject faults for this long instead of the mode's default (short 180s, long 32m)")
+	faultPhase := flag.Duration("fault-phase", 0, "inject faults for this long instead of the mode's default (short 150s, long 32m)")
 	only := flag.String("faults", "", "inject only these fault kinds, comma-separated short names (memory-alarm,dlq-import,…), each with the mode's count or name=N")
 	flag.Parse()
 	m, ok := modes[*modeName]
