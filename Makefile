@@ -32,9 +32,10 @@ fuzz:
 	go test -run='^$$' -fuzz=FuzzDecodeEvent -fuzztime=30s .
 
 # Fault injection on private RabbitMQ, Postgres and Redis instances (never
-# the shared ones): kills, broker and database faults, hostile input; fails
+# the shared ones): kills, broker and database faults and stalls, a memory
+# alarm with stops, dead letters moved back, hostile input; fails
 # on any lost event, unexplained duplicate, wrong dead letter or stranded
-# outbox row. About 3 minutes. `go run ./reliability -mode long` is the
+# outbox row. About 4 minutes. `go run ./reliability -mode long` is the
 # release check that regenerates RELIABILITY.md.
 reliability:
 	go run ./reliability -mode short

@@ -69,6 +69,9 @@ func (h *harness) drained(ctx context.Context) bool {
 			return false
 		}
 	}
+	if !h.recv.hasAll(h.moved) {
+		return false
+	}
 	// Every expected dead letter is in its queue (counted, not read: the
 	// verdict reads them).
 	want := map[string]int{}
@@ -327,6 +330,9 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 	for id := range followUps {
 		expectWebhook[id] = "automation follow-up"
 	}
+	for _, id := range h.moved {
+		expectWebhook[id] = "moved back from the DLQ to its queue, refused once"
+	}
 	for _, hm := range h.hostile {
 		if hm.webhook.delivered {
 			expectWebhook[hm.id] = "hostile " + hm.kind
@@ -340,14 +346,16 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 		}
 	}
 	kills := h.killTimes()
-	redisRestarts := h.faultTimes(faultRedisRestart)
+	redisRestarts := append(h.faultTimes(faultRedisRestart), h.faultTimes(faultRedisDown)...)
+	// A stalled or absent Redis fails the done-mark due right after a 200.
+	redisStalls := append(h.faultWindows(faultRedisStall), h.faultWindows(faultRedisDown)...)
 	for id, what := range expectWebhook {
 		acc := accepted[id]
 		switch {
 		case len(acc) == 0:
 			res.webhookLost = append(res.webhookLost, id+" ("+what+")")
 		case len(acc) > 1:
-			cause, detail := explainDuplicate(acc, kills, h.stalls, redisRestarts)
+			cause, detail := explainDuplicate(acc, kills, h.stalls, redisRestarts, redisStalls)
 			res.webhookDups = append(res.webhookDups, duplicate{id: id, count: len(acc), cause: cause, detail: detail})
 		}
 	}
@@ -424,6 +432,11 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 		if f.err != "" {
 			res.fail("fault %s could not be injected: %s", f.kind, f.err)
 		}
+		for _, s := range f.stops {
+			if p := s.problem(); p != "" {
+				res.fail("%s at %s: %s %s", f.kind, f.start.Format("15:04:05"), s.proc, p)
+			}
+		}
 		if !f.recovered {
 			res.fail("no recovery within %v after %s (%s)", h.mode.recoveryTimeout, f.kind, f.target)
 		}
@@ -462,6 +475,20 @@ func (h *harness) killTimes() map[string][]time.Time {
 		case faultKillRelay, faultKillWebhook, faultKillAutomation:
 			out[f.target] = append(out[f.target], f.start)
 		}
+		for name, at := range f.killed {
+			out[name] = append(out[name], at)
+		}
+	}
+	return out
+}
+
+// faultWindows returns when each fault of kind was in force.
+func (h *harness) faultWindows(kind faultKind) []stall {
+	var out []stall
+	for _, f := range h.faults {
+		if f.kind == kind {
+			out = append(out, stall{from: f.start, to: f.end})
+		}
 	}
 	return out
 }
@@ -483,12 +510,13 @@ const (
 	causeRedisRestart = "Redis restart between the deliveries forgot the done-mark"
 	causePosterKilled = "the replica was killed after the receiver's 200 and before the done-mark; the redelivery re-posted once the lease ended"
 	causePosterFrozen = "the replica was frozen past its lease after the receiver's 200; another replica took the event over"
+	causeRedisStalled = "Redis was stalled or down when the done-mark was due after the receiver's 200"
 )
 
 // explainDuplicate finds, for each repeated acceptance, a fault that
 // explains it; cause is "" when one is unexplained. detail lists the
 // acceptances either way.
-func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []stall, redisRestarts []time.Time) (cause, detail string) {
+func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []stall, redisRestarts []time.Time, redisStalls []stall) (cause, detail string) {
 	acc = slices.Clone(acc)
 	slices.SortFunc(acc, func(a, b acceptance) int { return a.at.Compare(b.at) })
 	var parts []string
@@ -511,6 +539,14 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 			// 10s settle timeout while Redis is down.
 			if !k.Before(prev.at.Add(-time.Second)) && k.Before(prev.at.Add(12*time.Second)) {
 				found = append(found, causePosterKilled)
+				break
+			}
+		}
+		for _, s := range redisStalls {
+			// The done-mark follows the 200 within milliseconds, or fails
+			// within its settle timeout (10s) on a stalled Redis.
+			if s.from.Before(prev.at.Add(12*time.Second)) && s.to.After(prev.at) && s.from.Before(next.at) {
+				found = append(found, causeRedisStalled)
 				break
 			}
 		}
@@ -636,7 +672,7 @@ func (h *harness) explainDeadLetterCopies(hm hostileMessage, consumerName string
 			continue
 		}
 		switch {
-		case f.kind == faultCloseConns, f.kind == faultBrokerRestart,
+		case f.kind == faultCloseConns, f.kind == faultBrokerRestart, f.kind == faultMemoryAlarm,
 			strings.HasPrefix(f.target, consumerName+"-"):
 			return fmt.Sprintf("%s at %s, between the dead-letter publish and its ack", f.kind, f.start.Format("15:04:05"))
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestExplainDuplicate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, detail := explainDuplicate(twice, c.kills, c.stalls, c.redis)
+			got, detail := explainDuplicate(twice, c.kills, c.stalls, c.redis, nil)
 			if got != c.want {
 				t.Fatalf("cause %q, want %q", got, c.want)
 			}
@@ -48,10 +49,10 @@ func TestExplainDuplicate(t *testing.T) {
 func TestExplainDuplicateNeedsEveryRepeatExplained(t *testing.T) {
 	thrice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}, {at: at(80), poster: "webhook-a"}}
 	kills := map[string][]time.Time{"webhook-a": {at(10.01)}}
-	if got, _ := explainDuplicate(thrice, kills, nil, nil); got != "" {
+	if got, _ := explainDuplicate(thrice, kills, nil, nil, nil); got != "" {
 		t.Fatalf("the third delivery has no fault behind it, yet the duplicate was explained: %q", got)
 	}
-	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}); got == "" {
+	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}, nil); got == "" {
 		t.Fatal("a kill and a Redis restart explain both repeats, yet the duplicate was not explained")
 	}
 }
@@ -149,5 +150,39 @@ func TestPercentile(t *testing.T) {
 	}
 	if p := percentile(nil, 0.5); p != 0 {
 		t.Errorf("empty %v, want 0", p)
+	}
+}
+
+func TestSelectFaults(t *testing.T) {
+	counts := map[faultKind]int{faultMemoryAlarm: 3, faultKillRelay: 5}
+	got, err := selectFaults("memory-alarm, dlq-shovel=2", counts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[faultKind]int{faultMemoryAlarm: 3, faultDLQShovel: 2}
+	if len(got) != len(want) || got[faultMemoryAlarm] != 3 || got[faultDLQShovel] != 2 {
+		t.Fatalf("selectFaults = %v, want %v", got, want)
+	}
+	for _, bad := range []string{"nope", "memory-alarm=0", "pg-stall=x"} {
+		if _, err := selectFaults(bad, counts); err == nil {
+			t.Errorf("selectFaults(%q) accepted", bad)
+		}
+	}
+	for id, kind := range faultIDs {
+		if !slices.Contains(faultOrder, kind) {
+			t.Errorf("fault %s (%s) has no row in the report's order", id, kind)
+		}
+	}
+}
+
+func TestRedisStallExplainsDuplicate(t *testing.T) {
+	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
+	twice := []acceptance{{at: at(0), poster: "webhook-a"}, {at: at(70), poster: "webhook-b"}}
+	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(1), to: at(66)}}); got != causeRedisStalled {
+		t.Errorf("stall right after the 200: cause %q", got)
+	}
+	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(30), to: at(40)}}); got != "" {
+		t.Errorf("stall long after the done-mark: cause %q, want none", got)
 	}
 }

@@ -5,9 +5,10 @@
 // while processes are killed, the broker, Postgres and Redis fail, and the
 // webhook receiver misbehaves.
 //
-//	go run ./reliability -mode short   # CI: about 3 minutes, exit 1 on any problem
-//	go run ./reliability -mode long    # release check: about 25 minutes, writes RELIABILITY.md
+//	go run ./reliability -mode short   # CI: about 4 minutes, exit 1 on any problem
+//	go run ./reliability -mode long    # release check: about 45 minutes, writes RELIABILITY.md
 //	make reliability                   # the short mode
+//	go run ./reliability -faults memory-alarm,dlq-shovel=2   # only these kinds
 //
 // # What it runs
 //
@@ -29,7 +30,14 @@
 // and the outbox, rolling some back on purpose; every transaction also
 // writes its events' ids to a ledger table, so which events committed is
 // known even when a COMMIT fails with an unknown outcome. Faults are
-// injected one at a time; after each, a probe event is timed to both
+// injected one at a time: processes killed and frozen, the broker's
+// connections closed, the broker restarted and put in a memory alarm
+// (every relay and consumer is stopped with SIGTERM while it holds, and
+// must stop within its grace plus a bound), Postgres backends terminated,
+// Postgres and Redis stalled with SIGSTOP, Redis crashed and kept down,
+// the receiver failing or slow, hostile input, and dead letters moved
+// back to their queue with their headers (by dlq export/import and as a
+// shovel does) while the handler fails once for them; after each, a probe event is timed to both
 // consumers' effects. After the faults, the system drains and the checker
 // compares the receiver's deliveries, the automation's rule runs, the work
 // items, both dead-letter queues and the outbox with the ledger. See

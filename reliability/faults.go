@@ -24,13 +24,30 @@ const (
 	faultReceiver5xx    faultKind = "receiver answering 503"
 	faultReceiverSlow   faultKind = "receiver slow (up to 12s; sender timeout 10s)"
 	faultHostile        faultKind = "hostile input burst"
+	faultMemoryAlarm    faultKind = "broker memory alarm, every relay and consumer stopped (SIGTERM) while it holds"
+	faultDLQImport      faultKind = "dead letters moved back: dlq export + import --to origin (headers kept), handler fails once"
+	faultDLQShovel      faultKind = "dead letters moved back: shovel DLQ → origin (x-death kept), handler fails once"
+	faultPGStall        faultKind = "Postgres stalled (server SIGSTOP)"
+	faultRedisStall     faultKind = "Redis stalled (server SIGSTOP)"
+	faultRedisDown      faultKind = "Redis down (connections refused), marks lost"
 )
+
+// faultIDs are the short names -faults selects kinds by.
+var faultIDs = map[string]faultKind{
+	"kill-relay": faultKillRelay, "kill-webhook": faultKillWebhook, "kill-automation": faultKillAutomation,
+	"stall-relay": faultStallRelay, "stall-webhook": faultStallWebhook, "close-conns": faultCloseConns,
+	"broker-restart": faultBrokerRestart, "pg-terminate": faultPGTerminate, "redis-restart": faultRedisRestart,
+	"receiver-5xx": faultReceiver5xx, "receiver-slow": faultReceiverSlow, "hostile": faultHostile,
+	"memory-alarm": faultMemoryAlarm, "dlq-import": faultDLQImport, "dlq-shovel": faultDLQShovel,
+	"pg-stall": faultPGStall, "redis-stall": faultRedisStall, "redis-down": faultRedisDown,
+}
 
 // faultOrder is the order of the report's rows.
 var faultOrder = []faultKind{
 	faultKillRelay, faultKillWebhook, faultKillAutomation, faultStallRelay, faultStallWebhook,
 	faultCloseConns, faultBrokerRestart, faultPGTerminate, faultRedisRestart,
 	faultReceiver5xx, faultReceiverSlow, faultHostile,
+	faultMemoryAlarm, faultDLQImport, faultDLQShovel, faultPGStall, faultRedisStall, faultRedisDown,
 }
 
 // faultRecord is one injected fault and how the system came back from it.
@@ -56,6 +73,15 @@ type faultRecord struct {
 	backlog  int
 	catchUp  time.Duration
 	caughtUp bool
+
+	// moved: ids of dead letters the fault moved back to their queue;
+	// catch-up waits for the receiver to accept them too.
+	moved []string
+	// stops: for faults that stop processes with SIGTERM, how each stop
+	// went; killed: when a process needed SIGKILL (it explains a
+	// duplicate like a kill does, and fails the run).
+	stops  []stopRecord
+	killed map[string]time.Time
 }
 
 // schedule returns the faults of a run in random order.
@@ -158,6 +184,27 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 		f.target = fmt.Sprint(h.mode.receiverSlow)
 		h.recv.slowFor(h.mode.receiverSlow, 12*time.Second)
 		pause(h.mode.receiverSlow)
+	case faultMemoryAlarm:
+		f.target, f.note, err = h.memoryAlarm(ctx, f)
+	case faultDLQImport, faultDLQShovel:
+		f.target, f.moved, err = h.moveDeadLetters(ctx, kind == faultDLQShovel)
+	case faultPGStall:
+		f.target = fmt.Sprintf("for %v", h.mode.pgStall)
+		if err = h.pg.Pause(); err == nil {
+			pause(h.mode.pgStall)
+			err = h.pg.Resume()
+		}
+	case faultRedisStall:
+		f.target = fmt.Sprintf("for %v", h.mode.redisStall)
+		if err = h.redis.Pause(); err == nil {
+			pause(h.mode.redisStall)
+			err = h.redis.Resume()
+		}
+	case faultRedisDown:
+		f.target = fmt.Sprintf("down %v", h.mode.redisOutage)
+		h.redis.Crash()
+		pause(h.mode.redisOutage)
+		err = h.redis.Restart(ctx)
 	case faultHostile:
 		h.hostileBursts++
 		var sent []hostileMessage
@@ -179,7 +226,7 @@ func (h *harness) measure(ctx context.Context, f *faultRecord) {
 	f.backlog = len(backlog)
 	h.bg.Go(func() {
 		for {
-			if len(h.tracker.remaining(backlog)) == 0 {
+			if len(h.tracker.remaining(backlog)) == 0 && h.recv.hasAll(f.moved) {
 				f.catchUp, f.caughtUp = time.Since(f.end), true
 				return
 			}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ const (
 	// long mode's drain must outlast it, or such events, not lost, would
 	// count as undelivered.
 	longestRetryTier = 10 * time.Minute
+	// allRetryTiers is the consumers' default tiers added up: a message
+	// failing every attempt is dead-lettered as exhausted after it.
+	allRetryTiers = time.Second + 10*time.Second + time.Minute + longestRetryTier
 )
 
 // mode is the size of a run.
@@ -64,6 +68,10 @@ type mode struct {
 	redisDown       time.Duration
 	receiverFail    time.Duration
 	receiverSlow    time.Duration
+	alarmHold       time.Duration // memory alarm in force before the SIGTERMs
+	pgStall         time.Duration
+	redisStall      time.Duration
+	redisOutage     time.Duration
 }
 
 var modes = map[string]mode{
@@ -74,23 +82,61 @@ var modes = map[string]mode{
 			faultKillRelay: 5, faultKillWebhook: 5, faultKillAutomation: 4, faultStallRelay: 2,
 			faultCloseConns: 2, faultBrokerRestart: 2, faultPGTerminate: 3, faultRedisRestart: 2,
 			faultReceiver5xx: 2, faultReceiverSlow: 2, faultHostile: 2,
+			faultMemoryAlarm: 1, faultDLQImport: 1, faultDLQShovel: 1, faultPGStall: 1, faultRedisStall: 1, faultRedisDown: 1,
 		},
 		recoveryTimeout: 90 * time.Second, drainTimeout: 100 * time.Second, quiet: 5 * time.Second,
 		relayLease: 5 * time.Second, brokerDown: 3 * time.Second, redisDown: time.Second,
 		receiverFail: 6 * time.Second, receiverSlow: 8 * time.Second,
+		// The short mode's stalls outlast the relay's lease, not the
+		// webhook's (1m) or the automation's (5m); its outage outlasts
+		// the first two retry tiers, not all four (11m11s).
+		alarmHold: 4 * time.Second, pgStall: 8 * time.Second, redisStall: 8 * time.Second, redisOutage: 15 * time.Second,
 	},
 	"long": {
 		name: "long", rate: 20, workers: 4, rollbackPct: 8,
-		warmup: 10 * time.Second, faultPhase: 12 * time.Minute, gapMin: time.Second, gapMax: 4 * time.Second,
+		warmup: 10 * time.Second, faultPhase: 32 * time.Minute, gapMin: time.Second, gapMax: 4 * time.Second,
 		counts: map[faultKind]int{
 			faultKillRelay: 20, faultKillWebhook: 20, faultKillAutomation: 15, faultStallRelay: 6, faultStallWebhook: 2,
 			faultCloseConns: 6, faultBrokerRestart: 5, faultPGTerminate: 8, faultRedisRestart: 5,
 			faultReceiver5xx: 4, faultReceiverSlow: 4, faultHostile: 4,
+			faultMemoryAlarm: 3, faultDLQImport: 2, faultDLQShovel: 2, faultPGStall: 2, faultRedisStall: 2, faultRedisDown: 1,
 		},
 		recoveryTimeout: 3 * time.Minute, drainTimeout: max(automationLease, longestRetryTier) + 2*time.Minute, quiet: 20 * time.Second,
 		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, redisDown: 3 * time.Second,
 		receiverFail: 25 * time.Second, receiverSlow: 20 * time.Second,
+		// Stalls outlast every lease (relay 5s, webhook 1m, automation 5m);
+		// the outage outlasts every retry tier together.
+		alarmHold: 10 * time.Second, pgStall: automationLease + 15*time.Second, redisStall: webhookLease + 15*time.Second,
+		redisOutage: allRetryTiers + 20*time.Second,
 	},
+}
+
+// selectFaults keeps the kinds named in spec ("memory-alarm,dlq-import=2"),
+// each with its count in counts (at least 1) or the one given.
+func selectFaults(spec string, counts map[faultKind]int) (map[faultKind]int, error) {
+	out := map[faultKind]int{}
+	for _, item := range strings.Split(spec, ",") {
+		name, n, hasN := strings.Cut(strings.TrimSpace(item), "=")
+		kind, ok := faultIDs[name]
+		if !ok {
+			var known []string
+			for id := range faultIDs {
+				known = append(known, id)
+			}
+			slices.Sort(known)
+			return nil, fmt.Errorf("unknown fault %q (known: %s)", name, strings.Join(known, ", "))
+		}
+		count := max(counts[kind], 1)
+		if hasN {
+			c, err := strconv.Atoi(n)
+			if err != nil || c < 1 {
+				return nil, fmt.Errorf("%s: count %q is not a positive number", name, n)
+			}
+			count = c
+		}
+		out[kind] = count
+	}
+	return out, nil
 }
 
 // harness owns everything a run starts.
@@ -121,6 +167,8 @@ type harness struct {
 	stalls        []stall
 	hostile       []hostileMessage
 	hostileBursts int
+	movedBatches  int
+	moved         []string // dead letters moved back to the webhook queue
 	timings       map[string]time.Duration
 	exitCodes     map[string]string // graceful stop results
 }
@@ -132,7 +180,8 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the run directory (logs, service data) even when the run passes")
 	race := flag.Bool("race", false, "build the service binaries with the race detector")
 	verbose := flag.Bool("v", false, "log every fault as it happens")
-	faultPhase := flag.Duration("fault-phase", 0, "inject faults for this long instead of the mode's default (short 150s, long 12m)")
+	faultPhase := flag.Duration("fault-phase", 0, "inject faults for this long instead of the mode's default (short 150s, long 32m)")
+	only := flag.String("faults", "", "inject only these fault kinds, comma-separated short names (memory-alarm,dlq-import,…), each with the mode's count or name=N")
 	flag.Parse()
 	m, ok := modes[*modeName]
 	if !ok {
@@ -141,6 +190,14 @@ func main() {
 	}
 	if *faultPhase > 0 {
 		m.faultPhase = *faultPhase
+	}
+	if *only != "" {
+		counts, err := selectFaults(*only, m.counts)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "reliability: -faults: %v\n", err)
+			os.Exit(2)
+		}
+		m.counts = counts
 	}
 	if *seed == 0 {
 		*seed = uint64(time.Now().UnixNano())
@@ -187,6 +244,9 @@ func run(ctx context.Context, m mode, seed uint64, out string, keep, race, verbo
 	os.Chmod(dir, 0o711)
 	res, err := h.runAll(ctx)
 	h.shutdown()
+	// Everything is stopped: a kept directory is not an orphan for the
+	// next run to reap.
+	os.Remove(filepath.Join(dir, pidFile))
 	if res != nil {
 		h.scanLogs(res)
 	}
@@ -272,11 +332,19 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 	// The faults.
 	phaseEnd := time.Now().Add(h.mode.faultPhase)
 	plan := schedule(h.rng, h.mode.counts)
+	injected := map[faultKind]bool{}
+	skipped := 0
 	for i, kind := range plan {
-		if time.Now().After(phaseEnd) || ctx.Err() != nil {
-			h.logf("fault phase over after %d of %d faults", i, len(plan))
+		if ctx.Err() != nil {
 			break
 		}
+		// After the phase, only kinds not yet injected run: every kind
+		// the mode counts is covered at least once.
+		if time.Now().After(phaseEnd) && injected[kind] {
+			skipped++
+			continue
+		}
+		injected[kind] = true
 		gap := h.mode.gapMin + time.Duration(h.rng.Int64N(int64(h.mode.gapMax-h.mode.gapMin)+1))
 		select {
 		case <-ctx.Done():
@@ -293,6 +361,9 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 			h.logf("no recovery within %v after %s: stopping the fault phase", h.mode.recoveryTimeout, kind)
 			break
 		}
+	}
+	if skipped > 0 {
+		h.logf("fault phase over: %d of %d faults skipped", skipped, len(plan))
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

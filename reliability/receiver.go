@@ -36,6 +36,7 @@ type receiver struct {
 	forged     int                     // bad signatures
 	mismatched int                     // header id differs from body id
 	failUntil  time.Time
+	refuseOnce map[string]bool // ids answered 503 on their next delivery
 	slowUntil  time.Time
 	slowMax    time.Duration
 	onAccept   func(id string, at time.Time)
@@ -55,6 +56,19 @@ func (r *receiver) failFor(d time.Duration) {
 	r.mu.Lock()
 	r.failUntil = time.Now().Add(d)
 	r.mu.Unlock()
+}
+
+// failOnce answers 503 to the next delivery of each id: a handler that
+// fails once for these events.
+func (r *receiver) failOnce(ids ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refuseOnce == nil {
+		r.refuseOnce = map[string]bool{}
+	}
+	for _, id := range ids {
+		r.refuseOnce[id] = true
+	}
 }
 
 // slowFor delays every answer by a random time up to max, for d.
@@ -81,7 +95,8 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ev, decodeErr := warren.DecodeEvent(body)
 	now := time.Now()
 	r.mu.Lock()
-	failing := now.Before(r.failUntil)
+	failing := now.Before(r.failUntil) || r.refuseOnce[id]
+	delete(r.refuseOnce, id)
 	var delay time.Duration
 	if now.Before(r.slowUntil) && r.slowMax > 0 {
 		delay = rand.N(r.slowMax)
@@ -148,6 +163,18 @@ func (r *receiver) snapshot() (map[string][]acceptance, map[string]warren.Event)
 		evs[id] = e
 	}
 	return acc, evs
+}
+
+// hasAll reports whether every id was accepted.
+func (r *receiver) hasAll(ids []string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		if len(r.accepted[id]) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // has reports whether id was accepted.

@@ -166,7 +166,10 @@ func (r *result) markdown() string {
 	w("## Faults and recovery\n\n")
 	w("*Recovery*: from the moment the fault was lifted (the kill, the restart, the end of a failure window) until a probe event committed after it has reached both effects: accepted by the webhook receiver and its automation rule run committed. ")
 	w("*Ready again*: for kills, until the restarted process answers `/readyz`. ")
-	w("*Catch-up*: until every event committed before the fault was lifted had reached both effects — the backlog the fault left, including events retried through the consumers' retry tiers (1s, 10s, 1m) and events waiting out a dead worker's dedup lease.\n\n")
+	w("*Catch-up*: until every event committed before the fault was lifted had reached both effects — the backlog the fault left, including events retried through the consumers' retry tiers (1s, 10s, 1m) and events waiting out a dead worker's dedup lease. ")
+	w("The memory alarm sets `vm_memory_high_watermark` to %s (the alarm goes off at once; a publishing connection is checked to be blocked), holds it %v while the receiver fails (from 2s before the alarm, so events come back from the 1s retry tier and the webhook consumers' republish runs into the alarm), then stops every relay and consumer with SIGTERM while it holds; the supervisor restarts them and the watermark goes back to %s: recovery counts from then, *ready again* is from the last stop until all six answer `/readyz`. ", alarmWatermark, r.mode.alarmHold, defaultWatermark)
+	w("Moved dead letters are valid events put into `webhook.dlq` with the `x-death` RabbitMQ writes when a message expires in `webhook`, then moved back to `webhook` — by `warren dlq export`, `warren dlq import --to webhook` and `warren dlq purge`, or by consuming from the DLQ and republishing every header as a shovel does — while the receiver refuses each once; catch-up includes their delivery. ")
+	w("Stalls pause the whole server (Postgres: the postmaster's process group; Redis: the server) with SIGSTOP for %v and %v; the Redis outage kills the server (it keeps nothing) and starts it again after %v.\n\n", r.mode.pgStall, r.mode.redisStall, r.mode.redisOutage)
 	w("| fault | count | recovery median / max | ready again median / max | catch-up median / max | backlog median |\n|---|---:|---|---|---|---:|\n")
 	byKind := map[faultKind][]*faultRecord{}
 	for _, f := range r.faults {
@@ -201,6 +204,7 @@ func (r *result) markdown() string {
 		sort.Ints(backlog)
 		w("| %s | %d | %s | %s | %s | %d |\n", k, len(fs), medMax(rec), medMax(ready), catchS, backlog[len(backlog)/2])
 	}
+	r.stopsMarkdown(w)
 	notes := map[string]int{}
 	for _, f := range r.faults {
 		if f.note != "" {
@@ -305,6 +309,46 @@ func (r *result) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// stopsMarkdown lists how the processes stopped on SIGTERM during faults
+// (the memory alarm), against their grace plus the bound.
+func (r *result) stopsMarkdown(w func(string, ...any)) {
+	byKind := map[string][]time.Duration{}
+	var killed, failed []string
+	n := 0
+	for _, f := range r.faults {
+		for _, s := range f.stops {
+			n++
+			kind, _, _ := strings.Cut(s.proc, "-")
+			byKind[kind] = append(byKind[kind], s.took)
+			switch {
+			case s.killed:
+				killed = append(killed, s.proc+" at "+f.start.Format("15:04:05"))
+			case s.problem() != "":
+				failed = append(failed, s.proc+": "+s.problem())
+			}
+		}
+	}
+	if n == 0 {
+		return
+	}
+	w("\nStops on SIGTERM while the broker's memory alarm held (each process may take its grace — the consumers' `ShutdownGrace` %v, the relay's publish timeout %v — plus %v; past that it is killed and the run fails): ",
+		consumerGraceForReport, relayStopGrace, stopBound)
+	for i, k := range sortedKeys(byKind) {
+		if i > 0 {
+			w(", ")
+		}
+		w("%s median / max %s", k, medMax(byKind[k]))
+	}
+	w("; %d stops, %d needed SIGKILL", n, len(killed))
+	if len(killed) > 0 {
+		w(" (%s)", strings.Join(killed, ", "))
+	}
+	if len(failed) > 0 {
+		w("; other problems: %s", strings.Join(failed, "; "))
+	}
+	w(".\n")
 }
 
 func (r *result) countFailures(words ...string) int {

@@ -243,6 +243,7 @@ func (p *postgres) Stop() {
 		if p.cmd == nil || p.cmd.Process == nil {
 			return
 		}
+		signalGroup(p.cmd, syscall.SIGCONT) // a paused cluster cannot shut down
 		p.cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-p.exited:
@@ -251,6 +252,25 @@ func (p *postgres) Stop() {
 			<-p.exited
 		}
 	})
+}
+
+// Pause stops the whole cluster with SIGSTOP (the postmaster and every
+// backend and helper in its process group): connections stay open and
+// nothing answers, as on a server stuck on storage. Resume continues it.
+func (p *postgres) Pause() error { return signalGroup(p.cmd, syscall.SIGSTOP) }
+
+// Resume continues a paused cluster.
+func (p *postgres) Resume() error { return signalGroup(p.cmd, syscall.SIGCONT) }
+
+// signalGroup sends sig to a service's process group.
+func signalGroup(cmd *exec.Cmd, sig syscall.Signal) error {
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("not running")
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("signal %v to process group %d: %w", sig, cmd.Process.Pid, err)
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------- Redis
@@ -333,6 +353,21 @@ func (r *redisServer) Crash() {
 
 // Restart starts the server again on the same port.
 func (r *redisServer) Restart(ctx context.Context) error { return r.start(ctx) }
+
+// Pause stops the server with SIGSTOP: connections stay open and nothing
+// answers. Resume continues it.
+func (r *redisServer) Pause() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return signalGroup(r.cmd, syscall.SIGSTOP)
+}
+
+// Resume continues a paused server.
+func (r *redisServer) Resume() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return signalGroup(r.cmd, syscall.SIGCONT)
+}
 
 // Stop kills the server for good.
 func (r *redisServer) Stop() { r.Crash() }

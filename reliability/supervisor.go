@@ -214,6 +214,34 @@ func (p *proc) kill() error {
 	return nil
 }
 
+// term stops the current incarnation with SIGTERM, as a deploy or a
+// node drain does, and kills it with SIGKILL if it is still running after
+// limit. The supervisor restarts it either way. It returns how long the
+// process took to exit, whether it needed SIGKILL, and its exit error.
+func (p *proc) term(limit time.Duration) (took time.Duration, killed bool, exitErr string, err error) {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	start := time.Now()
+	if err := p.signal(syscall.SIGTERM); err != nil {
+		return 0, false, "", err
+	}
+	select {
+	case <-exited:
+	case <-time.After(limit):
+		killed = true
+		p.signal(syscall.SIGKILL)
+		<-exited
+	}
+	took = time.Since(start)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !killed {
+		exitErr = p.exits[len(p.exits)-1].err
+	}
+	return took, killed, exitErr, nil
+}
+
 // stop ends supervision: SIGTERM, then SIGKILL after grace. It reports
 // whether the process exited cleanly on SIGTERM.
 func (p *proc) stop(grace time.Duration) (clean bool, detail string) {
