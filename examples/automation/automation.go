@@ -60,6 +60,10 @@ var Actor = app.Actor{ID: "automation", Type: warren.InitiatorSystemAutomation}
 // follow-up event to a's outbox in the handler's transaction.
 func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 	cfg.Consumer.Name = cmp.Or(cfg.Consumer.Name, "automation")
+	// The dedup store's state shows in readiness; while it is down,
+	// events are deferred without spending attempts.
+	storeUp := warren.NewDependency("dedup")
+	cfg.Consumer.Dependencies = append(cfg.Consumer.Dependencies, storeUp)
 	base, err := consumer.New(cfg.Consumer)
 	if err != nil {
 		return nil, err
@@ -88,7 +92,7 @@ func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 		// The lease outlives the handler's timeout, so a slow handler's
 		// event is never taken over; a crashed worker's event waits only
 		// that long.
-		middleware.Dedup(store, middleware.DedupOptions{Transactional: true, Lease: 2 * timeout}),
+		middleware.Dedup(store, middleware.DedupOptions{Transactional: true, Lease: 2 * timeout, Health: storeUp}),
 		middleware.Timeout(timeout),
 	)
 	s.HandleFunc("", s.apply)

@@ -90,6 +90,10 @@ type Config struct {
 	Lease time.Duration
 	// Client sends the requests. Default an http.Client with Timeout.
 	Client *http.Client
+	// StoreTimeout bounds each call to the dedup store, so a stalled store
+	// holds a worker no longer than this. Default
+	// middleware.DefaultStoreTimeout.
+	StoreTimeout time.Duration
 }
 
 // Service is the webhook consumer.
@@ -98,7 +102,9 @@ type Service struct {
 	sender    Sender
 	endpoints []Endpoint
 	store     dedup.Store
+	storeUp   *warren.Dependency
 	lease     time.Duration
+	timeout   time.Duration // of one store call
 	log       *slog.Logger
 }
 
@@ -122,6 +128,10 @@ func New(cfg Config, store dedup.Store) (*Service, error) {
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout}
 	}
+	// The store's state shows in the consumer's readiness: while it is
+	// down, events are deferred, not delivered.
+	storeUp := warren.NewDependency("dedup")
+	cfg.Consumer.Dependencies = append(cfg.Consumer.Dependencies, storeUp)
 	base, err := consumer.New(cfg.Consumer)
 	if err != nil {
 		return nil, err
@@ -131,7 +141,9 @@ func New(cfg Config, store dedup.Store) (*Service, error) {
 		sender:       Sender{Client: cfg.Client, Secret: cfg.Secret},
 		endpoints:    cfg.Endpoints,
 		store:        store,
+		storeUp:      storeUp,
 		lease:        cfg.Lease,
+		timeout:      cmp.Or(cfg.StoreTimeout, middleware.DefaultStoreTimeout),
 		log:          base.Config().Logger.With("consumer", base.Config().Name),
 	}
 	s.Use(
@@ -145,9 +157,12 @@ func New(cfg Config, store dedup.Store) (*Service, error) {
 // deliver POSTs the event to every endpoint that wants it and has not taken
 // it yet. Transient failures win over permanent ones: while any endpoint may
 // still accept the event, it is retried (endpoints that refused it refuse
-// again, harmlessly); once only refusals remain, it is dead-lettered.
+// again, harmlessly); once only refusals remain, it is dead-lettered. When
+// the dedup store could not be asked and no POST failed, the event is
+// deferred without spending an attempt, like middleware.Dedup does: a store
+// outage must not dead-letter events that were never sent.
 func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
-	var transient, permanent []error
+	var transient, permanent, storeDown []error
 	var hint time.Duration
 	wanted, already, busy := 0, 0, false
 	for _, ep := range s.endpoints {
@@ -156,9 +171,9 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 		}
 		wanted++
 		key := dedup.Key(m.Consumer, ep.id()+":"+m.Event.ID) // ep.id has a fixed width
-		claim, err := s.store.Claim(ctx, key, s.lease)
+		claim, err := s.claim(ctx, key)
 		if err != nil {
-			transient = append(transient, fmt.Errorf("dedup store: %w", err))
+			storeDown = append(storeDown, fmt.Errorf("dedup store: %w", err))
 			continue
 		}
 		switch claim.Result {
@@ -170,10 +185,9 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 			continue
 		}
 		err = s.sender.Send(ctx, ep.URL, m)
-		settle := context.WithoutCancel(ctx)
 		if err != nil {
 			// Free the endpoint's key so the retry posts again.
-			if rerr := s.store.Release(settle, claim); rerr != nil {
+			if rerr := s.settle(ctx, claim, s.store.Release); rerr != nil {
 				s.log.Warn("could not release a webhook claim; the retry waits for the lease", "key", key, "error", rerr)
 			}
 			if _, d := warren.Classify(err); d > hint {
@@ -186,12 +200,13 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 			}
 			continue
 		}
-		if err := s.store.Complete(settle, claim); err != nil {
+		if err := s.settle(ctx, claim, s.store.Complete); err != nil {
 			s.log.Warn("delivered, but the done-mark was not written; a redelivery may POST again", "key", key, "error", err)
 		}
 	}
+	transient = append(transient, storeDown...)
 	switch {
-	case len(transient) > 0:
+	case len(transient) > len(storeDown):
 		err := errors.Join(transient...)
 		if len(permanent) > 0 {
 			// Text, not wrapped: a wrapped Permanent would make the whole
@@ -203,6 +218,11 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 			return warren.RetryAfter(hint, err)
 		}
 		return err
+	case len(storeDown) > 0:
+		// Only the store failed: no POST was tried and failed, so no
+		// attempt is spent, however long the outage (endpoints that refused
+		// the event refuse it again when it comes back).
+		return warren.Unavailable(middleware.DefaultUnavailableDelay, errors.Join(storeDown...))
 	case len(permanent) > 0:
 		return warren.Permanent(errors.Join(permanent...))
 	case busy:
@@ -213,4 +233,30 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 		return warren.Duplicate("every endpoint already has this event")
 	}
 	return nil
+}
+
+// claim asks the store for key within the store timeout and reports the
+// store's state. A claim cancelled by the handler's own context (shutdown)
+// says nothing about the store.
+func (s *Service) claim(ctx context.Context, key string) (dedup.Claim, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	c, err := s.store.Claim(cctx, key, s.lease)
+	if ctx.Err() == nil {
+		s.storeUp.Report(err)
+	}
+	return c, err
+}
+
+// settle completes or releases a claim on a context that outlives the
+// handler's (a cancelled POST must still free its key) but not the store
+// timeout.
+func (s *Service) settle(ctx context.Context, c dedup.Claim, op func(context.Context, dedup.Claim) error) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	err := op(sctx, c)
+	if !errors.Is(err, dedup.ErrLeaseLost) {
+		s.storeUp.Report(err)
+	}
+	return err
 }

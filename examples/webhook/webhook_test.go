@@ -12,6 +12,10 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dedup/memory"
+	dedupredis "github.com/warrenmq/warren/dedup/redis"
+	"github.com/warrenmq/warren/internal/testenv"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 func TestParseEndpoints(t *testing.T) {
@@ -129,5 +133,59 @@ func TestDeliverSkipsEventsNoEndpointWants(t *testing.T) {
 	m.Consumer = "webhook"
 	if err := s.deliver(context.Background(), m); !errors.Is(err, warren.ErrSkipped) || e.count() != 0 {
 		t.Fatalf("deliver = %v with %d posts, want a skip and none", err, e.count())
+	}
+}
+
+// A dedup store that cannot be reached defers the event without spending
+// an attempt, and shows in the consumer's readiness; nothing is POSTed
+// unclaimed. Once the store is back, the event is delivered once. Before,
+// a store outage was a transient failure: after MaxAttempts the event was
+// dead-lettered as exhausted though no POST was ever tried.
+func TestDeliverDefersWhileTheStoreIsDown(t *testing.T) {
+	opts, err := goredis.ParseURL(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, opts.Addr)
+	ropts, err := goredis.ParseURL(proxy.URL(t, testenv.RedisURL(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ropts.DialTimeout, ropts.MaxRetries = time.Second, -1
+	rdb := goredis.NewClient(ropts)
+	t.Cleanup(func() { rdb.Close() })
+	prefix := testenv.Name(t, "wh") + ":"
+	testenv.DeleteRedisKeysOnCleanup(t, prefix)
+	store, err := dedupredis.New(rdb, dedupredis.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &endpoint{}
+	s, err := New(Config{Consumer: consumer.Config{Name: "hooks"}, Endpoints: []Endpoint{{URL: e.server(t).URL}},
+		Secret: []byte("k"), Timeout: 5 * time.Second, Lease: time.Minute, StoreTimeout: 5 * time.Second}, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := message(t)
+	m.Consumer = "hooks"
+
+	proxy.SetUp(false)
+	err = s.deliver(context.Background(), m)
+	if outcome, _ := warren.Classify(err); outcome != warren.OutcomeDeferred || !errors.Is(err, warren.ErrUnavailable) {
+		t.Fatalf("store down: %v (%v), want a deferral for an unavailable dependency", outcome, err)
+	}
+	if e.count() != 0 {
+		t.Fatalf("%d POSTs while the store was down, want none", e.count())
+	}
+	if h := s.Health(); len(h.Dependencies) != 1 || h.Dependencies[0].Up {
+		t.Fatalf("health while the store is down: %+v", h.Dependencies)
+	}
+
+	proxy.SetUp(true)
+	if err := s.deliver(context.Background(), m); err != nil {
+		t.Fatalf("store back: %v", err)
+	}
+	if e.count() != 1 || !s.Health().Dependencies[0].Up {
+		t.Fatalf("after the store came back: %d POSTs (want 1), dependency %+v", e.count(), s.Health().Dependencies)
 	}
 }
