@@ -137,7 +137,7 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatalf("warren dlq replay: %v\n%s", err, out)
 		}
-		testenv.WaitFor(t, 20*time.Second, "the replayed poison event to be delivered", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "the replayed poison event to be delivered", func() bool {
 			return p.Receiver.Accepted()[exp.PoisonID] == 1
 		})
 		if depth := testenv.QueueDepth(t, ch, dlqName); depth != 0 {
@@ -151,7 +151,7 @@ func TestEndToEnd(t *testing.T) {
 		if err := p.Redeliver(ctx, copies); err != nil {
 			t.Fatal(err)
 		}
-		testenv.WaitFor(t, 20*time.Second, "both consumers to see the copies", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "both consumers to see the copies", func() bool {
 			return p.Webhook.Stats().Duplicates-before == 3 && p.Automation.Stats().Duplicates-beforeAuto == 3
 		})
 		for _, ev := range copies {

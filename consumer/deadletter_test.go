@@ -101,7 +101,7 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 			before := time.Now()
 			pub.raw(topo.Exchange, tc.msg)
 
-			d := getOne(t, testenv.Channel(t), topo.DLQ, 15*time.Second)
+			d := getOne(t, testenv.Channel(t), topo.DLQ, 60*time.Second)
 			meta := dlq.ParseMetadata(d.Headers)
 			if meta.Class != tc.class {
 				t.Errorf("class %q, want %q", meta.Class, tc.class)
@@ -131,12 +131,12 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 			pub.events(topo.Exchange, "", event("after", "after.check"))
 			select {
 			case <-followUp:
-			case <-time.After(10 * time.Second):
+			case <-time.After(60 * time.Second):
 				t.Fatal("the consumer stopped handling messages after the bad one")
 			}
 			// The copy is in the DLQ once confirmed; the worker counts it
 			// right after, so wait for the count rather than race it.
-			testenv.WaitFor(t, 5*time.Second, "the dead letter to be counted", func() bool { return c.Stats().DeadLettered >= 1 })
+			testenv.WaitFor(t, 60*time.Second, "the dead letter to be counted", func() bool { return c.Stats().DeadLettered >= 1 })
 			if s := c.Stats(); s.DeadLettered != 1 {
 				t.Errorf("stats %+v, want 1 dead-lettered", s)
 			}
@@ -166,7 +166,7 @@ func TestExpiredMessagesLandInDLQ(t *testing.T) {
 			}
 			topo := c.Topology()
 			newPublisher(t).events(topo.Exchange, "", event("stale", "workitem.updated"))
-			d := getOne(t, testenv.Channel(t), topo.DLQ, 30*time.Second)
+			d := getOne(t, testenv.Channel(t), topo.DLQ, 60*time.Second)
 			meta := dlq.ParseMetadata(d.Headers)
 			if meta.Class != dlq.ClassExpired || meta.OriginQueue != topo.Queue || meta.OriginExchange != topo.Exchange {
 				t.Errorf("metadata %+v, want class expired from %s via %s", meta, topo.Queue, topo.Exchange)
@@ -196,7 +196,7 @@ func TestQuorumDeadLetters(t *testing.T) {
 	ch := testenv.Channel(t)
 	classes := map[string]dlq.Class{}
 	for range 2 {
-		d := getOne(t, ch, c.Topology().DLQ, 15*time.Second)
+		d := getOne(t, ch, c.Topology().DLQ, 60*time.Second)
 		classes[d.MessageId] = dlq.ParseMetadata(d.Headers).Class
 	}
 	if classes["perm"] != dlq.ClassPermanent || classes["flaky"] != dlq.ClassExhausted {
@@ -217,7 +217,7 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	newPublisher(t).events(topo.Exchange, "", event("precious", "x.y"))
-	testenv.WaitFor(t, 10*time.Second, "a failed dead-letter publish", func() bool { return c.Stats().PublishFailures >= 1 })
+	testenv.WaitFor(t, 60*time.Second, "a failed dead-letter publish", func() bool { return c.Stats().PublishFailures >= 1 })
 	if s := c.Stats(); s.DeadLettered != 0 {
 		t.Fatalf("counted as dead-lettered although the DLQ was gone: %+v", s)
 	}
@@ -225,7 +225,7 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 	if _, err := ch.QueueDeclare(topo.DLQ, true, false, false, false, amqp.Table{"x-message-ttl": consumer.DefaultDLQTTL.Milliseconds()}); err != nil {
 		t.Fatal(err)
 	}
-	d := getOne(t, ch, topo.DLQ, 15*time.Second)
+	d := getOne(t, ch, topo.DLQ, 60*time.Second)
 	if d.MessageId != "precious" {
 		t.Fatalf("DLQ got %q", d.MessageId)
 	}
@@ -266,19 +266,19 @@ func TestQuorumDeliveryLimitDeadLettersAMessageThatNeverCompletes(t *testing.T) 
 		}
 		select {
 		case <-started:
-		case <-time.After(10 * time.Second):
+		case <-time.After(60 * time.Second):
 			t.Fatalf("round %d: the message was not delivered", round)
 		}
 		if err := stop(); err != nil {
 			t.Fatal(err)
 		}
-		testenv.WaitFor(t, 10*time.Second, "the message back in the queue or in the DLQ", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "the message back in the queue or in the DLQ", func() bool {
 			return testenv.QueueDepth(t, ch, topo.Queue)+testenv.QueueDepth(t, ch, topo.DLQ) == 1
 		})
 		if testenv.QueueDepth(t, ch, topo.DLQ) == 0 {
 			continue
 		}
-		d := getOne(t, ch, topo.DLQ, time.Second)
+		d := getOne(t, ch, topo.DLQ, 60*time.Second)
 		meta := dlq.ParseMetadata(d.Headers)
 		if d.MessageId != "crasher" || meta.Class != dlq.ClassDeliveryLimit || meta.OriginQueue != topo.Queue {
 			t.Fatalf("dead letter %q: %+v", d.MessageId, meta)

@@ -57,7 +57,7 @@ func start(t *testing.T, c *consumer.BaseConsumer) (stop func() error) {
 		return runErr
 	}
 	t.Cleanup(func() { stop() })
-	deadline := time.After(15 * time.Second)
+	deadline := time.After(60 * time.Second)
 	for !c.Health().Ready {
 		select {
 		case err := <-errc:

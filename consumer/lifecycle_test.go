@@ -54,13 +54,13 @@ func TestSurvivesConnectionLoss(t *testing.T) {
 	newPublisher(t).events(c.Topology().Exchange, "", manyEvents(n, "ev", "workitem.updated")...)
 
 	for i := range gates {
-		testenv.WaitFor(t, 30*time.Second, "handlers to block at the gate", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "handlers to block at the gate", func() bool {
 			return c.Stats().InFlight == int64(c.Config().Workers)
 		})
 		if closed := testenv.CloseConnections(t, c.Config().Name); closed == 0 {
 			t.Fatalf("kill %d: no connection of %s found to close", i+1, c.Config().Name)
 		}
-		testenv.WaitFor(t, 20*time.Second, "the consumer to reconnect", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "the consumer to reconnect", func() bool {
 			return c.Stats().Reconnects >= uint64(i+1) && c.Health().Ready
 		})
 		open(i)
@@ -103,7 +103,7 @@ func TestStopLetsInFlightHandlersFinish(t *testing.T) {
 	}
 	stopped := make(chan error)
 	go func() { stopped <- stop() }()
-	testenv.WaitFor(t, 5*time.Second, "readiness to drop", func() bool { return !c.Health().Ready })
+	testenv.WaitFor(t, 60*time.Second, "readiness to drop", func() bool { return !c.Health().Ready })
 	select {
 	case err := <-stopped:
 		t.Fatalf("Run returned (%v) while handlers were still running", err)
@@ -141,7 +141,7 @@ func TestGraceShorterThanHandlerRequeues(t *testing.T) {
 		t.Errorf("stats %+v, want exactly 1 requeued", s)
 	}
 	ch := testenv.Channel(t)
-	d := getOne(t, ch, c.Topology().Queue, 5*time.Second)
+	d := getOne(t, ch, c.Topology().Queue, 60*time.Second)
 	if d.MessageId != "long" || d.Headers["x-warren-attempts"] != nil {
 		t.Errorf("requeued message %q with headers %v; want it unchanged", d.MessageId, d.Headers)
 	}
@@ -253,12 +253,12 @@ func TestHealthzReportsStuckHandlers(t *testing.T) {
 	}
 	newPublisher(t).events(c.Config().Exchange, "", event("stuck-1", "workitem.updated"))
 	<-entered
-	testenv.WaitFor(t, 10*time.Second, "/healthz to report the hanging handler", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "/healthz to report the hanging handler", func() bool {
 		code, h := healthz()
 		return code == 503 && h.Stuck && h.Alive
 	})
 	unblock()
-	testenv.WaitFor(t, 10*time.Second, "/healthz to pass once the handler finished", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "/healthz to pass once the handler finished", func() bool {
 		code, h := healthz()
 		return code == 200 && !h.Stuck
 	})

@@ -86,7 +86,7 @@ func TestObserverSeesEveryDisposition(t *testing.T) {
 	p := newPublisher(t)
 	p.events(c.Topology().Exchange, "", event("ok-1", "ok.done"), event("flaky-1", "flaky.once"), event("bad-1", "bad.always"))
 	p.raw(c.Topology().Exchange, amqp.Publishing{ContentType: "application/json", Body: []byte(`{not json`)})
-	testenv.WaitFor(t, 15*time.Second, "five settlements", func() bool { return len(obs.settlements()) == 5 })
+	testenv.WaitFor(t, 60*time.Second, "five settlements", func() bool { return len(obs.settlements()) == 5 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func TestSIGTERMDrainsInFlightHandlers(t *testing.T) {
 					if line != want {
 						t.Fatalf("service said %q, want %q", line, want)
 					}
-				case <-time.After(20 * time.Second):
+				case <-time.After(60 * time.Second):
 					t.Fatalf("service did not say %q", want)
 				}
 			}
@@ -131,7 +131,7 @@ func TestSIGTERMDrainsInFlightHandlers(t *testing.T) {
 				if err != nil {
 					t.Fatalf("service exited with %v, want status 0", err)
 				}
-			case <-time.After(20 * time.Second):
+			case <-time.After(60 * time.Second):
 				t.Fatal("service did not exit after SIGTERM")
 			}
 			for line := range lines {

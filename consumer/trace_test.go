@@ -49,7 +49,7 @@ func TestRetryStaysInTheTrace(t *testing.T) {
 	}
 	msg.Headers["traceparent"] = traceParent
 	newPublisher(t).raw(c.Topology().Exchange, msg)
-	testenv.WaitFor(t, 15*time.Second, "two handler spans", func() bool { return len(recorder.Ended()) == 2 })
+	testenv.WaitFor(t, 60*time.Second, "two handler spans", func() bool { return len(recorder.Ended()) == 2 })
 
 	spans := recorder.Ended()
 	for i, s := range spans {
@@ -96,7 +96,7 @@ func TestMalformedTraceparentIsIgnored(t *testing.T) {
 		if sc.IsValid() {
 			t.Errorf("handler got span context %v from a malformed header", sc)
 		}
-	case <-time.After(15 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the message was never handled")
 	}
 	if s := c.Stats(); s.DeadLettered != 0 {

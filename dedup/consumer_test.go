@@ -99,7 +99,7 @@ func runReplicated(t *testing.T, b backend, transactional bool) {
 			})
 		}
 	}
-	testenv.WaitFor(t, 15*time.Second, "every replica to consume", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "every replica to consume", func() bool {
 		for _, c := range running {
 			if !c.Health().Ready {
 				return false
@@ -133,7 +133,7 @@ func runReplicated(t *testing.T, b backend, transactional bool) {
 		return n
 	}
 	for name := range effects {
-		testenv.WaitFor(t, 30*time.Second, "all copies settled for "+name, func() bool { return settled(name) == copies })
+		testenv.WaitFor(t, 60*time.Second, "all copies settled for "+name, func() bool { return settled(name) == copies })
 	}
 	for name, n := range effects {
 		if n.Load() != 1 {

@@ -117,7 +117,7 @@ func TestConcurrentDeliveriesRunOncePerConsumer(t *testing.T) {
 			select {
 			case <-others:
 				return nil
-			case <-time.After(30 * time.Second):
+			case <-time.After(60 * time.Second):
 				return errors.New("the other deliveries were never answered")
 			}
 		})
@@ -223,7 +223,7 @@ func TestFailedAttemptIsRetriedNotDuplicate(t *testing.T) {
 // handles the event.
 func TestDeadClaimersLeaseIsTakenOver(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		const lease = time.Second
+		const lease = 3 * time.Second
 		stores := b.replicas(t, 2)
 		start := time.Now()
 		if c, err := stores[0].Claim(context.Background(), "webhook:evt-3", lease); err != nil || c.Result != dedup.Acquired {
@@ -237,10 +237,15 @@ func TestDeadClaimersLeaseIsTakenOver(t *testing.T) {
 			return nil
 		}))
 		err := h.Handle(context.Background(), delivery("webhook", "evt-3", 1))
-		if o, delay := warren.Classify(err); o != warren.OutcomeDeferred || delay != middleware.DefaultBusyDelay {
+		// Only a delivery that ended before the lease could have ended is
+		// known to have run inside it; a busy machine may get there later.
+		o, delay := warren.Classify(err)
+		if time.Since(start) < lease && (o != warren.OutcomeDeferred || delay != middleware.DefaultBusyDelay) {
 			t.Fatalf("delivery during the dead worker's lease = %v after %v (%v); want deferred by the busy delay", o, delay, err)
 		}
-		testenv.HandleUntil(t, h, delivery("webhook", "evt-3", 1), warren.OutcomeDone, warren.OutcomeDeferred)
+		if o != warren.OutcomeDone {
+			testenv.HandleUntil(t, h, delivery("webhook", "evt-3", 1), warren.OutcomeDone, warren.OutcomeDeferred)
+		}
 		if elapsed := time.Since(start); elapsed < lease {
 			t.Errorf("lease of %v taken over after %v", lease, elapsed)
 		}

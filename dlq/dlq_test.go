@@ -149,7 +149,7 @@ func TestReadsLeaveQueueUnchanged(t *testing.T) {
 		t.Fatalf("cancelled Peek: %v", err)
 	}
 
-	testenv.WaitFor(t, 5*time.Second, "every message back in the DLQ", func() bool { return f.depth(t, f.top.DLQ) == 300 })
+	testenv.WaitFor(t, 60*time.Second, "every message back in the DLQ", func() bool { return f.depth(t, f.top.DLQ) == 300 })
 	after := testenv.Drain(t, f.conn, f.top.DLQ)
 	if !slices.Equal(ids(after), ids(msgs)) {
 		t.Fatalf("queue order changed: %v…", ids(after)[:10])
@@ -346,7 +346,7 @@ func TestReplayLimitTargetAndDryRun(t *testing.T) {
 	if err != nil || !dry.DryRun || dry.Matched != 20 || dry.Done != 0 || dry.Queues[f.top.Consumer] != 20 {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
-	testenv.WaitFor(t, 5*time.Second, "DLQ back to 50", func() bool { return f.depth(t, f.top.DLQ) == 50 })
+	testenv.WaitFor(t, 60*time.Second, "DLQ back to 50", func() bool { return f.depth(t, f.top.DLQ) == 50 })
 	if n := f.depth(t, f.top.Consumer); n != 0 {
 		t.Fatalf("dry run published %d messages", n)
 	}
@@ -358,7 +358,7 @@ func TestReplayLimitTargetAndDryRun(t *testing.T) {
 	if got := ids(testenv.Drain(t, f.conn, other)); !slices.Equal(got, ids(msgs[:5])) {
 		t.Fatalf("target got %v", got)
 	}
-	testenv.WaitFor(t, 5*time.Second, "DLQ at 45", func() bool { return f.depth(t, f.top.DLQ) == 45 })
+	testenv.WaitFor(t, 60*time.Second, "DLQ at 45", func() bool { return f.depth(t, f.top.DLQ) == 45 })
 	if n := f.depth(t, f.top.Consumer); n != 0 {
 		t.Fatalf("origin queue got %d messages from a targeted replay", n)
 	}
@@ -390,13 +390,13 @@ func TestReplayUnknownOrigin(t *testing.T) {
 		t.Fatalf("replay: %+v, %v; want 1 done and ErrNoQueue", res, err)
 	}
 	t.Logf("error: %v", err)
-	testenv.WaitFor(t, 5*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
+	testenv.WaitFor(t, 60*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
 
 	res, err = f.q.Replay(ctx, dlq.ReplayOptions{Filter: dlq.Filter{EventIDs: []string{"none"}}})
 	if !errors.Is(err, dlq.ErrNoOrigin) || res.Done != 0 {
 		t.Fatalf("replay without origin: %+v, %v", res, err)
 	}
-	testenv.WaitFor(t, 5*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
+	testenv.WaitFor(t, 60*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
 	if got := ids(testenv.Drain(t, f.conn, f.top.DLQ)); !slices.Equal(got, []string{"gone", "good", "none"}) {
 		t.Fatalf("DLQ holds %v", got)
 	}
@@ -423,7 +423,7 @@ func TestReplayInterrupted(t *testing.T) {
 	if res.Done != 100 {
 		t.Fatalf("replayed %d before stopping, want 100", res.Done)
 	}
-	testenv.WaitFor(t, 5*time.Second, "the rest back in the DLQ", func() bool { return f.depth(t, f.top.DLQ) == 100 })
+	testenv.WaitFor(t, 60*time.Second, "the rest back in the DLQ", func() bool { return f.depth(t, f.top.DLQ) == 100 })
 	origin, dead := testenv.Drain(t, f.conn, f.top.Consumer), testenv.Drain(t, f.conn, f.top.DLQ)
 	all := append(ids(origin), ids(dead)...)
 	slices.Sort(all)
@@ -463,7 +463,7 @@ func TestReplayedExpiredMessageSurvivesRetryTier(t *testing.T) {
 	// The consumer fails it transiently and sends it to a retry tier with
 	// its headers.
 	testenv.PublishInOrder(t, f.conn, retry, []amqp.Publishing{testenv.AsPublishing(back[0])})
-	testenv.WaitFor(t, 5*time.Second, "the retried message back in the origin queue", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the retried message back in the origin queue", func() bool {
 		return f.depth(t, f.top.Consumer) == 1
 	})
 }
@@ -492,7 +492,7 @@ func TestPurgeFiltered(t *testing.T) {
 	if res, err := f.q.Purge(ctx, dlq.PurgeOptions{Filter: dlq.Filter{NewerThan: time.Hour}}); err != nil || res.Done != 0 {
 		t.Fatalf("purge of messages newer than 1h: %+v, %v", res, err)
 	}
-	testenv.WaitFor(t, 5*time.Second, "DLQ settled", func() bool { return f.depth(t, f.top.DLQ) == len(rest) })
+	testenv.WaitFor(t, 60*time.Second, "DLQ settled", func() bool { return f.depth(t, f.top.DLQ) == len(rest) })
 	if got := ids(testenv.Drain(t, f.conn, f.top.DLQ)); !slices.Equal(got, rest) {
 		t.Fatalf("DLQ after purge holds %d messages, want the %d others in order", len(got), len(rest))
 	}
@@ -647,5 +647,5 @@ func TestReplayKeepsMessageWhenPublishFails(t *testing.T) {
 		t.Fatalf("replay into a queue that rejects publishes: %+v, %v", res, err)
 	}
 	t.Logf("error: %v", err)
-	testenv.WaitFor(t, 5*time.Second, "all 3 still in the DLQ", func() bool { return f.depth(t, f.top.DLQ) == 3 })
+	testenv.WaitFor(t, 60*time.Second, "all 3 still in the DLQ", func() bool { return f.depth(t, f.top.DLQ) == 3 })
 }

@@ -64,9 +64,9 @@ END $$`, seen, seen))
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
-		got.waitDistinct(t, i+1, 10*time.Second)
+		got.waitDistinct(t, i+1, 60*time.Second)
 	}
-	testenv.WaitFor(t, 10*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
+	testenv.WaitFor(t, 60*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
 
 	rows, err := e.pool.Query(ctx, fmt.Sprintf(`SELECT op, setting, count(*) FROM %q GROUP BY 1, 2`, seen))
 	if err != nil {

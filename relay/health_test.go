@@ -31,7 +31,7 @@ func probe(t *testing.T, srv *httptest.Server, path string) (int, relay.Health) 
 func waitStatus(t *testing.T, srv *httptest.Server, path string, want int) relay.Health {
 	t.Helper()
 	var h relay.Health
-	testenv.WaitFor(t, 15*time.Second, path+" to answer "+http.StatusText(want), func() bool {
+	testenv.WaitFor(t, 60*time.Second, path+" to answer "+http.StatusText(want), func() bool {
 		var code int
 		code, h = probe(t, srv, path)
 		return code == want
@@ -105,7 +105,7 @@ func TestHealthWithoutBroker(t *testing.T) {
 	})
 	select {
 	case <-listening:
-	case <-time.After(15 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the relay never started listening")
 	}
 	h := waitStatus(t, srv, "/healthz", http.StatusOK)
@@ -125,8 +125,9 @@ func TestHealthSeesAStuckWorker(t *testing.T) {
 	e.bindQueue()
 	cfg := e.config(testenv.Name(t, "relay"))
 	// A healthy cycle here takes at most 2×Lease + PollMax +
-	// ReconnectMaxDelay = 500ms.
-	cfg.Lease, cfg.PublishTimeout = 200*time.Millisecond, 100*time.Millisecond
+	// ReconnectMaxDelay = 4.1s: short, but the claim (bounded by
+	// Lease/2) must fit in it on a busy machine.
+	cfg.Lease, cfg.PublishTimeout = 2*time.Second, time.Second
 	cfg.PollMax, cfg.ReconnectMaxDelay = 50*time.Millisecond, 50*time.Millisecond
 	release := make(chan struct{})
 	var once sync.Once

@@ -72,7 +72,7 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.Observer = obs
 	cfg.Workers = 1
-	cfg.PollMin, cfg.PollMax = time.Minute, time.Minute
+	cfg.PollMin, cfg.PollMax = time.Hour, time.Hour
 	cfg.StatsInterval = 20 * time.Millisecond
 	listening := make(chan struct{})
 	var once sync.Once
@@ -81,15 +81,15 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 	})
 	select {
 	case <-listening:
-	case <-time.After(15 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the relay never started listening")
 	}
-	// Past its first claim the only worker waits for a minute's poll or a
+	// Past its first claim the only worker waits for an hour's poll or a
 	// notification; whatever claims the event next was woken by one.
-	testenv.WaitFor(t, 15*time.Second, "the relay's first claim", func() bool { return !run.relay.Health().LastClaim.IsZero() })
+	testenv.WaitFor(t, 60*time.Second, "the relay's first claim", func() bool { return !run.relay.Health().LastClaim.IsZero() })
 	e.publish(event("notified-1"))
-	got.waitDistinct(t, 1, 10*time.Second)
-	testenv.WaitFor(t, 5*time.Second, "the publish to be observed", func() bool { return obs.snapshot().published == 1 })
+	got.waitDistinct(t, 1, 60*time.Second)
+	testenv.WaitFor(t, 60*time.Second, "the publish to be observed", func() bool { return obs.snapshot().published == 1 })
 	s := obs.snapshot()
 	if s.notify < 1 || s.poll != 0 {
 		t.Errorf("wake-ups: %d by notify, %d by poll; want at least one by notify and none by poll", s.notify, s.poll)
@@ -97,7 +97,7 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 	if s.failures != 0 || s.dead != 0 {
 		t.Errorf("failures %d, dead %d; want none", s.failures, s.dead)
 	}
-	testenv.WaitFor(t, 5*time.Second, "stats showing the table empty", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "stats showing the table empty", func() bool {
 		st := obs.snapshot().stats
 		return len(st) > 0 && st[len(st)-1].Pending == 0
 	})
@@ -119,7 +119,7 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	poison := event("poison-1")
 	poison.Type = "poison.created"
 	e.publish(poison)
-	testenv.WaitFor(t, 30*time.Second, "the poison row to be dead", func() bool { return obs.snapshot().dead == 1 })
+	testenv.WaitFor(t, 60*time.Second, "the poison row to be dead", func() bool { return obs.snapshot().dead == 1 })
 	if s := obs.snapshot(); s.failures != 3 || s.published != 0 {
 		t.Errorf("failures %d, published %d; want 3 failures (one per attempt) and nothing published", s.failures, s.published)
 	}

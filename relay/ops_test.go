@@ -89,7 +89,7 @@ func TestDeadAndRedrive(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("Redrive: %d, %v; want 2", n, err)
 	}
-	got.waitDistinct(t, 2, 10*time.Second)
+	got.waitDistinct(t, 2, 60*time.Second)
 	if !got.has("l1") || !got.has("l2") {
 		t.Fatalf("redriven rows did not arrive: %v", got.deliveries())
 	}

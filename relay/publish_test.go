@@ -167,7 +167,7 @@ func TestRelayedEventKeepsEnvelopeAndUnknownFields(t *testing.T) {
 	bare := warren.Event{ID: "ev-2", Type: "label.deleted"}
 	e.publish(bare)
 	e.start(e.config(testenv.Name(t, "relay")))
-	got.waitDistinct(t, 2, 10*time.Second)
+	got.waitDistinct(t, 2, 60*time.Second)
 
 	for _, d := range got.deliveries() {
 		out, err := warren.DecodeEvent(d.Body)

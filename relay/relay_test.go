@@ -97,7 +97,7 @@ func TestRolledBackTransactionPublishesNothing(t *testing.T) {
 	}
 	write("rolled-back", false)
 	write("committed", true)
-	got.waitDistinct(t, 1, 10*time.Second)
+	got.waitDistinct(t, 1, 60*time.Second)
 	if !got.has("committed") {
 		t.Fatal("the committed event did not arrive")
 	}
@@ -106,36 +106,42 @@ func TestRolledBackTransactionPublishesNothing(t *testing.T) {
 	}
 	// Nothing else can arrive later: the committed row is settled and the
 	// table is empty.
-	testenv.WaitFor(t, 10*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
+	testenv.WaitFor(t, 60*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
 	if got.distinct() != 1 || got.has("rolled-back") {
 		t.Fatalf("received %v", got.deliveries())
 	}
 }
 
-// Three relays on one table deliver every one of 10,000 events exactly
-// once (no faults, so no lease lapses and no duplicates).
+// Three relays on one table deliver every one of 10,000 events, each
+// once: the claims never overlap, so an event arrives twice only after a
+// publish of it failed (on a busy machine, a confirm slower than
+// PublishTimeout) and its row was retried.
 func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
 	var connected counter
+	var obs recordingObserver
 	claimedBy := make([]counter, 3)
 	for i := range 3 {
 		cfg := e.config(testenv.Name(t, fmt.Sprintf("relay%d", i)))
-		cfg.Lease = time.Minute
+		cfg.Lease, cfg.Observer = 2*time.Minute, &obs // no lease lapses: only failed publishes are retried
 		e.start(cfg, func(r *relay.Relay) {
 			relay.SetConnectedHook(r, connected.hook())
 			relay.SetAfterClaimHook(r, func(rows []relay.Row) { claimedBy[i].n.Add(int64(len(rows))) })
 		})
 	}
-	testenv.WaitFor(t, 20*time.Second, "three relays connected", func() bool { return connected.value() == 3 })
+	testenv.WaitFor(t, 60*time.Second, "three relays connected", func() bool { return connected.value() == 3 })
 
 	start := time.Now()
 	ids := e.publishN("ev", 10000)
-	got.waitDistinct(t, len(ids), 90*time.Second)
+	got.waitDistinct(t, len(ids), 5*time.Minute)
 	elapsed := time.Since(start)
-	testenv.WaitFor(t, 20*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
-	got.requireExactlyOnce(t, ids)
+	testenv.WaitFor(t, 60*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
+	dups := got.requireOnce(t, ids, &e.claims)
+	if failed := obs.snapshot().failures; dups > failed {
+		t.Errorf("%d duplicates but only %d failed publishes: rows were claimed twice without a retry", dups, failed)
+	}
 	for i := range claimedBy {
 		if claimedBy[i].value() == 0 {
 			t.Errorf("relay %d claimed nothing: the relays did not share the work", i)
@@ -155,16 +161,31 @@ func TestHungRelayRowsAreTakenOverAfterLease(t *testing.T) {
 
 	held := newHold(t)
 	hung := e.config(testenv.Name(t, "hung"))
-	hung.Lease, hung.PublishTimeout, hung.Workers = time.Second, 500*time.Millisecond, 1
+	// Short, but the claim (bounded by Lease/2) must fit in it.
+	hung.Lease, hung.PublishTimeout, hung.Workers = 3*time.Second, time.Second, 1
 	e.start(hung, held.install)
-	if rows := held.wait(); len(rows) != len(ids) {
+	rows := held.wait()
+	if len(rows) != len(ids) {
 		t.Fatalf("the hung relay claimed %d rows, want %d", len(rows), len(ids))
 	}
-	claimedAt := time.Now()
-	e.takeOver(got, ids, 5*time.Second)
-	if waited := time.Since(claimedAt); waited < 900*time.Millisecond {
-		t.Errorf("rows were taken over after %v, before their 1s lease lapsed", waited)
+	e.takeOver(got, ids)
+	// The lease's end is the database's time, on this machine's clock.
+	leaseEnd := rows[0].AvailableAt
+	for _, r := range rows {
+		leaseEnd = earliest(leaseEnd, r.AvailableAt)
 	}
+	for _, id := range ids {
+		if at, _ := got.receivedAt(id); at.Before(leaseEnd) {
+			t.Errorf("event %s arrived at %v, before the hung relay's lease ended at %v", id, at, leaseEnd)
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // A relay process killed with SIGKILL right after its claim committed:
@@ -178,7 +199,7 @@ func TestRelayKilledAfterClaim(t *testing.T) {
 	childName := testenv.Name(t, "child")
 	spec, _ := json.Marshal(childSpec{
 		DatabaseURL: testenv.DatabaseURL(t), AMQPURL: testenv.AMQPURL(t),
-		Exchange: e.exchange, Table: e.table, Name: childName, Lease: 2 * time.Second,
+		Exchange: e.exchange, Table: e.table, Name: childName, Lease: 5 * time.Second, // its claim must fit in Lease/2
 	})
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
@@ -204,7 +225,7 @@ func TestRelayKilledAfterClaim(t *testing.T) {
 		if line != fmt.Sprintf("claimed %d", len(ids)) {
 			t.Fatalf("child said %q", line)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
 		t.Fatalf("child relay never claimed; its log:\n%s", stderr.String())
 	}
@@ -221,7 +242,7 @@ func TestRelayKilledAfterClaim(t *testing.T) {
 		t.Fatal("the child published before it was killed")
 	}
 
-	e.takeOver(got, ids, 5*time.Second)
+	e.takeOver(got, ids)
 }
 
 // A stop right after a claim publishes nothing and hands the rows back at
@@ -249,7 +270,7 @@ func TestGracefulStopReleasesUnpublishedClaims(t *testing.T) {
 	if got.distinct() != 0 {
 		t.Fatal("a stopping relay published after its context ended")
 	}
-	e.takeOver(got, ids, time.Hour) // at once, not after a lease
+	e.takeOver(got, ids) // at once, not after a lease
 }
 
 // Stopping in the middle of a stream leaves nothing half done: every row
@@ -263,7 +284,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	cfg := e.config(testenv.Name(t, "first"))
 	cfg.BatchSize, cfg.Lease = 50, time.Hour
 	run := e.start(cfg)
-	got.waitDistinct(t, 300, 20*time.Second)
+	got.waitDistinct(t, 300, 60*time.Second)
 	if err := run.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +295,7 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 	if left == 0 {
 		t.Fatal("the relay finished everything before the stop; the test proves nothing")
 	}
-	e.takeOver(got, ids, time.Hour)
+	e.takeOver(got, ids)
 	t.Logf("stopped with %d of %d rows left", left, len(ids))
 }
 
@@ -292,7 +313,8 @@ func TestStaleRelayCannotOverwriteReclaimedRows(t *testing.T) {
 			staleHeld := newHold(t)
 			var staleSettled counter
 			stale := e.config(testenv.Name(t, "stale"))
-			stale.Lease, stale.PublishTimeout, stale.Workers = time.Second, 500*time.Millisecond, 1
+			// Short, but the claim (bounded by Lease/2) must fit in it.
+			stale.Lease, stale.PublishTimeout, stale.Workers = 3*time.Second, time.Second, 1
 			stale.MaxAttempts, stale.KeepDelivered = 1, true // an unfenced failure would make the rows dead
 			if !staleSucceeds {
 				stale.Exchange = testenv.Name(t, "unbound") // no queue: every publish is returned
@@ -303,7 +325,7 @@ func TestStaleRelayCannotOverwriteReclaimedRows(t *testing.T) {
 
 			freshHeld := newHold(t)
 			fresh := e.config(testenv.Name(t, "fresh"))
-			fresh.Lease, fresh.Workers, fresh.KeepDelivered = time.Minute, 1, true
+			fresh.Workers, fresh.KeepDelivered = 1, true
 			e.start(fresh, freshHeld.install)
 			freshHeld.wait() // the rows are now leased to fresh, claims = 2
 
@@ -343,8 +365,8 @@ func TestStaleRelayCannotOverwriteReclaimedRows(t *testing.T) {
 				t.Fatalf("the stale relay's settle changed rows it no longer held:\nbefore %v\nafter  %v", before, after)
 			}
 			freshHeld.release()
-			testenv.WaitFor(t, 10*time.Second, "all rows delivered", func() bool { return e.count("state = 'delivered'") == len(ids) })
-			got.waitDistinct(t, len(ids), 10*time.Second)
+			testenv.WaitFor(t, 60*time.Second, "all rows delivered", func() bool { return e.count("state = 'delivered'") == len(ids) })
+			got.waitDistinct(t, len(ids), 60*time.Second)
 			if n := e.count("last_error IS NOT NULL"); n != 0 {
 				t.Errorf("%d rows carry the stale relay's error", n)
 			}
@@ -420,12 +442,12 @@ func TestBrokerOutageRowsWait(t *testing.T) {
 	connected.waitAbove(t, 0, "the relay to connect")
 
 	before := e.publishN("before", 100)
-	got.waitDistinct(t, len(before), 10*time.Second)
+	got.waitDistinct(t, len(before), 60*time.Second)
 
 	p.SetUp(false)
 	during := e.publishN("during", 200)
 	refused := p.Refused()
-	testenv.WaitFor(t, 20*time.Second, "two refused reconnects", func() bool { return p.Refused() >= refused+2 })
+	testenv.WaitFor(t, 60*time.Second, "two refused reconnects", func() bool { return p.Refused() >= refused+2 })
 	if n := e.count("event_id LIKE 'during-%' AND state = 'pending'"); n != len(during) {
 		t.Fatalf("%d of %d rows written during the outage are pending", n, len(during))
 	}
@@ -449,13 +471,15 @@ func TestPublishTimeoutIsAFailure(t *testing.T) {
 	var connected counter
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.AMQPURL, cfg.KeepDelivered, cfg.MaxAttempts = p.URL(t, brokerURL), true, 1000
-	cfg.PublishTimeout, cfg.Lease = 200*time.Millisecond, 2*time.Second
+	// Short, since every publish to the stalled broker waits this long, but
+	// long enough for confirms to come in time once it answers again.
+	cfg.PublishTimeout, cfg.Lease = time.Second, 5*time.Second
 	e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
 	connected.waitAbove(t, 0, "the relay to connect")
 
 	p.Stall(true)
 	ids := e.publishN("ev", 5)
-	testenv.WaitFor(t, 20*time.Second, "timed-out attempts on every row", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "timed-out attempts on every row", func() bool {
 		return e.count("attempts >= 2 AND last_error LIKE 'no confirm from the broker within PublishTimeout%'") == len(ids)
 	})
 	if n := e.count("state <> 'pending'"); n != 0 {
@@ -476,8 +500,8 @@ func TestPollingAloneDelivers(t *testing.T) {
 	cfg.DisableListen = true
 	e.start(cfg)
 	ids := e.publishN("ev", 200)
-	got.waitDistinct(t, len(ids), 20*time.Second)
-	got.requireExactlyOnce(t, ids)
+	got.waitDistinct(t, len(ids), 60*time.Second)
+	got.requireOnce(t, ids, &e.claims)
 	var listeners int
 	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1`, name+" listener").Scan(&listeners); err != nil {
 		t.Fatal(err)
@@ -506,7 +530,7 @@ func TestUnroutableIsNotDelivered(t *testing.T) {
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.KeepDelivered, cfg.MaxAttempts = true, 1000
 	e.start(cfg)
-	testenv.WaitFor(t, 20*time.Second, "three returned attempts per row", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "three returned attempts per row", func() bool {
 		return e.count("attempts >= 3 AND last_error LIKE '%returned%'") == len(ids)
 	})
 	if n := e.count("state <> 'pending'"); n != 0 {
@@ -546,8 +570,8 @@ func TestPoisonRowsDieWhileTheRestFlow(t *testing.T) {
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.MaxAttempts, cfg.MaxMessageBytes = 3, 2048
 	e.start(cfg)
-	got.waitDistinct(t, len(good), 20*time.Second)
-	testenv.WaitFor(t, 20*time.Second, "three dead rows", func() bool { return e.count("state = 'dead'") == 3 })
+	got.waitDistinct(t, len(good), 60*time.Second)
+	testenv.WaitFor(t, 60*time.Second, "three dead rows", func() bool { return e.count("state = 'dead'") == 3 })
 
 	for id, want := range map[string]struct {
 		attempts int
@@ -566,7 +590,7 @@ func TestPoisonRowsDieWhileTheRestFlow(t *testing.T) {
 			t.Errorf("row %s: %+v; want dead after %d attempts with an error mentioning %q", id, row, want.attempts, want.err)
 		}
 	}
-	got.requireExactlyOnce(t, goodIDs)
+	got.requireOnce(t, goodIDs, &e.claims)
 	if n := e.count("true"); n != 3 {
 		t.Errorf("%d rows left, want only the 3 dead ones", n)
 	}
@@ -584,8 +608,8 @@ func TestLapsedLastAttemptMakesRowDead(t *testing.T) {
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.MaxAttempts = 3
 	e.start(cfg)
-	got.waitDistinct(t, 1, 10*time.Second)
-	testenv.WaitFor(t, 10*time.Second, "the doomed row dead", func() bool {
+	got.waitDistinct(t, 1, 60*time.Second)
+	testenv.WaitFor(t, 60*time.Second, "the doomed row dead", func() bool {
 		return e.count("event_id = 'doomed' AND state = 'dead' AND claimed_by IS NULL AND last_error LIKE 'gave up after 3 attempts%earlier failure%'") == 1
 	})
 	if got.has("doomed") {
@@ -622,17 +646,21 @@ func TestOrderByEntity(t *testing.T) {
 	for i := range 3 {
 		cfg := e.config(testenv.Name(t, fmt.Sprintf("relay%d", i)))
 		cfg.OrderByEntity, cfg.BatchSize = true, 7
-		cfg.MaxAttempts, cfg.RetryMin, cfg.RetryMax = 2, 4*time.Second, 4*time.Second
+		// The head's retry waits until the test makes it due, however
+		// slow the machine: the checks below need it still pending.
+		cfg.MaxAttempts, cfg.RetryMin, cfg.RetryMax = 2, time.Hour, time.Hour
 		e.start(cfg)
 	}
-	got.waitDistinct(t, 120, 20*time.Second) // a, b and c
+	got.waitDistinct(t, 120, 60*time.Second) // a, b and c
 	if n := e.count("entity_id = 'x' AND event_type = 'poison.updated' AND state = 'pending' AND attempts = 1"); n != 1 {
 		t.Fatal("the failing head of entity x is not waiting for its retry; the check below would prove nothing")
 	}
 	if n := e.count("entity_id = 'x' AND event_type = 'good.updated' AND claims = 0"); n != 10 {
 		t.Fatalf("%d of entity x's 10 later events were never claimed, want all 10 held back by its failing head", n)
 	}
-	got.waitDistinct(t, 130, 30*time.Second) // x's followers, after the head died
+	// x's head makes its last attempt now, dies, and lets its followers go.
+	e.exec(`UPDATE {table} SET available_at = now() WHERE event_id = 'x-000'`)
+	got.waitDistinct(t, 130, 90*time.Second)
 	if n := e.count("event_id = 'x-000' AND state = 'dead'"); n != 1 {
 		t.Fatal("entity x's head is not dead")
 	}
@@ -648,8 +676,11 @@ func TestOrderByEntity(t *testing.T) {
 	}
 }
 
-// LISTEN/NOTIFY wakes an idle relay within milliseconds of a commit, far
-// sooner than its poll, also after its listener connection was killed.
+// LISTEN/NOTIFY wakes an idle relay after a commit, also after its
+// listener connection was killed: with a poll that never comes during the
+// test, every event that arrives was woken for. (Within milliseconds on an
+// idle machine; the latency is logged, not asserted, since a busy machine
+// can take seconds.)
 func TestNotifyWakesRelayBeforePoll(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()
@@ -657,7 +688,7 @@ func TestNotifyWakesRelayBeforePoll(t *testing.T) {
 	name := testenv.Name(t, "relay")
 	var listening, connected counter
 	cfg := e.config(name)
-	cfg.PollMin, cfg.PollMax, cfg.Workers = 10*time.Second, 10*time.Second, 1
+	cfg.PollMin, cfg.PollMax, cfg.Workers = time.Hour, time.Hour, 1
 	e.start(cfg, func(r *relay.Relay) {
 		relay.SetListeningHook(r, listening.hook())
 		relay.SetConnectedHook(r, connected.hook())
@@ -671,7 +702,7 @@ func TestNotifyWakesRelayBeforePoll(t *testing.T) {
 			id := fmt.Sprintf("%s-%d", prefix, i)
 			e.publish(event(id))
 			committed := time.Now()
-			testenv.WaitFor(t, 5*time.Second, "event "+id, func() bool { return got.has(id) })
+			testenv.WaitFor(t, 60*time.Second, "event "+id+" (notifications are not waking the relay)", func() bool { return got.has(id) })
 			at, _ := got.receivedAt(id)
 			lat = append(lat, at.Sub(committed))
 		}
@@ -679,10 +710,7 @@ func TestNotifyWakesRelayBeforePoll(t *testing.T) {
 		return lat
 	}
 	lat := measure("ev", 30)
-	t.Logf("commit-to-consumer latency over %d events, poll 10s: p50 %v, max %v", len(lat), lat[len(lat)/2], lat[len(lat)-1])
-	if worst := lat[len(lat)-1]; worst > time.Second {
-		t.Errorf("slowest event took %v: notifications are not waking the relay", worst)
-	}
+	t.Logf("commit-to-consumer latency over %d events, poll 1h: p50 %v, max %v", len(lat), lat[len(lat)/2], lat[len(lat)-1])
 
 	was := listening.value()
 	if n := testenv.TerminateBackends(t, name); n == 0 {
@@ -690,9 +718,7 @@ func TestNotifyWakesRelayBeforePoll(t *testing.T) {
 	}
 	listening.waitAbove(t, was, "the listener to reconnect")
 	lat = measure("after", 5)
-	if worst := lat[len(lat)-1]; worst > time.Second {
-		t.Errorf("after the listener reconnected the slowest event took %v", worst)
-	}
+	t.Logf("after the listener reconnected: max %v", lat[len(lat)-1])
 }
 
 func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
@@ -701,7 +727,7 @@ func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err = r.Run(ctx)
 	if !errors.Is(err, relay.ErrSchema) || !strings.Contains(err.Error(), "migrate") {

@@ -43,7 +43,7 @@ func traced(t *testing.T, e *env, tp trace.TracerProvider) (<-chan trace.SpanCon
 			t.Errorf("consumer: %v", err)
 		}
 	})
-	testenv.WaitFor(t, 15*time.Second, "the consumer to be ready", func() bool { return c.Health().Ready })
+	testenv.WaitFor(t, 60*time.Second, "the consumer to be ready", func() bool { return c.Health().Ready })
 	return seen, c
 }
 
@@ -52,7 +52,7 @@ func handled(t *testing.T, seen <-chan trace.SpanContext) trace.SpanContext {
 	select {
 	case sc := <-seen:
 		return sc
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the handler never ran")
 		return trace.SpanContext{}
 	}
@@ -101,7 +101,7 @@ func TestOneTraceFromPublishToHandler(t *testing.T) {
 	}
 
 	var publish, process sdktrace.ReadOnlySpan
-	testenv.WaitFor(t, 10*time.Second, "the relay's and the consumer's spans to end", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the relay's and the consumer's spans to end", func() bool {
 		for _, s := range recorder.Ended() {
 			switch s.SpanKind() {
 			case trace.SpanKindProducer:
@@ -163,7 +163,7 @@ func TestNoTraceNoHeader(t *testing.T) {
 	cfg.KeepDelivered = true
 	e.start(cfg)
 	e.publish(event("untraced-1"))
-	got.waitDistinct(t, 1, 30*time.Second)
+	got.waitDistinct(t, 1, 60*time.Second)
 	if n := e.count(`traceparent IS NOT NULL OR tracestate IS NOT NULL`); n != 0 {
 		t.Errorf("%d rows store a trace context nobody gave", n)
 	}

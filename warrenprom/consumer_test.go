@@ -44,7 +44,7 @@ func TestReconnectsAreCounted(t *testing.T) {
 	if n := testenv.CloseConnections(t, name); n != 1 {
 		t.Fatalf("closed %d connections named after the consumer, want 1", n)
 	}
-	testenv.WaitFor(t, 15*time.Second, "a reconnect", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "a reconnect", func() bool {
 		s := metrics.scrape()
 		return s.sum("warren_consumer_reconnects_total", cn) == 1 && s.sum("warren_consumer_connected", cn) == 1
 	})

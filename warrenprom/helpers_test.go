@@ -138,7 +138,7 @@ func startConsumer(t *testing.T, c *consumer.BaseConsumer) {
 	testenv.CleanupQueues(t, topo.Queues()...)
 	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
 	runInBackground(t, c.Run)
-	testenv.WaitFor(t, 15*time.Second, "the consumer to be ready", func() bool { return c.Health().Ready })
+	testenv.WaitFor(t, 60*time.Second, "the consumer to be ready", func() bool { return c.Health().Ready })
 }
 
 // runInBackground runs run until t ends, then cancels it, waits for it and

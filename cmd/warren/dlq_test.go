@@ -207,7 +207,7 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 	if n := testenv.QueueDepth(t, ch, sibling); n != 0 {
 		t.Fatalf("the other queue on the fanout exchange got %d messages", n)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the rest back in the DLQ", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the rest back in the DLQ", func() bool {
 		return testenv.QueueDepth(t, ch, top.DLQ) == 10000-len(matching)
 	})
 	replayed := testenv.Drain(t, conn, top.Consumer)
@@ -239,7 +239,7 @@ func TestCLIReplayInterruptedBySIGINT(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 30*time.Second, "the replay to get going", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the replay to get going", func() bool {
 		return testenv.QueueDepth(t, ch, top.Consumer) >= total/3
 	})
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -253,7 +253,7 @@ func TestCLIReplayInterruptedBySIGINT(t *testing.T) {
 		t.Fatalf("stderr: %q", stderr.String())
 	}
 
-	testenv.WaitFor(t, 10*time.Second, "every message accounted for", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "every message accounted for", func() bool {
 		return testenv.QueueDepth(t, ch, top.DLQ)+testenv.QueueDepth(t, ch, top.Consumer) >= total
 	})
 	origin, dead := testenv.Drain(t, conn, top.Consumer), testenv.Drain(t, conn, top.DLQ)
@@ -394,7 +394,7 @@ func TestCLIReadsLeaveQueueUnchanged(t *testing.T) {
 	ok(t, "dlq", "replay", "--queue", top.Consumer, "--dry-run")
 	ok(t, "dlq", "purge", "--queue", top.Consumer, "--dry-run")
 
-	testenv.WaitFor(t, 5*time.Second, "all 200 in the DLQ", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 200 })
+	testenv.WaitFor(t, 60*time.Second, "all 200 in the DLQ", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 200 })
 	after := testenv.Drain(t, conn, top.DLQ)
 	if len(after) != 200 {
 		t.Fatalf("DLQ holds %d messages after reading, want 200", len(after))
@@ -417,7 +417,7 @@ func TestCLIPurge(t *testing.T) {
 	if res := decodeJSON[dlq.Result](t, r.stdout); res.Done != 10 {
 		t.Fatalf("purge --limit 10 purged %d", res.Done)
 	}
-	testenv.WaitFor(t, 5*time.Second, "90 left", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 90 })
+	testenv.WaitFor(t, 60*time.Second, "90 left", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 90 })
 	left := decodeJSON[dlq.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
 	for _, g := range left.ByClass {
 		if g.Key == "undecodable" && g.Count != 15 {
@@ -547,7 +547,7 @@ func TestDLQConfirmsOnATerminal(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("Delete 5 of 5 messages in %s for good? [y/N]", top.DLQ)) {
 		t.Fatalf("purge with no answer: exit %d, stderr %q", code, stderr)
 	}
-	testenv.WaitFor(t, 5*time.Second, "all 5 still in the DLQ", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 5 })
+	testenv.WaitFor(t, 60*time.Second, "all 5 still in the DLQ", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 5 })
 	if n := testenv.QueueDepth(t, ch, top.Consumer); n != 0 {
 		t.Fatalf("a declined replay moved %d messages", n)
 	}

@@ -78,7 +78,7 @@ func TestRelayRunHealthAddr(t *testing.T) {
 		<-finished
 	})
 	base := "http://" + addr
-	testenv.WaitFor(t, 30*time.Second, "/readyz to answer 200", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "/readyz to answer 200", func() bool {
 		code, _ := get(t, base+"/readyz")
 		return code == http.StatusOK
 	})
@@ -100,7 +100,7 @@ func TestRelayRunHealthAddr(t *testing.T) {
 	}
 	want := `warren_relay_published_total{outbox="` + table + `"} 3`
 	var body string
-	testenv.WaitFor(t, 30*time.Second, "the published counter on /metrics", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the published counter on /metrics", func() bool {
 		_, body = get(t, base+"/metrics")
 		return strings.Contains(body, want)
 	})

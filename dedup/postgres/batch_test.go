@@ -60,7 +60,7 @@ func (s batchStore) holdBatch(t *testing.T) (release func(), blocked <-chan erro
 		done <- err
 	}()
 	// The claim is in flight once it waits for the lock.
-	testenv.WaitFor(t, 10*time.Second, "the blocker's claim to wait for its row lock", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the blocker's claim to wait for its row lock", func() bool {
 		var waiting bool
 		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE '%unnest%' AND query LIKE '%'||$1||'%')`, strings.Trim(s.table, `"`)).Scan(&waiting)
@@ -117,7 +117,7 @@ CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[2]s FOR EACH ROW EXECUTE FUNC
 	results := make(map[string]<-chan claimResult)
 	for i, k := range keys {
 		results[k] = s.claimAsync(k)
-		testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
+		testenv.WaitFor(t, 60*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
 	}
 	release()
 	if err := <-blocked; err != nil {
@@ -155,7 +155,7 @@ func TestRepeatedKeyInABatch(t *testing.T) {
 	var results []<-chan claimResult
 	for i, k := range []string{"same", "other", "same"} {
 		results = append(results, s.claimAsync(k))
-		testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
+		testenv.WaitFor(t, 60*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
 	}
 	release()
 	if err := <-blocked; err != nil {
@@ -204,7 +204,7 @@ func TestMixedBatch(t *testing.T) {
 	errs := make(chan error, 3)
 	queue := func(n int, f func() error) {
 		go func() { errs <- f() }()
-		testenv.WaitFor(t, 10*time.Second, "the call to queue", func() bool { return s.batcher.Waiting() == n })
+		testenv.WaitFor(t, 60*time.Second, "the call to queue", func() bool { return s.batcher.Waiting() == n })
 	}
 	queue(1, func() error { return s.Complete(ctx, toComplete) })
 	queue(2, func() error { return s.Release(ctx, toRelease) })
@@ -215,9 +215,9 @@ func TestMixedBatch(t *testing.T) {
 		return nil
 	})
 	again := s.claimAsync("complete-me")
-	testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 4 })
+	testenv.WaitFor(t, 60*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 4 })
 	freed := s.claimAsync("release-me")
-	testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 5 })
+	testenv.WaitFor(t, 60*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 5 })
 	release()
 	if err := <-blocked; err != nil {
 		t.Fatal(err)
@@ -315,7 +315,7 @@ func replicaPool(t *testing.T) (*pgxpool.Pool, string) {
 // waitForLockWaits waits until n backends named app wait for a lock.
 func waitForLockWaits(t *testing.T, pool *pgxpool.Pool, app string, n int) {
 	t.Helper()
-	testenv.WaitFor(t, 10*time.Second, fmt.Sprintf("%d batches to wait for a lock", n), func() bool {
+	testenv.WaitFor(t, 60*time.Second, fmt.Sprintf("%d batches to wait for a lock", n), func() bool {
 		var waiting int
 		err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting)
@@ -451,7 +451,7 @@ CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[2]s FOR EACH ROW EXECUTE FUNC
 	release, blocked := s.holdBatch(t)
 	defer release()
 	poison := s.claimAsync("poison")
-	testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 1 })
+	testenv.WaitFor(t, 60*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 1 })
 	goneCtx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	gone := make(chan error, 1)
@@ -459,12 +459,12 @@ CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[2]s FOR EACH ROW EXECUTE FUNC
 		_, err := s.Claim(goneCtx, "gone", time.Hour)
 		gone <- err
 	}()
-	testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 2 })
+	testenv.WaitFor(t, 60*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == 2 })
 	release()
 	if err := <-blocked; err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the batch to wait in the trigger", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the batch to wait in the trigger", func() bool {
 		var waiting bool
 		err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE '%'||$1||'%')`, strings.Trim(s.table, `"`)).Scan(&waiting)

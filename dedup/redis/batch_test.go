@@ -80,7 +80,7 @@ func claimTogether(t *testing.T, s *Store, rec *pipelineRecorder, keys []string)
 			c, err := s.Claim(ctx, k, time.Minute)
 			results[i] <- claimResult{c, err}
 		}()
-		testenv.WaitFor(t, 10*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
+		testenv.WaitFor(t, 60*time.Second, "the claim to queue", func() bool { return s.batcher.Waiting() == i+1 })
 	}
 	close(rec.hold)
 	if err := <-first; err != nil {

@@ -47,7 +47,7 @@ func startCluster(t *testing.T) []string {
 	for i, addr := range addrs {
 		admins[i] = goredis.NewClient(&goredis.Options{Addr: addr})
 		t.Cleanup(func() { admins[i].Close() })
-		testenv.WaitFor(t, 10*time.Second, "the cluster node "+addr+" to start", func() bool {
+		testenv.WaitFor(t, 60*time.Second, "the cluster node "+addr+" to start", func() bool {
 			return admins[i].Ping(ctx).Err() == nil
 		})
 		lo, hi := i*16384/nodes, (i+1)*16384/nodes-1
@@ -61,7 +61,7 @@ func startCluster(t *testing.T) []string {
 			t.Fatal(err)
 		}
 	}
-	testenv.WaitFor(t, 20*time.Second, "the cluster to form", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the cluster to form", func() bool {
 		for _, a := range admins {
 			info, err := a.ClusterInfo(ctx).Result()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", nodes)) {

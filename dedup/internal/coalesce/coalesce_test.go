@@ -69,7 +69,7 @@ func doAsync(b *Batcher[*call], ctx context.Context, c *call) <-chan error {
 
 func waitQueued(t *testing.T, b *Batcher[*call], n int) {
 	t.Helper()
-	testenv.WaitFor(t, 5*time.Second, "calls to queue up", func() bool { return b.Waiting() == n })
+	testenv.WaitFor(t, 60*time.Second, "calls to queue up", func() bool { return b.Waiting() == n })
 }
 
 // A call made while nothing is in flight goes out at once, alone: an idle
@@ -229,7 +229,7 @@ func TestBatchContextOutlivesAllButTheLastCaller(t *testing.T) {
 	<-errB
 	select {
 	case <-ctx.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(60 * time.Second):
 		t.Fatal("the batch's context did not end after every caller gave up")
 	}
 	close(release)
@@ -374,7 +374,7 @@ func TestConcurrentCallersUnderLoad(t *testing.T) {
 		t.Fatalf("%d calls left in the queue", b.Waiting())
 	}
 	// Every batch slot's goroutine ends once the queue is empty.
-	testenv.WaitFor(t, 5*time.Second, "the batch slots to stop", func() bool {
+	testenv.WaitFor(t, 60*time.Second, "the batch slots to stop", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return b.inFlight == 0
