@@ -96,7 +96,9 @@ func TestPublisherCloseReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	}
 	proxy.StopReading(true)
 	published := make(chan error, 1)
-	go func() { published <- p.Publish(context.Background(), "", "anywhere", amqp.Publishing{Body: []byte("x")}) }()
+	go func() {
+		published <- p.Publish(context.Background(), "", "anywhere", amqp.Publishing{Body: []byte("x")})
+	}()
 	within(t, amqpx.CloseTimeout+20*time.Second, "Publisher.Close", p.Close)
 	if err := within(t, 10*time.Second, "the publish", func() error { return <-published }); err == nil {
 		t.Fatal("a publish the broker never read succeeded")
