@@ -42,6 +42,10 @@ type BaseConsumer struct {
 
 	stats  counters
 	tracer trace.Tracer // nil without Config.TracerProvider
+
+	// beforeConsume, set only by tests, runs before each consumer channel
+	// of a session is opened; an error fails the session's start.
+	beforeConsume func(channel int) error
 }
 
 // ErrAlreadyRunning is returned by Run when the consumer is running or has
@@ -227,9 +231,8 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		if err != nil {
 			return nil, nil // ctx ended while dialing
 		}
-		s, err := c.startSession(conn, jobs)
+		s, err := c.startSession(ctx, conn, jobs)
 		if err != nil {
-			conn.Close()
 			var te *TopologyError
 			if errors.As(err, &te) && te.fatal() {
 				c.log.Error("cannot consume", "error", err)
