@@ -33,6 +33,9 @@ type session struct {
 
 	forwarders sync.WaitGroup
 	background sync.WaitGroup // ackers and close watchers
+
+	declareMu sync.Mutex    // one re-declaration at a time (publishCopy)
+	declared  atomic.Uint64 // re-declarations so far
 }
 
 // job is one delivery on its way to a worker.
