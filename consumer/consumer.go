@@ -128,7 +128,10 @@ func (c *BaseConsumer) handler() warren.Handler {
 // Run consumes until ctx ends, then drains: it stops taking deliveries,
 // lets running handlers finish for up to ShutdownGrace, cancels the
 // contexts of those still running and requeues their messages, and closes
-// the connection. It returns nil after a clean stop, or the error that made
+// the connection. Every round trip to the broker on the way out has a
+// deadline (amqpx.CloseTimeout), so a broker that stopped reading the
+// connection cannot hold the stop past ShutdownGrace plus a few seconds.
+// It returns nil after a clean stop, or the error that made
 // consuming impossible (a queue that exists with different arguments,
 // missing permissions).
 //
