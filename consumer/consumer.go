@@ -43,6 +43,10 @@ type BaseConsumer struct {
 	block  amqpx.BlockState // of the current session's connection
 	stats  counters
 	tracer trace.Tracer // nil without Config.TracerProvider
+
+	// beforeConsume, set only by tests, runs before each consumer channel
+	// of a session is opened; an error fails the session's start.
+	beforeConsume func(channel int) error
 }
 
 // ErrAlreadyRunning is returned by Run when the consumer is running or has
@@ -125,7 +129,10 @@ func (c *BaseConsumer) handler() warren.Handler {
 // Run consumes until ctx ends, then drains: it stops taking deliveries,
 // lets running handlers finish for up to ShutdownGrace, cancels the
 // contexts of those still running and requeues their messages, and closes
-// the connection. It returns nil after a clean stop, or the error that made
+// the connection. Every round trip to the broker on the way out has a
+// deadline (amqpx.CloseTimeout), so a broker that stopped reading the
+// connection cannot hold the stop past ShutdownGrace plus a few seconds.
+// It returns nil after a clean stop, or the error that made
 // consuming impossible (a queue that exists with different arguments,
 // missing permissions).
 //
@@ -228,9 +235,8 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		if err != nil {
 			return nil, nil // ctx ended while dialing
 		}
-		s, err := c.startSession(conn, jobs)
+		s, err := c.startSession(ctx, conn, jobs)
 		if err != nil {
-			conn.Close()
 			var te *TopologyError
 			if errors.As(err, &te) && te.fatal() {
 				c.log.Error("cannot consume", "error", err)

@@ -204,9 +204,10 @@ func TestQuorumDeadLetters(t *testing.T) {
 	}
 }
 
-// When the DLQ cannot take a message (here it was deleted), the original is
-// not acked: it is requeued and dead-lettered once the DLQ is back. Acking
-// before the confirm would have lost it.
+// When the DLQ cannot take a message (here it refuses every publish), the
+// original is not acked: it is requeued and dead-lettered once the DLQ
+// takes messages again. Acking before the confirm would have lost it. (A
+// deleted DLQ is declared again at once: TestDeletedDLQIsDeclaredAgain.)
 func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 	c := newConsumer(t, nil)
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return warren.Permanent(errBoom) })
@@ -216,12 +217,18 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 	if _, err := ch.QueueDelete(topo.DLQ, false, false, false); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := ch.QueueDeclare(topo.DLQ, true, false, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
 	newPublisher(t).events(topo.Exchange, "", event("precious", "x.y"))
 	testenv.WaitFor(t, 60*time.Second, "a failed dead-letter publish", func() bool { return c.Stats().PublishFailures >= 1 })
 	if s := c.Stats(); s.DeadLettered != 0 {
-		t.Fatalf("counted as dead-lettered although the DLQ was gone: %+v", s)
+		t.Fatalf("counted as dead-lettered although the DLQ refused it: %+v", s)
 	}
 
+	if _, err := ch.QueueDelete(topo.DLQ, false, false, false); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := ch.QueueDeclare(topo.DLQ, true, false, false, false, amqp.Table{"x-message-ttl": consumer.DefaultDLQTTL.Milliseconds()}); err != nil {
 		t.Fatal(err)
 	}

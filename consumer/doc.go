@@ -20,6 +20,8 @@
 // Retries never pass through E, so other consumers on E never see them.
 // Each tier holds messages of one delay, so a 1s retry never waits behind a
 // 10m one (RabbitMQ expires messages only at the head of a queue).
+// A retry tier or DLQ that an operator deleted is declared again by the
+// first retry or dead letter that finds it missing.
 //
 // # Ack policy
 //

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -32,6 +33,9 @@ type session struct {
 
 	forwarders sync.WaitGroup
 	background sync.WaitGroup // ackers and close watchers
+
+	declareMu sync.Mutex    // one re-declaration at a time (publishCopy)
+	declared  atomic.Uint64 // re-declarations so far
 }
 
 // job is one delivery on its way to a worker.
@@ -44,10 +48,14 @@ type job struct {
 var errConsumerCancelled = errors.New("the broker cancelled the consumer (queue deleted?)")
 
 // startSession declares the topology and starts consuming on conn. On
-// failure it closes conn and everything it started.
-func (c *BaseConsumer) startSession(conn *amqp.Connection, jobs chan<- job) (*session, error) {
+// failure it closes conn and everything it started. When ctx ends or the
+// broker takes longer than SetupTimeout to answer, conn is closed under
+// the set-up: a stop must not wait for a broker that stopped reading.
+func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, jobs chan<- job) (*session, error) {
 	s := &session{conn: conn, lost: make(chan error, 1), stop: make(chan struct{})}
-	if err := c.setUp(s, jobs); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	defer cancel()
+	if err := amqpx.Bound(ctx, conn, func() error { return c.setUp(s, jobs) }); err != nil {
 		s.abandon()
 		return nil, err
 	}
@@ -78,7 +86,13 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 	s.pub = pub
 	s.watch(pub.NotifyClose())
 
+	streams := make([]<-chan amqp.Delivery, 0, c.cfg.Channels)
 	for i := range c.cfg.Channels {
+		if c.beforeConsume != nil {
+			if err := c.beforeConsume(i); err != nil {
+				return err
+			}
+		}
 		ch, err := conn.Channel()
 		if err != nil {
 			return fmt.Errorf("open consumer channel: %w", err)
@@ -97,7 +111,15 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 		s.tags = append(s.tags, tag)
 		s.ackers = append(s.ackers, a)
 		s.background.Go(a.run)
-		s.forwarders.Go(func() { s.forward(deliveries, a, jobs) })
+		streams = append(streams, deliveries)
+	}
+	// Only a session that started whole hands out work: a job from one
+	// whose next channel then failed would run on a channel about to
+	// close, its ack lost and its message redelivered, a duplicate effect.
+	// Until then the deliveries wait in the channels, and the broker
+	// requeues them if the session is abandoned.
+	for i, deliveries := range streams {
+		s.forwarders.Go(func() { s.forward(deliveries, s.ackers[i], jobs) })
 	}
 	return nil
 }
@@ -184,20 +206,29 @@ func (s *session) stopForwarders() {
 }
 
 // stopConsuming asks the broker to stop sending and stops the forwarders.
-// Channels stay open so in-flight handlers can still be acked.
+// Channels stay open so in-flight handlers can still be acked. A broker
+// that does not answer the cancels within CloseTimeout (it stopped reading
+// the connection) gets the connection closed under them: the shutdown
+// grace must not wait behind it. The handlers' acks are then lost and
+// their messages redelivered, which is safe.
 func (s *session) stopConsuming() {
 	s.stopOnce.Do(func() { close(s.stop) })
-	for i, ch := range s.channels {
-		// Errors mean the channel is gone, which stops delivery too.
-		_ = ch.Cancel(s.tags[i], false)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), amqpx.CloseTimeout)
+	defer cancel()
+	_ = amqpx.Bound(ctx, s.conn, func() error {
+		for i, ch := range s.channels {
+			// Errors mean the channel is gone, which stops delivery too.
+			_ = ch.Cancel(s.tags[i], false)
+		}
+		return nil
+	})
 	s.forwarders.Wait()
 }
 
 // closeTimeout bounds each step of closing a session against a broker that
 // stopped reading (a blocked connection): pending acks get this long to go
 // out, the connection close as long again.
-const closeTimeout = 5 * time.Second
+const closeTimeout = amqpx.CloseTimeout
 
 // close ends a healthy session after the workers have finished: pending
 // acks are sent, then the connection is closed. Deliveries that were
@@ -215,8 +246,10 @@ func (s *session) close() {
 }
 
 // abandon tears down a failed session. Nothing can be acked on it any
-// more; the broker requeues its unacked deliveries.
+// more; the broker requeues its unacked deliveries. Marking it dead first
+// keeps workers from running jobs of it they have not started.
 func (s *session) abandon() {
+	s.dead.Store(true)
 	s.stopForwarders()
 	s.shutdown(s.stopAckers())
 }

@@ -228,7 +228,7 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 		// own TTL. UserId is dropped: the broker refuses a user id other
 		// than the publishing connection's.
 	}
-	if err := j.s.pub.Publish(ctx, "", queue, msg); err != nil {
+	if err := c.publishCopy(ctx, j.s, queue, msg); err != nil {
 		c.stats.publishFailures.Add(1)
 		c.log.Error("could not move the message; requeueing it", "to", queue, "message_id", d.MessageId, "error", err)
 		if errors.Is(err, amqpx.ErrUnroutable) || errors.Is(err, amqpx.ErrNacked) {

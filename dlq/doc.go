@@ -31,6 +31,12 @@
 //     read back from an export with [ReadMessages]: exactly as exported
 //     into a DLQ, without the broker's death headers into any other queue.
 //
+// No operation waits for the broker without a deadline: a broker that does
+// not answer a round trip in time (it stopped reading the connection, as
+// RabbitMQ does to publishers during an alarm) has the connection closed
+// under it, and the operation returns with what it got done; messages it did
+// not finish stay where they were.
+//
 // Every operation takes a [Filter] (event-type prefix, error class, error
 // text, age, event id) and reports [Progress]. The design decisions are in
 // docs/adr/dlq-*.md.

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // ErrNoQueue is wrapped by the error of any operation that names a queue the
@@ -76,16 +78,24 @@ func (q *Queue) Count(ctx context.Context) (int, error) {
 
 // depth returns the ready count of queue. It runs on a throwaway channel
 // because the broker closes the channel of a passive declare that fails.
+// The broker gets SetupTimeout to answer (less if ctx ends first), after
+// which the connection is closed (see amqpx.Bound).
 func (q *Queue) depth(ctx context.Context, queue string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	ch, err := q.conn.Channel()
-	if err != nil {
-		return 0, fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	info, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	defer cancel()
+	var info amqp.Queue
+	err := amqpx.Bound(ctx, q.conn, func() error {
+		ch, err := q.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		defer ch.Close() // within the bound
+		info, err = ch.QueueDeclarePassive(queue, false, false, false, false, nil)
+		return err
+	})
 	if err != nil {
 		var amqpErr *amqp.Error
 		if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // Progress says how far an operation has got. Operations report it to an
@@ -55,21 +57,39 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 	if err != nil || total == 0 {
 		return err
 	}
-	ch, err := q.conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
 	if prefetch < 0 || prefetch > math.MaxUint16 {
 		prefetch = 0
 	}
-	if err := ch.Qos(prefetch, 0, false); err != nil {
-		return fmt.Errorf("set prefetch on %q: %w", q.name, err)
+	var (
+		ch         *amqp.Channel
+		closed     chan *amqp.Error
+		deliveries <-chan amqp.Delivery
+	)
+	startCtx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	defer cancel()
+	err = amqpx.Bound(startCtx, q.conn, func() error {
+		var err error
+		if ch, err = q.conn.Channel(); err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		if err := ch.Qos(prefetch, 0, false); err != nil {
+			return fmt.Errorf("set prefetch on %q: %w", q.name, err)
+		}
+		closed = ch.NotifyClose(make(chan *amqp.Error, 1))
+		if deliveries, err = ch.Consume(q.name, "", false, false, false, false, nil); err != nil {
+			return fmt.Errorf("read %q: %w", q.name, err)
+		}
+		return nil
+	})
+	if ch != nil {
+		// Bounded: a broker that stopped reading (an alarm blocks a
+		// replay's publishing connection) must not hang the way out. The
+		// broker requeues whatever was not acked when the channel, or the
+		// connection under it, closes.
+		defer amqpx.CloseChannel(q.conn, ch)
 	}
-	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
-	deliveries, err := ch.Consume(q.name, "", false, false, false, false, nil)
 	if err != nil {
-		return fmt.Errorf("read %q: %w", q.name, err)
+		return err
 	}
 
 	idle := time.NewTimer(idleWait)

@@ -43,6 +43,12 @@
 // Consumers must therefore be idempotent on event_id; warren's dedup
 // middleware is.
 //
+// A stop returns within PublishTimeout plus a few seconds whatever the
+// broker does: a broker that stops reading the connection (a memory or
+// disk alarm) gets 5s to answer the publisher's close before the
+// connection is closed under it; the rows it never confirmed stay in the
+// table.
+//
 // Several relays may run on one table. LISTEN/NOTIFY wakes them within
 // milliseconds of a commit; the adaptive poll (PollMin to PollMax) remains
 // the source of truth, since notifications are lost while a listener

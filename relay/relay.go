@@ -163,7 +163,7 @@ func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) {
 		}
 		started := time.Now()
 		err = r.session(ctx, conn, pool)
-		conn.Close()
+		amqpx.CloseConnection(conn, amqpx.CloseTimeout)
 		if ctx.Err() != nil {
 			return
 		}
@@ -181,12 +181,23 @@ func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) {
 }
 
 // session declares the exchange, opens a confirming publisher and runs the
-// workers until ctx ends or the publisher's channel closes.
+// workers until ctx ends or the publisher's channel closes. Every round
+// trip to the broker has a deadline: the set-up gets SetupTimeout (and
+// ends with ctx), the publisher's close CloseTimeout, after which the
+// connection is closed under them. A broker that stops reading the
+// connection (an alarm) cannot hold up a stop.
 func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpool.Pool) error {
-	if err := declareExchange(conn, r.cfg.Exchange); err != nil {
+	var pub *amqpx.Publisher
+	setupCtx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	err := amqpx.Bound(setupCtx, conn, func() error {
+		if err := declareExchange(conn, r.cfg.Exchange); err != nil {
+			return err
+		}
+		var err error
+		pub, err = amqpx.NewPublisher(conn, r.cfg.MaxInFlight)
 		return err
-	}
-	pub, err := amqpx.NewPublisher(conn, r.cfg.MaxInFlight)
+	})
+	cancel()
 	if err != nil {
 		return err
 	}

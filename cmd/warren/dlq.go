@@ -302,7 +302,8 @@ func (c *dlqCall) connectAndRun(ctx context.Context, rawURL string) error {
 			}
 		}
 	})
-	defer conn.Close()
+	// Bounded: a broker that stopped reading must not hang the exit.
+	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
 	if c.queue, err = dlq.Open(ctx, conn, c.opts.queue); err != nil {
 		return err
 	}

@@ -64,6 +64,7 @@ func (e *ReturnedError) Is(target error) bool { return target == ErrUnroutable }
 // keeps its in-flight slot until its confirmation resolves even when the
 // caller stops waiting.
 type Publisher struct {
+	conn    *amqp.Connection
 	ch      *amqp.Channel
 	returns chan amqp.Return
 	slots   chan struct{}
@@ -90,10 +91,11 @@ func NewPublisher(conn *amqp.Connection, maxInFlight int) (*Publisher, error) {
 		return nil, fmt.Errorf("open publish channel: %w", err)
 	}
 	if err := ch.Confirm(false); err != nil {
-		ch.Close()
+		CloseChannel(conn, ch)
 		return nil, fmt.Errorf("enable publisher confirms: %w", err)
 	}
 	p := &Publisher{
+		conn:     conn,
 		ch:       ch,
 		returns:  ch.NotifyReturn(make(chan amqp.Return, 2*maxInFlight)),
 		slots:    make(chan struct{}, maxInFlight),
@@ -225,13 +227,13 @@ func (p *Publisher) finish(key returnKey, me *pending) *ReturnedError {
 func (p *Publisher) NotifyClose() <-chan *amqp.Error { return p.closed }
 
 // Close closes the channel, which fails every unconfirmed publish, and waits
-// for abandoned publishes to release their slots. When a send may be stuck
-// on a blocked socket, close the connection with CloseConnection first.
+// for abandoned publishes to release their slots. It returns within about
+// CloseTimeout whatever the broker does: when the broker does not answer
+// the close (it stopped reading the connection, or a send is stuck on the
+// socket), Close closes the connection under the channel (see
+// [CloseChannel]), which also fails the stuck sends.
 func (p *Publisher) Close() error {
-	err := p.ch.Close()
+	err := CloseChannel(p.conn, p.ch)
 	p.abandoned.Wait()
-	if errors.Is(err, amqp.ErrClosed) {
-		return nil
-	}
 	return err
 }

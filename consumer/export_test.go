@@ -1,0 +1,5 @@
+package consumer
+
+// SetBeforeConsumeHook makes f run before each consumer channel of a
+// session is opened; an error fails that session's start. Set before Run.
+func SetBeforeConsumeHook(c *BaseConsumer, f func(channel int) error) { c.beforeConsume = f }

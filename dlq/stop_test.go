@@ -1,0 +1,140 @@
+package dlq_test
+
+import (
+	"context"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+// throughProxy opens the fixture's DLQ again on a connection through a
+// proxy that can stop passing what the client sends while the broker's
+// heartbeats (every second) keep arriving.
+func (f *fixture) throughProxy(t *testing.T) (*dlq.Queue, *testenv.Proxy) {
+	t.Helper()
+	brokerURL := testenv.AMQPURL(t)
+	u, _ := url.Parse(brokerURL)
+	proxy := testenv.StartAMQPProxy(t, u.Host)
+	conn, err := amqpx.Dial(context.Background(), proxy.URL(t, brokerURL), amqpx.DialOptions{Name: "dlq " + t.Name(), Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { amqpx.CloseConnection(conn, time.Second) })
+	q, err := dlq.Open(context.Background(), conn, f.top.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, proxy
+}
+
+// returnsWithin runs op and fails t unless it returns within limit; if it
+// hangs, the proxy drops its connections so the test can end.
+func returnsWithin[T any](t *testing.T, proxy *testenv.Proxy, limit time.Duration, what string, op func() (T, error)) (T, error) {
+	t.Helper()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := op()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-time.After(limit):
+		proxy.SetUp(false)
+		<-done
+		t.Fatalf("%s hung for %v after the broker stopped reading", what, limit)
+		panic("unreachable")
+	}
+}
+
+// The broker stops reading the replay's connection halfway (an alarm
+// blocks publishing connections): Replay returns within a bound, and every
+// message is in the DLQ or its origin queue.
+func TestReplayReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	f := newFixture(t)
+	msgs := mixed(f.top, 50, time.Now())
+	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
+	q, proxy := f.throughProxy(t)
+
+	res, err := returnsWithin(t, proxy, 40*time.Second, "Replay", func() (dlq.Result, error) {
+		return q.Replay(context.Background(), dlq.ReplayOptions{DrainTimeout: time.Second, Progress: func(p dlq.Progress) {
+			if p.Done == 10 {
+				proxy.StopReading(true)
+			}
+		}})
+	})
+	if err == nil {
+		t.Fatal("a replay whose publishes the broker never read succeeded")
+	}
+	t.Logf("replay: %+v, %v", res.Progress, err)
+	if res.Done < 10 || res.Done == len(msgs) {
+		t.Fatalf("replay reports %d done; want at least the 10 before the stall and not all", res.Done)
+	}
+	// The unacked rest returns to the DLQ once the broker sees the
+	// connection go. A message may be in both queues (its removal was
+	// held), never in neither.
+	testenv.WaitFor(t, 20*time.Second, "every message back in a queue", func() bool {
+		return f.depth(t, f.top.DLQ)+f.depth(t, f.top.Consumer) >= len(msgs)
+	})
+	origin, dead := testenv.Drain(t, f.conn, f.top.Consumer), testenv.Drain(t, f.conn, f.top.DLQ)
+	if len(origin) < res.Done {
+		t.Errorf("%d replays reported done, the origin queue holds %d", res.Done, len(origin))
+	}
+	all := append(ids(origin), ids(dead)...)
+	slices.Sort(all)
+	all = slices.Compact(all)
+	want := ids(msgs)
+	slices.Sort(want)
+	if !slices.Equal(all, want) {
+		t.Fatalf("origin %d + DLQ %d messages do not cover the %d published", len(origin), len(dead), len(msgs))
+	}
+}
+
+// The broker stops reading an import's connection halfway: Import returns
+// within a bound, and the messages it reports done are in the queue.
+func TestImportReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	f := newFixture(t)
+	var msgs []dlq.Message
+	for i, p := range mixed(f.top, 50, time.Now()) {
+		msgs = append(msgs, messageOf(i, p))
+	}
+	q, proxy := f.throughProxy(t)
+
+	res, err := returnsWithin(t, proxy, 40*time.Second, "Import", func() (dlq.Result, error) {
+		return q.Import(context.Background(), msgs, dlq.ImportOptions{DrainTimeout: time.Second, Progress: func(p dlq.Progress) {
+			if p.Done == 10 {
+				proxy.StopReading(true)
+			}
+		}})
+	})
+	if err == nil {
+		t.Fatal("an import whose publishes the broker never read succeeded")
+	}
+	t.Logf("import: %+v, %v", res.Progress, err)
+	if res.Done != 10 {
+		t.Fatalf("import reports %d done, want the 10 confirmed before the stall", res.Done)
+	}
+	got := testenv.Drain(t, f.conn, f.top.DLQ)
+	if !slices.Equal(testenv.MessageIDs(got), ids(toPublishings(msgs[:res.Done]))) {
+		t.Fatalf("the DLQ holds %v, want the %d reported done", testenv.MessageIDs(got), res.Done)
+	}
+}
+
+func toPublishings(ms []dlq.Message) []amqp.Publishing {
+	out := make([]amqp.Publishing, len(ms))
+	for i, m := range ms {
+		out[i] = m.Publishing
+	}
+	return out
+}

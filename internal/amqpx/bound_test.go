@@ -1,0 +1,106 @@
+package amqpx_test
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+)
+
+// stoppedReading dials the broker through a proxy that then stops passing
+// what the client sends, while the broker's heartbeats (every second) keep
+// arriving: the client never times the connection out by itself.
+func stoppedReading(t *testing.T) (*amqp.Connection, *testenv.Proxy) {
+	t.Helper()
+	brokerURL := testenv.AMQPURL(t)
+	u, _ := url.Parse(brokerURL)
+	proxy := testenv.StartAMQPProxy(t, u.Host)
+	conn, err := amqpx.Dial(context.Background(), proxy.URL(t, brokerURL), amqpx.DialOptions{Name: "stopped-reading " + t.Name(), Heartbeat: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { amqpx.CloseConnection(conn, time.Second) })
+	return conn, proxy
+}
+
+// within fails t unless f returns within limit, and returns f's error.
+func within(t *testing.T, limit time.Duration, what string, f func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(limit):
+		t.Fatalf("%s hung for %v while the broker was not reading", what, limit)
+		return nil
+	}
+}
+
+// A channel close the broker never answers ends after CloseTimeout, with
+// the connection closed under it, although heartbeats keep flowing.
+func TestCloseChannelReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	conn, proxy := stoppedReading(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.StopReading(true)
+	err = within(t, amqpx.CloseTimeout+20*time.Second, "CloseChannel", func() error { return amqpx.CloseChannel(conn, ch) })
+	// ErrNoAnswer, not a closed connection: the broker's heartbeats kept
+	// the connection alive for all of CloseTimeout (five heartbeats).
+	if !errors.Is(err, amqpx.ErrNoAnswer) {
+		t.Fatalf("CloseChannel = %v, want ErrNoAnswer", err)
+	}
+	if !conn.IsClosed() {
+		t.Error("the connection is still open after the broker did not answer")
+	}
+}
+
+// Bound gives back an answer that arrives in time, untouched.
+func TestBoundPassesAnAnswer(t *testing.T) {
+	conn := testenv.AMQPConn(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q := testenv.Name(t, "q")
+	err = amqpx.Bound(ctx, conn, func() error {
+		_, err := ch.QueueDeclarePassive(q, false, false, false, false, nil)
+		return err
+	})
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.NotFound || errors.Is(err, amqpx.ErrNoAnswer) {
+		t.Fatalf("Bound = %v, want the broker's NOT_FOUND", err)
+	}
+	if conn.IsClosed() {
+		t.Error("Bound closed a connection that answered")
+	}
+}
+
+// A publisher whose publish waits for a confirm the broker will never send
+// closes within CloseTimeout, and the publish fails.
+func TestPublisherCloseReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	conn, proxy := stoppedReading(t)
+	p, err := amqpx.NewPublisher(conn, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.StopReading(true)
+	published := make(chan error, 1)
+	go func() {
+		published <- p.Publish(context.Background(), "", "anywhere", amqp.Publishing{Body: []byte("x")})
+	}()
+	within(t, amqpx.CloseTimeout+20*time.Second, "Publisher.Close", p.Close)
+	if err := within(t, 10*time.Second, "the publish", func() error { return <-published }); err == nil {
+		t.Fatal("a publish the broker never read succeeded")
+	}
+}

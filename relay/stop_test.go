@@ -1,0 +1,46 @@
+package relay_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/relay"
+)
+
+// The broker stops reading the relay's connection (as RabbitMQ does to a
+// publisher during a memory or disk alarm) while its heartbeats keep
+// flowing, so no read deadline fires. Run still returns within a bound of
+// being stopped, and the rows whose publish got no confirm stay in the
+// table, not delivered.
+func TestStopWhileTheBrokerStopsReading(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	brokerURL := testenv.AMQPURL(t)
+	p := testenv.StartAMQPProxy(t, hostOf(t, brokerURL))
+	var connected counter
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.AMQPURL, cfg.MaxAttempts = p.URL(t, brokerURL), 1000
+	run := e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
+	connected.waitAbove(t, 0, "the relay to connect")
+	before := e.publishN("before", 20)
+	got.waitDistinct(t, len(before), 20*time.Second)
+
+	p.StopReading(true)
+	during := e.publishN("during", 20)
+	testenv.WaitFor(t, 20*time.Second, "the relay to claim the new rows", func() bool {
+		return e.count("event_id LIKE 'during-%' AND attempts >= 1") > 0
+	})
+	begin := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- run.stop() }() // fails by itself after 30s
+	if err := <-stopped; err != nil {
+		p.SetUp(false) // drop the connection, so the relay can stop at all
+		t.Fatal(err)
+	}
+	t.Logf("stopped in %v", time.Since(begin).Round(time.Millisecond))
+	if n := e.count("event_id LIKE 'during-%' AND state = 'pending'"); n != len(during) {
+		t.Errorf("%d of %d rows the broker never read are pending", n, len(during))
+	}
+}
