@@ -118,7 +118,7 @@ func (q *QueueDepths) Run(ctx context.Context) error {
 		}
 		log.Debug("polling queue depths", "url", redact.URL(q.opts.URL), "queues", len(q.queues), "interval", q.opts.Interval)
 		err = q.pollUntilLost(ctx, conn)
-		conn.Close()
+		amqpx.CloseConnection(conn, amqpx.CloseTimeout) // bounded: a silent broker must not hang the stop
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -138,7 +138,7 @@ func (q *QueueDepths) pollUntilLost(ctx context.Context, conn *amqp.Connection) 
 	var ch *amqp.Channel
 	defer func() {
 		if ch != nil {
-			ch.Close()
+			amqpx.CloseChannel(conn, ch)
 		}
 	}()
 	t := time.NewTicker(q.opts.Interval)
@@ -151,7 +151,15 @@ func (q *QueueDepths) pollUntilLost(ctx context.Context, conn *amqp.Connection) 
 					return fmt.Errorf("open channel: %w", err)
 				}
 			}
-			info, err := ch.QueueDeclarePassive(w.queue, false, false, false, false, nil)
+			// Bounded by ctx and the interval: a broker that stops
+			// answering must neither hang Run's stop nor freeze the gauges.
+			var info amqp.Queue
+			pctx, cancel := context.WithTimeout(ctx, max(q.opts.Interval, amqpx.CloseTimeout))
+			err := amqpx.Bound(pctx, conn, func() (err error) {
+				info, err = ch.QueueDeclarePassive(w.queue, false, false, false, false, nil)
+				return err
+			})
+			cancel()
 			if err != nil {
 				// A missing queue closes the channel: open a new one for
 				// the next queue.
