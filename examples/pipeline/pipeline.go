@@ -239,7 +239,7 @@ func Publish(ctx context.Context, amqpURL, exchange string, msg amqp.Publishing)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
 	pub, err := amqpx.NewPublisher(conn, 1)
 	if err != nil {
 		return err
@@ -256,7 +256,7 @@ func Destroy(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
 	ch, err := conn.Channel()
 	if err != nil {
 		return err
