@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
@@ -157,16 +156,9 @@ func TestStalledPostgresStoreShowsInHealthAndHoldsNoWorker(t *testing.T) {
 // Before the fix each failed claim spent an attempt, and the message was
 // dead-lettered as exhausted though its handler never ran.
 func TestStoreDownLongerThanAllRetriesDeadLettersNothing(t *testing.T) {
-	proxy := testenv.StartProxy(t, redisHostPort(t))
+	rdb, proxy := testenv.RedisBehindProxy(t)
 	prefix := testenv.Name(t, "dd") + ":"
 	testenv.DeleteRedisKeysOnCleanup(t, prefix)
-	ropts, err := goredis.ParseURL(proxy.URL(t, testenv.RedisURL(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ropts.DialTimeout, ropts.MaxRetries = time.Second, -1
-	rdb := goredis.NewClient(ropts)
-	t.Cleanup(func() { rdb.Close() })
 	store, err := redis.New(rdb, redis.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -217,13 +209,4 @@ func pgHostPort(t *testing.T) string {
 		return u.Hostname() + ":5432"
 	}
 	return u.Host
-}
-
-func redisHostPort(t *testing.T) string {
-	t.Helper()
-	opts, err := goredis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return opts.Addr
 }

@@ -127,7 +127,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	// Said when the stop begins, not only when it ends, so a stop that
 	// takes long (a publish waiting for its verdict) shows in the log.
-	stopSeen := context.AfterFunc(ctx, func() { r.log.Info("relay stopping: finishing publishes in flight", "publish_timeout", r.cfg.PublishTimeout) })
+	stopSeen := context.AfterFunc(ctx, func() {
+		r.log.Info("relay stopping: finishing publishes in flight", "publish_timeout", r.cfg.PublishTimeout)
+	})
 	defer stopSeen()
 	r.runBroker(ctx, pool)
 	stopListening()

@@ -14,8 +14,6 @@ import (
 	"github.com/warrenmq/warren/dedup/memory"
 	dedupredis "github.com/warrenmq/warren/dedup/redis"
 	"github.com/warrenmq/warren/internal/testenv"
-
-	goredis "github.com/redis/go-redis/v9"
 )
 
 func TestParseEndpoints(t *testing.T) {
@@ -142,18 +140,7 @@ func TestDeliverSkipsEventsNoEndpointWants(t *testing.T) {
 // a store outage was a transient failure: after MaxAttempts the event was
 // dead-lettered as exhausted though no POST was ever tried.
 func TestDeliverDefersWhileTheStoreIsDown(t *testing.T) {
-	opts, err := goredis.ParseURL(testenv.RedisURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := testenv.StartProxy(t, opts.Addr)
-	ropts, err := goredis.ParseURL(proxy.URL(t, testenv.RedisURL(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ropts.DialTimeout, ropts.MaxRetries = time.Second, -1
-	rdb := goredis.NewClient(ropts)
-	t.Cleanup(func() { rdb.Close() })
+	rdb, proxy := testenv.RedisBehindProxy(t)
 	prefix := testenv.Name(t, "wh") + ":"
 	testenv.DeleteRedisKeysOnCleanup(t, prefix)
 	store, err := dedupredis.New(rdb, dedupredis.Config{Prefix: prefix})

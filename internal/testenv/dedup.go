@@ -138,3 +138,24 @@ func BenchSeqAnd16(b *testing.B, name string, op func() error) {
 		})
 	})
 }
+
+// RedisBehindProxy returns a client of the test Redis that reaches it
+// through a [Proxy], so a test can take the store away (SetUp(false)) or
+// stall it without touching the shared server. The client fails fast while
+// the store is away: a one-second dial and no retries of its own.
+func RedisBehindProxy(t testing.TB) (*redis.Client, *Proxy) {
+	t.Helper()
+	opts, err := redis.ParseURL(RedisURL(t))
+	if err != nil {
+		t.Fatalf("parse REDIS_URL: %v", err)
+	}
+	proxy := StartProxy(t, opts.Addr)
+	popts, err := redis.ParseURL(proxy.URL(t, RedisURL(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	popts.DialTimeout, popts.MaxRetries = time.Second, -1
+	rdb := redis.NewClient(popts)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, proxy
+}
