@@ -133,10 +133,12 @@ func (h *harness) memoryAlarm(ctx context.Context, f *faultRecord) (target, note
 	wg.Wait()
 	slices.SortFunc(f.stops, func(a, b stopRecord) int { return strings.Compare(a.proc, b.proc) })
 	// The supervisor restarts them; each connects while the alarm holds
-	// (connecting is allowed, publishing is not).
+	// (connecting is allowed, publishing is not). One that publishes is
+	// blocked at once and says so in its health, not ready until the alarm
+	// lifts; the recovery measured after the lift shows they all resume.
 	restarted := time.Now()
 	for _, p := range h.procs {
-		if err := p.waitReady(ctx, time.Minute); err != nil {
+		if err := p.waitUp(ctx, time.Minute); err != nil {
 			return "", note, fmt.Errorf("after the stop: %w", err)
 		}
 	}

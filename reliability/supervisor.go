@@ -288,33 +288,52 @@ func (p *proc) stop(grace time.Duration) (clean bool, detail string) {
 // ready reports whether the process answers /readyz with 200, and records
 // the stats it reports.
 func (p *proc) ready(ctx context.Context) bool {
+	ok, _ := p.readiness(ctx)
+	return ok
+}
+
+// readiness asks /readyz and says whether the process is ready, and whether
+// it is up but held back by a broker that blocks its connection (not
+// ready by design: only lifting the alarm helps). It records the stats a
+// consumer reports.
+func (p *proc) readiness(ctx context.Context) (ready, blocked bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.spec.health+"/readyz", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return false
+		return false, false
 	}
 	defer resp.Body.Close()
-	if p.spec.kind != "relay" {
-		var h struct {
-			Stats consumerStats `json:"stats"`
-		}
-		if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&h) == nil {
-			p.mu.Lock()
-			p.lastStats = h.Stats
-			p.mu.Unlock()
-		}
+	var h struct {
+		Stats         consumerStats `json:"stats"`
+		Blocked       bool          `json:"blocked"`        // a consumer's
+		BrokerBlocked bool          `json:"broker_blocked"` // a relay's
 	}
-	return resp.StatusCode == http.StatusOK
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&h) == nil && p.spec.kind != "relay" {
+		p.mu.Lock()
+		p.lastStats = h.Stats
+		p.mu.Unlock()
+	}
+	return resp.StatusCode == http.StatusOK, h.Blocked || h.BrokerBlocked
 }
 
 // waitReady polls /readyz until it answers 200.
 func (p *proc) waitReady(ctx context.Context, timeout time.Duration) error {
+	return p.waitUntil(ctx, timeout, "ready", func(ready, _ bool) bool { return ready })
+}
+
+// waitUp polls /readyz until the process is ready or reports that the
+// broker blocks it: up and connected, as far as an alarm lets it be.
+func (p *proc) waitUp(ctx context.Context, timeout time.Duration) error {
+	return p.waitUntil(ctx, timeout, "up (ready, or reporting the broker's block)", func(ready, blocked bool) bool { return ready || blocked })
+}
+
+func (p *proc) waitUntil(ctx context.Context, timeout time.Duration, what string, cond func(ready, blocked bool) bool) error {
 	deadline := time.Now().Add(timeout)
-	for !p.ready(ctx) {
+	for !cond(p.readiness(ctx)) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v; log tail:\n%s", p.spec.name, timeout, tail(p.logPath, 1500))
+			return fmt.Errorf("%s not %s after %v; log tail:\n%s", p.spec.name, what, timeout, tail(p.logPath, 1500))
 		}
 		select {
 		case <-ctx.Done():
