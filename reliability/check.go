@@ -534,7 +534,7 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 				break
 			}
 		}
-		for _, k := range kills[prev.poster] {
+		for _, k := range killsOf(kills, prev.poster) {
 			// Complete follows the 200 within milliseconds, or within its
 			// 10s settle timeout while Redis is down.
 			if !k.Before(prev.at.Add(-time.Second)) && k.Before(prev.at.Add(12*time.Second)) {
@@ -566,6 +566,21 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 		}
 	}
 	return strings.Join(causes, "; "), detail
+}
+
+// killsOf returns the kills that may have hit poster. A poster the
+// receiver could not name ("unknown": its process was gone by the time the
+// receiver looked its socket up in /proc, which is what a kill just after
+// the request does) may have been any replica.
+func killsOf(kills map[string][]time.Time, poster string) []time.Time {
+	if poster != "unknown" {
+		return kills[poster]
+	}
+	var all []time.Time
+	for _, ks := range kills {
+		all = append(all, ks...)
+	}
+	return all
 }
 
 // checkDeadLetters reads both DLQs: every hostile message that must die is

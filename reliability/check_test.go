@@ -17,11 +17,12 @@ func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Seco
 func TestExplainDuplicate(t *testing.T) {
 	twice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}}
 	cases := []struct {
-		name   string
-		kills  map[string][]time.Time
-		stalls []stall
-		redis  []time.Time
-		want   string // "" means unexplained
+		name    string
+		kills   map[string][]time.Time
+		stalls  []stall
+		redis   []time.Time
+		want    string // "" means unexplained
+		unnamed bool   // the receiver could not name the first poster
 	}{
 		{name: "no fault", want: ""},
 		{name: "poster killed just after the 200", kills: map[string][]time.Time{"webhook-a": {at(10.01)}}, want: causePosterKilled},
@@ -31,15 +32,21 @@ func TestExplainDuplicate(t *testing.T) {
 		{name: "redis restart between", redis: []time.Time{at(40)}, want: causeRedisRestart},
 		{name: "redis restart before both", redis: []time.Time{at(5)}, want: ""},
 		{name: "poster frozen past the lease", stalls: []stall{{proc: "webhook-a", from: at(9.5), to: at(85)}}, want: causePosterFrozen},
+		{name: "unnamed poster, a replica killed just after the 200", kills: map[string][]time.Time{"webhook-b": {at(10.01)}}, want: causePosterKilled, unnamed: true},
+		{name: "unnamed poster, no kill near", kills: map[string][]time.Time{"webhook-b": {at(30)}}, want: "", unnamed: true},
 		{name: "poster frozen briefly", stalls: []stall{{proc: "webhook-a", from: at(9.5), to: at(20)}}, want: ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, detail := explainDuplicate(twice, c.kills, c.stalls, c.redis, nil)
+			acc := slices.Clone(twice)
+			if c.unnamed {
+				acc[0].poster = "unknown"
+			}
+			got, detail := explainDuplicate(acc, c.kills, c.stalls, c.redis, nil)
 			if got != c.want {
 				t.Fatalf("cause %q, want %q", got, c.want)
 			}
-			if !strings.Contains(detail, "webhook-a at 03:04:15.000") || !strings.Contains(detail, "webhook-b at 03:05:16.000") {
+			if !strings.Contains(detail, acc[0].poster+" at 03:04:15.000") || !strings.Contains(detail, "webhook-b at 03:05:16.000") {
 				t.Fatalf("detail %q does not list the deliveries", detail)
 			}
 		})
