@@ -44,9 +44,11 @@ func TestStopWhileTheBrokerStopsReading(t *testing.T) {
 	begin := time.Now()
 	go func() { stopped <- stop() }()
 	close(release) // the handler succeeds; its ack cannot reach the broker
-	// ShutdownGrace, plus one CloseTimeout per round trip on the way out,
-	// with room for a busy machine. Today's bound is about grace + 10s.
-	const bound = grace + 40*time.Second
+	// Run promises ShutdownGrace plus a few seconds: the first round trip
+	// on the way out that gets no answer within CloseTimeout (5s) closes
+	// the connection, and every later one fails at once. The slack is for
+	// a busy machine; a stop of 30s fails.
+	const bound = grace + 2*5*time.Second + 12*time.Second
 	select {
 	case <-stopped:
 		t.Logf("stopped in %v", time.Since(begin).Round(time.Millisecond))

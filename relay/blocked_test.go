@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -119,6 +120,22 @@ func TestBlockedBrokerSpendsNoAttempts(t *testing.T) {
 		if e.count("state = 'dead'") > 0 {
 			t.Fatalf("the row went dead while the broker blocked the relay; log:\n%s", logs.text())
 		}
+	}
+	// The one claim the relay made before it saw the block (its publish
+	// is what the broker blocked) gave its attempt back, and the relay
+	// claimed nothing more until the alarm lifted: without the claim gate
+	// it would have claimed the row once per PublishTimeout, without the
+	// give-back the row would hold a spent attempt.
+	var attempts, claims int
+	if err := e.pool.QueryRow(context.Background(),
+		fmt.Sprintf(`SELECT attempts, claims FROM %q WHERE event_id = 'ev-1'`, e.table)).Scan(&attempts, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 0 {
+		t.Errorf("the row has %d attempts spent after %v of alarm, want 0: the blocked publish's attempt was not given back", attempts, 2*maxAttempts*cfg.PublishTimeout)
+	}
+	if claims > 1 {
+		t.Errorf("the row was claimed %d times during the alarm, want at most once (before the block was seen)", claims)
 	}
 	lift()
 

@@ -114,8 +114,12 @@ func TestRolledBackTransactionPublishesNothing(t *testing.T) {
 
 // Three relays on one table deliver every one of 10,000 events, each
 // once: the claims never overlap, so an event arrives twice only after a
-// publish of it failed (on a busy machine, a confirm slower than
-// PublishTimeout) and its row was retried.
+// publish of it got no confirm (on a busy machine, a confirm slower than
+// PublishTimeout) and its row was published again. The Observer hears
+// every publish's verdict, so each duplicate must be matched by a failed
+// one; counting claims would not do, since a row released with its
+// attempt given back (a blocked publish) may be published again without
+// spending an attempt.
 func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()
@@ -138,9 +142,11 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 	got.waitDistinct(t, len(ids), 5*time.Minute)
 	elapsed := time.Since(start)
 	testenv.WaitFor(t, 60*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
-	dups := got.requireOnce(t, ids, &e.claims)
+	dups := got.requireOnly(t, ids)
 	if failed := obs.snapshot().failures; dups > failed {
-		t.Errorf("%d duplicates but only %d failed publishes: rows were claimed twice without a retry", dups, failed)
+		t.Errorf("%d duplicates but only %d failed publishes: rows were published twice without a retry", dups, failed)
+	} else if dups > 0 {
+		t.Logf("%d duplicates, after %d failed publishes", dups, failed)
 	}
 	for i := range claimedBy {
 		if claimedBy[i].value() == 0 {
