@@ -55,14 +55,30 @@ func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, 
 	s := &session{conn: conn, lost: make(chan error, 1), stop: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
 	defer cancel()
-	if err := amqpx.Bound(ctx, conn, func() error { return c.setUp(s, jobs) }); err != nil {
+	var streams []<-chan amqp.Delivery
+	err := amqpx.Bound(ctx, conn, func() (err error) {
+		streams, err = c.setUp(s)
+		return err
+	})
+	if err != nil {
 		s.abandon()
 		return nil, err
+	}
+	// Only a session that started whole hands out work, and only once
+	// Bound has said so: a job from one whose start then failed (a channel
+	// refused, or the set-up cut off by ctx) would run on a channel about
+	// to close, its ack lost and its message redelivered, a duplicate
+	// effect. Until then the deliveries wait in the channels, and the
+	// broker requeues them if the session is abandoned.
+	for i, deliveries := range streams {
+		s.forwarders.Go(func() { s.forward(deliveries, s.ackers[i], jobs) })
 	}
 	return s, nil
 }
 
-func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
+// setUp opens the session's channels and consumers on s.conn and returns
+// their delivery streams.
+func (c *BaseConsumer) setUp(s *session) ([]<-chan amqp.Delivery, error) {
 	conn := s.conn
 	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
@@ -70,18 +86,18 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
+		return nil, fmt.Errorf("open channel: %w", err)
 	}
 	err = c.topo.declare(ch, c.cfg)
 	ch.Close()
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	// Every worker may be publishing a retry or a dead letter at once.
 	pub, err := amqpx.NewPublisher(conn, c.cfg.Workers)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.pub = pub
 	s.watch(pub.NotifyClose())
@@ -90,21 +106,21 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 	for i := range c.cfg.Channels {
 		if c.beforeConsume != nil {
 			if err := c.beforeConsume(i); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		ch, err := conn.Channel()
 		if err != nil {
-			return fmt.Errorf("open consumer channel: %w", err)
+			return nil, fmt.Errorf("open consumer channel: %w", err)
 		}
 		s.watch(ch.NotifyClose(make(chan *amqp.Error, 1)))
 		if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-			return fmt.Errorf("set prefetch: %w", err)
+			return nil, fmt.Errorf("set prefetch: %w", err)
 		}
 		tag := fmt.Sprintf("%s-%d", c.connectionName(), i)
 		deliveries, err := ch.Consume(c.topo.Queue, tag, false, false, false, false, nil)
 		if err != nil {
-			return fmt.Errorf("consume %s: %w", c.topo.Queue, err)
+			return nil, fmt.Errorf("consume %s: %w", c.topo.Queue, err)
 		}
 		a := newAcker(ch, c.cfg.Prefetch, c.log)
 		s.channels = append(s.channels, ch)
@@ -113,15 +129,7 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 		s.background.Go(a.run)
 		streams = append(streams, deliveries)
 	}
-	// Only a session that started whole hands out work: a job from one
-	// whose next channel then failed would run on a channel about to
-	// close, its ack lost and its message redelivered, a duplicate effect.
-	// Until then the deliveries wait in the channels, and the broker
-	// requeues them if the session is abandoned.
-	for i, deliveries := range streams {
-		s.forwarders.Go(func() { s.forward(deliveries, s.ackers[i], jobs) })
-	}
-	return nil
+	return streams, nil
 }
 
 // watchBlocked follows the broker's connection.blocked and unblocked
