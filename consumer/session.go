@@ -57,7 +57,7 @@ func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, 
 	defer cancel()
 	var streams []<-chan amqp.Delivery
 	err := amqpx.Bound(ctx, conn, func() (err error) {
-		streams, err = c.setUp(s)
+		streams, err = c.setUp(ctx, s)
 		return err
 	})
 	if err != nil {
@@ -78,7 +78,7 @@ func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, 
 
 // setUp opens the session's channels and consumers on s.conn and returns
 // their delivery streams.
-func (c *BaseConsumer) setUp(s *session) ([]<-chan amqp.Delivery, error) {
+func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Delivery, error) {
 	conn := s.conn
 	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
 	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
@@ -95,7 +95,7 @@ func (c *BaseConsumer) setUp(s *session) ([]<-chan amqp.Delivery, error) {
 	}
 
 	// Every worker may be publishing a retry or a dead letter at once.
-	pub, err := amqpx.NewPublisher(conn, c.cfg.Workers)
+	pub, err := amqpx.NewPublisher(ctx, conn, c.cfg.Workers)
 	if err != nil {
 		return nil, err
 	}

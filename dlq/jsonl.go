@@ -689,7 +689,7 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 	if _, err := q.depth(ctx, target); err != nil {
 		return res, fmt.Errorf("import target: %w", err)
 	}
-	pub, err := amqpx.NewPublisher(q.conn, 1)
+	pub, err := amqpx.NewPublisher(ctx, q.conn, 1)
 	if err != nil {
 		return res, err
 	}

@@ -34,6 +34,13 @@ type Queue struct {
 // consumer's name (its DLQ is [QueueName](name)) or the full name of a queue
 // ending in ".dlq". The queue must exist: an error wrapping [ErrNoQueue]
 // says when it does not.
+//
+// conn stays the caller's, with one exception: when the broker does not
+// answer a round trip of Open or of any method in time (SetupTimeout for
+// opening channels and publishers), the library closes conn to get out of
+// the wait, and the method returns an error saying the broker did not
+// answer in time. The Queue, and anything else on conn, must then be
+// opened again on a new connection.
 func Open(ctx context.Context, conn *amqp.Connection, name string) (*Queue, error) {
 	queue, consumer, err := resolveName(name)
 	if err != nil {

@@ -200,7 +200,7 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 			return err
 		}
 		var err error
-		pub, err = amqpx.NewPublisher(conn, r.cfg.MaxInFlight)
+		pub, err = amqpx.NewPublisher(setupCtx, conn, r.cfg.MaxInFlight)
 		return err
 	})
 	cancel()

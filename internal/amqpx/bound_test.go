@@ -90,7 +90,7 @@ func TestBoundPassesAnAnswer(t *testing.T) {
 // closes within CloseTimeout, and the publish fails.
 func TestPublisherCloseReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	conn, proxy := stoppedReading(t)
-	p, err := amqpx.NewPublisher(conn, 4)
+	p, err := amqpx.NewPublisher(context.Background(), conn, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
