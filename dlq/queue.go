@@ -59,12 +59,12 @@ func Open(ctx context.Context, conn *amqp.Connection, name string) (*Queue, erro
 // resolveName turns a consumer name or a DLQ name into both.
 func resolveName(name string) (queue, consumer string, err error) {
 	switch {
-	case name == "" || name == ".dlq":
+	case name == "" || name == queueSuffix:
 		return "", "", errors.New("dlq: empty queue name")
 	case len(name) > 255:
 		return "", "", fmt.Errorf("dlq: queue name is %d bytes, AMQP allows 255", len(name))
-	case strings.HasSuffix(name, ".dlq"):
-		return name, strings.TrimSuffix(name, ".dlq"), nil
+	case IsQueueName(name):
+		return name, strings.TrimSuffix(name, queueSuffix), nil
 	case len(QueueName(name)) > 255:
 		return "", "", fmt.Errorf("dlq: dead-letter queue name for %q would exceed AMQP's 255 bytes", name)
 	}
