@@ -81,8 +81,7 @@ func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, 
 func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Delivery, error) {
 	conn := s.conn
 	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
-	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	s.background.Go(func() { c.watchBlocked(blocked) })
+	s.background.Go(amqpx.WatchBlocked(conn, &c.block, c.blockChanged))
 
 	ch, err := conn.Channel()
 	if err != nil {
@@ -132,27 +131,18 @@ func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Del
 	return streams, nil
 }
 
-// watchBlocked follows the broker's connection.blocked and unblocked
-// notifications until the connection closes. The broker blocks a
-// publishing connection during a memory or disk alarm and stops reading
-// it: retries, dead letters and acks wait until it lifts.
-func (c *BaseConsumer) watchBlocked(blocked <-chan amqp.Blocking) {
-	for b := range blocked {
-		switch {
-		case !c.block.Set(b):
-		case b.Active:
-			c.stats.blocks.Add(1)
-			c.log.Warn("the broker blocked this connection; retries, dead letters and acks wait until it lifts", "reason", b.Reason)
-			c.observeBlocked(true, b.Reason)
-		default:
-			c.log.Info("the broker unblocked this connection")
-			c.observeBlocked(false, "")
-		}
+// blockChanged reports the broker's connection.blocked and unblocked. The
+// broker blocks a publishing connection during a memory or disk alarm and
+// stops reading it: retries, dead letters and acks wait until it lifts.
+func (c *BaseConsumer) blockChanged(blocked bool, reason string) {
+	switch {
+	case blocked:
+		c.stats.blocks.Add(1)
+		c.log.Warn("the broker blocked this connection; retries, dead letters and acks wait until it lifts", "reason", reason)
+	case reason == "":
+		c.log.Info("the broker unblocked this connection")
 	}
-	// The connection is gone; the next one starts unblocked.
-	if c.block.Reset() {
-		c.observeBlocked(false, "")
-	}
+	c.observeBlocked(blocked, reason)
 }
 
 func (c *BaseConsumer) observeBlocked(active bool, reason string) {
