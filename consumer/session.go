@@ -223,11 +223,6 @@ func (s *session) stopConsuming() {
 	s.forwarders.Wait()
 }
 
-// closeTimeout bounds each step of closing a session against a broker that
-// stopped reading (a blocked connection): pending acks get this long to go
-// out, the connection close as long again.
-const closeTimeout = amqpx.CloseTimeout
-
 // close ends a healthy session after the workers have finished: pending
 // acks are sent, then the connection is closed. Deliveries that were
 // prefetched but never handled are requeued by the broker.
@@ -236,9 +231,10 @@ func (s *session) close() {
 	flushed := s.stopAckers()
 	select {
 	case <-flushed:
-	case <-time.After(closeTimeout):
-		// The broker is not reading: the acks left are lost and their
-		// messages redelivered, which is safe; hanging here is not.
+	case <-time.After(amqpx.CloseTimeout):
+		// The broker is not reading (a blocked connection): the acks left
+		// are lost and their messages redelivered, which is safe; hanging
+		// here is not. The connection close then gets as long again.
 	}
 	s.shutdown(flushed)
 }
@@ -269,7 +265,7 @@ func (s *session) stopAckers() <-chan struct{} {
 // stuck on its socket (an acker's or a publisher's), waits for the ackers
 // to have stopped, then for the rest of the session's goroutines.
 func (s *session) shutdown(ackersStopped <-chan struct{}) {
-	amqpx.CloseConnection(s.conn, closeTimeout)
+	amqpx.CloseConnection(s.conn, amqpx.CloseTimeout)
 	<-ackersStopped
 	if s.pub != nil {
 		s.pub.Close()
