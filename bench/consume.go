@@ -67,7 +67,7 @@ func newBacklog(ctx context.Context, e *env, queue string, args amqp.Table) (*ba
 
 // fill publishes n events with confirms, many in flight.
 func fill(ctx context.Context, conn *amqp.Connection, exchange, key string, n int) error {
-	pub, err := amqpx.NewPublisher(conn, 1024)
+	pub, err := amqpx.NewPublisher(ctx, conn, 1024)
 	if err != nil {
 		return err
 	}

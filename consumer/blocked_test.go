@@ -117,7 +117,7 @@ func TestBlockedConnectionIsReported(t *testing.T) {
 		return resp.StatusCode, h
 	}
 
-	pub, err := amqpx.NewPublisher(conn, 1)
+	pub, err := amqpx.NewPublisher(context.Background(), conn, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,8 +115,9 @@ type Config struct {
 	// reports stuck.
 	StuckAfter time.Duration
 
-	// PublishTimeout bounds the wait for the broker's confirm of a retry or
-	// dead-letter publish. Default 10s.
+	// PublishTimeout bounds the wait for the broker's confirm of each
+	// retry or dead-letter publish (the one after a deleted queue was
+	// declared again gets its own). Default 10s.
 	PublishTimeout time.Duration
 
 	// MaxBodyBytes is the largest body the consumer decodes; larger ones

@@ -47,6 +47,9 @@ type BaseConsumer struct {
 	// beforeConsume, set only by tests, runs before each consumer channel
 	// of a session is opened; an error fails the session's start.
 	beforeConsume func(channel int) error
+	// beforeRedeclare, set only by tests, runs before the topology is
+	// declared again for a missing queue.
+	beforeRedeclare func()
 }
 
 // ErrAlreadyRunning is returned by Run when the consumer is running or has

@@ -21,7 +21,9 @@
 // Each tier holds messages of one delay, so a 1s retry never waits behind a
 // 10m one (RabbitMQ expires messages only at the head of a queue).
 // A retry tier or DLQ that an operator deleted is declared again by the
-// first retry or dead letter that finds it missing.
+// first retry or dead letter that finds it missing; the declaration gets
+// up to 10s, then the session is given up and the topology declared on a
+// new connection.
 //
 // # Ack policy
 //

@@ -3,3 +3,7 @@ package consumer
 // SetBeforeConsumeHook makes f run before each consumer channel of a
 // session is opened; an error fails that session's start. Set before Run.
 func SetBeforeConsumeHook(c *BaseConsumer, f func(channel int) error) { c.beforeConsume = f }
+
+// SetBeforeRedeclareHook makes f run before the topology is declared again
+// for a queue found missing. Set before Run.
+func SetBeforeRedeclareHook(c *BaseConsumer, f func()) { c.beforeRedeclare = f }

@@ -80,7 +80,7 @@ type publisher struct {
 
 func newPublisher(t *testing.T) *publisher {
 	t.Helper()
-	p, err := amqpx.NewPublisher(testenv.AMQPConn(t), 512)
+	p, err := amqpx.NewPublisher(context.Background(), testenv.AMQPConn(t), 512)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,37 +17,57 @@ import (
 // all the workers that met the missing queue, and the publish tried once
 // more, rather than requeueing the message into a loop that lasts until
 // the consumer restarts.
-func (c *BaseConsumer) publishCopy(ctx context.Context, s *session, queue string, msg amqp.Publishing) error {
+func (c *BaseConsumer) publishCopy(s *session, queue string, msg amqp.Publishing) error {
 	declared := s.declared.Load()
-	err := s.pub.Publish(ctx, "", queue, msg)
+	err := c.publish(s, queue, msg)
 	if !errors.Is(err, amqpx.ErrUnroutable) {
 		return err
 	}
-	if derr := c.redeclare(ctx, s, declared); derr != nil {
+	if derr := c.redeclare(s, declared); derr != nil {
 		return fmt.Errorf("%w; declaring the topology again failed: %w", err, derr)
 	}
+	return c.publish(s, queue, msg)
+}
+
+// publish sends msg to queue and waits up to PublishTimeout for the
+// broker's verdict. Not on the handler's context: a publish that has
+// started must get its verdict even when shutdown cancels the handlers.
+func (c *BaseConsumer) publish(s *session, queue string, msg amqp.Publishing) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PublishTimeout)
+	defer cancel()
 	return s.pub.Publish(ctx, "", queue, msg)
 }
 
 // redeclare declares the topology on a fresh channel of s, unless it was
-// declared again since the count was seen. A declaration the broker does
-// not answer within ctx closes the connection (amqpx.Bound), and the
-// supervisor declares everything on the next one.
-func (c *BaseConsumer) redeclare(ctx context.Context, s *session, seen uint64) error {
+// declared again since the count was seen. It gets SetupTimeout, as the
+// declaration on a new connection does, not what is left of a publish's
+// PublishTimeout: a declaration that is merely slow must not cost the
+// session and every ack in flight on it. A broker that does not answer
+// in that time gets the connection closed (amqpx.Bound); the session is
+// failed with that reason first, so the log and the Observer say the
+// broker did not answer, not what the closing connection looks like to a
+// forwarder ("queue deleted?"). The supervisor declares everything on the
+// next connection.
+func (c *BaseConsumer) redeclare(s *session, seen uint64) error {
 	s.declareMu.Lock()
 	defer s.declareMu.Unlock()
 	if s.declared.Load() != seen {
 		return nil // another worker did it meanwhile
 	}
 	c.log.Warn("a queue of the consumer's topology is missing (deleted by an operator?); declaring the topology again")
-	err := amqpx.Bound(ctx, s.conn, func() error {
+	if c.beforeRedeclare != nil {
+		c.beforeRedeclare()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), amqpx.SetupTimeout)
+	defer cancel()
+	err := amqpx.BoundNotify(ctx, s.conn, func() error {
 		ch, err := s.conn.Channel()
 		if err != nil {
 			return fmt.Errorf("open channel: %w", err)
 		}
 		defer ch.Close() // within the bound
 		return c.topo.declare(ch, c.cfg)
-	})
+	}, func(err error) { s.fail(fmt.Errorf("declare the topology again: %w", err)) })
 	if err == nil {
 		s.declared.Add(1)
 	}

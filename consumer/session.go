@@ -55,33 +55,48 @@ func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, 
 	s := &session{conn: conn, lost: make(chan error, 1), stop: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
 	defer cancel()
-	if err := amqpx.Bound(ctx, conn, func() error { return c.setUp(s, jobs) }); err != nil {
+	var streams []<-chan amqp.Delivery
+	err := amqpx.Bound(ctx, conn, func() (err error) {
+		streams, err = c.setUp(ctx, s)
+		return err
+	})
+	if err != nil {
 		s.abandon()
 		return nil, err
+	}
+	// Only a session that started whole hands out work, and only once
+	// Bound has said so: a job from one whose start then failed (a channel
+	// refused, or the set-up cut off by ctx) would run on a channel about
+	// to close, its ack lost and its message redelivered, a duplicate
+	// effect. Until then the deliveries wait in the channels, and the
+	// broker requeues them if the session is abandoned.
+	for i, deliveries := range streams {
+		s.forwarders.Go(func() { s.forward(deliveries, s.ackers[i], jobs) })
 	}
 	return s, nil
 }
 
-func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
+// setUp opens the session's channels and consumers on s.conn and returns
+// their delivery streams.
+func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Delivery, error) {
 	conn := s.conn
 	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
-	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	s.background.Go(func() { c.watchBlocked(blocked) })
+	s.background.Go(amqpx.WatchBlocked(conn, &c.block, c.blockChanged))
 
 	ch, err := conn.Channel()
 	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
+		return nil, fmt.Errorf("open channel: %w", err)
 	}
 	err = c.topo.declare(ch, c.cfg)
 	ch.Close()
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	// Every worker may be publishing a retry or a dead letter at once.
-	pub, err := amqpx.NewPublisher(conn, c.cfg.Workers)
+	pub, err := amqpx.NewPublisher(ctx, conn, c.cfg.Workers)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.pub = pub
 	s.watch(pub.NotifyClose())
@@ -90,21 +105,21 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 	for i := range c.cfg.Channels {
 		if c.beforeConsume != nil {
 			if err := c.beforeConsume(i); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		ch, err := conn.Channel()
 		if err != nil {
-			return fmt.Errorf("open consumer channel: %w", err)
+			return nil, fmt.Errorf("open consumer channel: %w", err)
 		}
 		s.watch(ch.NotifyClose(make(chan *amqp.Error, 1)))
 		if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
-			return fmt.Errorf("set prefetch: %w", err)
+			return nil, fmt.Errorf("set prefetch: %w", err)
 		}
 		tag := fmt.Sprintf("%s-%d", c.connectionName(), i)
 		deliveries, err := ch.Consume(c.topo.Queue, tag, false, false, false, false, nil)
 		if err != nil {
-			return fmt.Errorf("consume %s: %w", c.topo.Queue, err)
+			return nil, fmt.Errorf("consume %s: %w", c.topo.Queue, err)
 		}
 		a := newAcker(ch, c.cfg.Prefetch, c.log)
 		s.channels = append(s.channels, ch)
@@ -113,38 +128,21 @@ func (c *BaseConsumer) setUp(s *session, jobs chan<- job) error {
 		s.background.Go(a.run)
 		streams = append(streams, deliveries)
 	}
-	// Only a session that started whole hands out work: a job from one
-	// whose next channel then failed would run on a channel about to
-	// close, its ack lost and its message redelivered, a duplicate effect.
-	// Until then the deliveries wait in the channels, and the broker
-	// requeues them if the session is abandoned.
-	for i, deliveries := range streams {
-		s.forwarders.Go(func() { s.forward(deliveries, s.ackers[i], jobs) })
-	}
-	return nil
+	return streams, nil
 }
 
-// watchBlocked follows the broker's connection.blocked and unblocked
-// notifications until the connection closes. The broker blocks a
-// publishing connection during a memory or disk alarm and stops reading
-// it: retries, dead letters and acks wait until it lifts.
-func (c *BaseConsumer) watchBlocked(blocked <-chan amqp.Blocking) {
-	for b := range blocked {
-		switch {
-		case !c.block.Set(b):
-		case b.Active:
-			c.stats.blocks.Add(1)
-			c.log.Warn("the broker blocked this connection; retries, dead letters and acks wait until it lifts", "reason", b.Reason)
-			c.observeBlocked(true, b.Reason)
-		default:
-			c.log.Info("the broker unblocked this connection")
-			c.observeBlocked(false, "")
-		}
+// blockChanged reports the broker's connection.blocked and unblocked. The
+// broker blocks a publishing connection during a memory or disk alarm and
+// stops reading it: retries, dead letters and acks wait until it lifts.
+func (c *BaseConsumer) blockChanged(blocked bool, reason string) {
+	switch {
+	case blocked:
+		c.stats.blocks.Add(1)
+		c.log.Warn("the broker blocked this connection; retries, dead letters and acks wait until it lifts", "reason", reason)
+	case reason == "":
+		c.log.Info("the broker unblocked this connection")
 	}
-	// The connection is gone; the next one starts unblocked.
-	if c.block.Reset() {
-		c.observeBlocked(false, "")
-	}
+	c.observeBlocked(blocked, reason)
 }
 
 func (c *BaseConsumer) observeBlocked(active bool, reason string) {
@@ -225,11 +223,6 @@ func (s *session) stopConsuming() {
 	s.forwarders.Wait()
 }
 
-// closeTimeout bounds each step of closing a session against a broker that
-// stopped reading (a blocked connection): pending acks get this long to go
-// out, the connection close as long again.
-const closeTimeout = amqpx.CloseTimeout
-
 // close ends a healthy session after the workers have finished: pending
 // acks are sent, then the connection is closed. Deliveries that were
 // prefetched but never handled are requeued by the broker.
@@ -238,9 +231,10 @@ func (s *session) close() {
 	flushed := s.stopAckers()
 	select {
 	case <-flushed:
-	case <-time.After(closeTimeout):
-		// The broker is not reading: the acks left are lost and their
-		// messages redelivered, which is safe; hanging here is not.
+	case <-time.After(amqpx.CloseTimeout):
+		// The broker is not reading (a blocked connection): the acks left
+		// are lost and their messages redelivered, which is safe; hanging
+		// here is not. The connection close then gets as long again.
 	}
 	s.shutdown(flushed)
 }
@@ -271,7 +265,7 @@ func (s *session) stopAckers() <-chan struct{} {
 // stuck on its socket (an acker's or a publisher's), waits for the ackers
 // to have stopped, then for the rest of the session's goroutines.
 func (s *session) shutdown(ackersStopped <-chan struct{}) {
-	amqpx.CloseConnection(s.conn, closeTimeout)
+	amqpx.CloseConnection(s.conn, amqpx.CloseTimeout)
 	<-ackersStopped
 	if s.pub != nil {
 		s.pub.Close()

@@ -199,10 +199,6 @@ func (c *BaseConsumer) deadLetter(ctx context.Context, j job, m *warren.Message,
 // it in both queues, and the handler's idempotency absorbs that. It
 // returns Requeued when the publish failed, else kind's disposition.
 func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, headers amqp.Table, kind move, attrs ...slog.Attr) Disposition {
-	// Not hctx: a publish that has started must get its verdict even when
-	// shutdown cancels the handlers.
-	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PublishTimeout)
-	defer cancel()
 	d := j.d
 	msg := amqp.Publishing{
 		// Without the broker's death headers: with an x-death that names
@@ -228,7 +224,7 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 		// own TTL. UserId is dropped: the broker refuses a user id other
 		// than the publishing connection's.
 	}
-	if err := c.publishCopy(ctx, j.s, queue, msg); err != nil {
+	if err := c.publishCopy(j.s, queue, msg); err != nil {
 		c.stats.publishFailures.Add(1)
 		c.log.Error("could not move the message; requeueing it", "to", queue, "message_id", d.MessageId, "error", err)
 		if errors.Is(err, amqpx.ErrUnroutable) || errors.Is(err, amqpx.ErrNacked) {
@@ -244,7 +240,7 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 		return Requeued
 	}
 	c.stats.moved(kind).Add(1)
-	c.log.LogAttrs(ctx, kind.level(), kind.String(),
+	c.log.LogAttrs(hctx, kind.level(), kind.String(),
 		append([]slog.Attr{slog.String("message_id", d.MessageId), slog.String("event_type", d.Type), slog.String("to", queue)}, attrs...)...)
 	j.acker.settle(settlement{tag: d.DeliveryTag, ack: true})
 	return kind.disposition()

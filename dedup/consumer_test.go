@@ -112,7 +112,7 @@ func runReplicated(t *testing.T, b backend, transactional bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := amqpx.NewPublisher(testenv.AMQPConn(t), copies)
+	pub, err := amqpx.NewPublisher(context.Background(), testenv.AMQPConn(t), copies)
 	if err != nil {
 		t.Fatal(err)
 	}

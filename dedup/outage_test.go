@@ -80,7 +80,7 @@ func publishEvent(t *testing.T, exchange, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := amqpx.NewPublisher(testenv.AMQPConn(t), 1)
+	pub, err := amqpx.NewPublisher(context.Background(), testenv.AMQPConn(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -64,8 +65,17 @@ var brokerClasses = map[string]Class{
 // returns a huge error (a whole HTTP response) cannot bloat every message.
 const MaxErrorLen = 2048
 
+// queueSuffix ends the name of every consumer's dead-letter queue.
+const queueSuffix = ".dlq"
+
 // QueueName is the dead-letter queue of the consumer called consumer.
-func QueueName(consumer string) string { return consumer + ".dlq" }
+func QueueName(consumer string) string { return consumer + queueSuffix }
+
+// IsQueueName reports whether name is a dead-letter queue's name as
+// [QueueName] makes them: a consumer's name followed by ".dlq".
+func IsQueueName(name string) bool {
+	return len(name) > len(queueSuffix) && strings.HasSuffix(name, queueSuffix)
+}
 
 // ExchangeName is the dead-letter exchange of the consumer called consumer,
 // where RabbitMQ sends messages that expire in its queue.

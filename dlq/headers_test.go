@@ -333,3 +333,19 @@ func FuzzParseMetadata(f *testing.F) {
 		}
 	})
 }
+
+func TestIsQueueName(t *testing.T) {
+	for name, want := range map[string]bool{
+		QueueName("webhook"): true,
+		"a.dlq":              true,
+		".dlq":               false, // no consumer name
+		"webhook":            false,
+		"webhook.dlq.retry":  false,
+		"webhook.retry.10m":  false,
+		"webhookdlq":         false,
+	} {
+		if got := IsQueueName(name); got != want {
+			t.Errorf("IsQueueName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

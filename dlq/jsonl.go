@@ -12,7 +12,6 @@ import (
 	"io"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -684,12 +683,12 @@ type ImportOptions struct {
 // retry.
 func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) (Result, error) {
 	target := cmp.Or(opts.To, q.name)
-	toDLQ := target == q.name || strings.HasSuffix(target, ".dlq")
+	toDLQ := target == q.name || IsQueueName(target)
 	res := Result{Progress: Progress{Total: len(msgs)}}
 	if _, err := q.depth(ctx, target); err != nil {
 		return res, fmt.Errorf("import target: %w", err)
 	}
-	pub, err := amqpx.NewPublisher(q.conn, 1)
+	pub, err := amqpx.NewPublisher(ctx, q.conn, 1)
 	if err != nil {
 		return res, err
 	}

@@ -34,6 +34,13 @@ type Queue struct {
 // consumer's name (its DLQ is [QueueName](name)) or the full name of a queue
 // ending in ".dlq". The queue must exist: an error wrapping [ErrNoQueue]
 // says when it does not.
+//
+// conn stays the caller's, with one exception: when the broker does not
+// answer a round trip of Open or of any method in time (SetupTimeout for
+// opening channels and publishers), the library closes conn to get out of
+// the wait, and the method returns an error saying the broker did not
+// answer in time. The Queue, and anything else on conn, must then be
+// opened again on a new connection.
 func Open(ctx context.Context, conn *amqp.Connection, name string) (*Queue, error) {
 	queue, consumer, err := resolveName(name)
 	if err != nil {
@@ -52,12 +59,12 @@ func Open(ctx context.Context, conn *amqp.Connection, name string) (*Queue, erro
 // resolveName turns a consumer name or a DLQ name into both.
 func resolveName(name string) (queue, consumer string, err error) {
 	switch {
-	case name == "" || name == ".dlq":
+	case name == "" || name == queueSuffix:
 		return "", "", errors.New("dlq: empty queue name")
 	case len(name) > 255:
 		return "", "", fmt.Errorf("dlq: queue name is %d bytes, AMQP allows 255", len(name))
-	case strings.HasSuffix(name, ".dlq"):
-		return name, strings.TrimSuffix(name, ".dlq"), nil
+	case IsQueueName(name):
+		return name, strings.TrimSuffix(name, queueSuffix), nil
 	case len(QueueName(name)) > 255:
 		return "", "", fmt.Errorf("dlq: dead-letter queue name for %q would exceed AMQP's 255 bytes", name)
 	}

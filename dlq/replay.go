@@ -91,7 +91,7 @@ func (q *Queue) Replay(ctx context.Context, opts ReplayOptions) (Result, error) 
 	var pub *amqpx.Publisher
 	if !opts.DryRun {
 		var err error
-		if pub, err = amqpx.NewPublisher(q.conn, 1); err != nil {
+		if pub, err = amqpx.NewPublisher(ctx, q.conn, 1); err != nil {
 			return Result{}, err
 		}
 		defer pub.Close()

@@ -2,6 +2,7 @@ package dlq_test
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"slices"
 	"testing"
@@ -99,6 +100,28 @@ func TestReplayReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	if !slices.Equal(all, want) {
 		t.Fatalf("origin %d + DLQ %d messages do not cover the %d published", len(origin), len(dead), len(msgs))
 	}
+}
+
+// The broker stops reading the connection before a replay has set up its
+// publisher: Replay returns within SetupTimeout and a margin, with an
+// error saying the broker did not answer, and every message stays in the
+// DLQ.
+func TestReplayReturnsWhenTheBrokerStopsReadingBeforeItStarts(t *testing.T) {
+	f := newFixture(t)
+	msgs := mixed(f.top, 5, time.Now())
+	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
+	q, proxy := f.throughProxy(t)
+	proxy.StopReading(true)
+
+	_, err := returnsWithin(t, proxy, amqpx.SetupTimeout+20*time.Second, "Replay", func() (dlq.Result, error) {
+		return q.Replay(context.Background(), dlq.ReplayOptions{})
+	})
+	if !errors.Is(err, amqpx.ErrNoAnswer) {
+		t.Fatalf("Replay = %v, want an error wrapping ErrNoAnswer", err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "every message back in the DLQ", func() bool {
+		return f.depth(t, f.top.DLQ) == len(msgs)
+	})
 }
 
 // The broker stops reading an import's connection halfway: Import returns

@@ -167,9 +167,14 @@ func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) {
 		if err != nil {
 			return // ctx ended
 		}
+		// The block state follows the connection: watched from the dial,
+		// so a block during set-up is seen, to the close, which resets it.
+		var watcher sync.WaitGroup
+		watcher.Go(amqpx.WatchBlocked(conn, &r.health.block, r.blockChanged))
 		started := time.Now()
 		err = r.session(ctx, conn, pool)
 		amqpx.CloseConnection(conn, amqpx.CloseTimeout)
+		watcher.Wait()
 		if ctx.Err() != nil {
 			return
 		}
@@ -200,7 +205,7 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 			return err
 		}
 		var err error
-		pub, err = amqpx.NewPublisher(conn, r.cfg.MaxInFlight)
+		pub, err = amqpx.NewPublisher(setupCtx, conn, r.cfg.MaxInFlight)
 		return err
 	})
 	cancel()
@@ -211,8 +216,6 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 
 	sessionCtx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
-	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
-	defer r.unblocked() // the next connection starts unblocked
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		select {
@@ -221,7 +224,6 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 		case <-sessionCtx.Done():
 		}
 	})
-	wg.Go(func() { r.watchBlocked(sessionCtx, blocked) })
 	r.log.Info("connected to broker", "amqp_url", redact.URL(r.cfg.AMQPURL))
 	r.health.brokerUp.Store(true)
 	defer r.health.brokerUp.Store(false)
@@ -238,36 +240,16 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 	return context.Cause(sessionCtx)
 }
 
-// watchBlocked follows the broker's connection.blocked and unblocked
-// notifications until ctx ends. The channel has room for the few that can
-// arrive between then and the connection's close, so the library's reader
-// never waits on it.
-func (r *Relay) watchBlocked(ctx context.Context, blocked <-chan amqp.Blocking) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case b, ok := <-blocked:
-			switch {
-			case !ok:
-				return
-			case !r.health.block.Set(b):
-			case b.Active:
-				r.log.Warn("the broker blocked the connection (an alarm); claiming stops until it lifts, and rows keep their attempts", "reason", b.Reason)
-				r.observeBlocked(true, b.Reason)
-			default:
-				r.log.Info("the broker unblocked the connection; claiming resumes")
-				r.observeBlocked(false, "")
-			}
-		}
+// blockChanged reports the broker's connection.blocked and unblocked,
+// recorded in r.health.block, which the claim gate waits on.
+func (r *Relay) blockChanged(blocked bool, reason string) {
+	switch {
+	case blocked:
+		r.log.Warn("the broker blocked the connection (an alarm); claiming stops until it lifts, and rows keep their attempts", "reason", reason)
+	case reason == "":
+		r.log.Info("the broker unblocked the connection; claiming resumes")
 	}
-}
-
-// unblocked clears the block of a connection that is gone.
-func (r *Relay) unblocked() {
-	if r.health.block.Reset() {
-		r.observeBlocked(false, "")
-	}
+	r.observeBlocked(blocked, reason)
 }
 
 func closeError(e *amqp.Error) error {

@@ -96,7 +96,7 @@ func (h *harness) drained(ctx context.Context) bool {
 	// while another worker held the lease) must come back and be
 	// acknowledged as duplicates too.
 	for q, n := range depths {
-		if n > 0 && !strings.HasSuffix(q, ".dlq") {
+		if n > 0 && !dlq.IsQueueName(q) {
 			return false
 		}
 	}
@@ -424,7 +424,7 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 	}
 	for q, n := range res.queueDepths {
 		held := len(res.autoHeld) > 0 && strings.HasPrefix(q, autoQueue)
-		if n > 0 && !strings.HasSuffix(q, ".dlq") && !held {
+		if n > 0 && !dlq.IsQueueName(q) && !held {
 			res.fail("queue %s still holds %d messages after the drain", q, n)
 		}
 	}

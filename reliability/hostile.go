@@ -250,7 +250,7 @@ func sendHostile(ctx context.Context, amqpURL, exchange, run string, burst int) 
 				if pub == nil {
 					conn, err = amqpx.Dial(ctx, amqpURL, amqpx.DialOptions{Name: "reliability hostile publisher"})
 					if err == nil {
-						pub, err = amqpx.NewPublisher(conn, 16)
+						pub, err = amqpx.NewPublisher(ctx, conn, 16)
 					}
 				}
 				if err == nil {

@@ -214,7 +214,7 @@ func (h *harness) moveDeadLetters(ctx context.Context, shovel bool) (target stri
 		return "", nil, err
 	}
 	defer amqpx.CloseConnection(conn, 5*time.Second)
-	pub, err := amqpx.NewPublisher(conn, len(ids))
+	pub, err := amqpx.NewPublisher(ctx, conn, len(ids))
 	if err != nil {
 		return "", nil, err
 	}

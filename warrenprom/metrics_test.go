@@ -131,7 +131,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 
 	// The same events again, straight to the exchange, as a relay that
 	// published twice would send them: the dedup store knows them.
-	pub, err := amqpx.NewPublisher(testenv.AMQPConn(t), 16)
+	pub, err := amqpx.NewPublisher(context.Background(), testenv.AMQPConn(t), 16)
 	if err != nil {
 		t.Fatal(err)
 	}

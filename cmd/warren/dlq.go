@@ -12,8 +12,6 @@ import (
 	"sync"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
@@ -290,18 +288,16 @@ func (c *dlqCall) connectAndRun(ctx context.Context, rawURL string) error {
 	// A broker under a memory or disk alarm blocks a connection that
 	// publishes (replay, import) until the alarm clears: say so, or the
 	// stall looks like a hang. The watcher ends when the connection closes.
-	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
 	var watcher sync.WaitGroup
 	defer watcher.Wait()
-	watcher.Go(func() {
-		for b := range blocked {
-			if b.Active {
-				fmt.Fprintf(c.env.stderr, "warren: the broker blocked the connection (%s); publishing waits until its alarm clears\n", b.Reason)
-			} else {
-				fmt.Fprintln(c.env.stderr, "warren: the broker unblocked the connection")
-			}
+	watcher.Go(amqpx.WatchBlocked(conn, nil, func(blocked bool, reason string) {
+		switch {
+		case blocked:
+			fmt.Fprintf(c.env.stderr, "warren: the broker blocked the connection (%s); publishing waits until its alarm clears\n", reason)
+		case reason == "":
+			fmt.Fprintln(c.env.stderr, "warren: the broker unblocked the connection")
 		}
-	})
+	}))
 	// Bounded: a broker that stopped reading must not hang the exit.
 	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
 	if c.queue, err = dlq.Open(ctx, conn, c.opts.queue); err != nil {

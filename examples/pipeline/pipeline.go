@@ -240,7 +240,7 @@ func Publish(ctx context.Context, amqpURL, exchange string, msg amqp.Publishing)
 		return err
 	}
 	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
-	pub, err := amqpx.NewPublisher(conn, 1)
+	pub, err := amqpx.NewPublisher(ctx, conn, 1)
 	if err != nil {
 		return err
 	}

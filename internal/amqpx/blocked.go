@@ -77,3 +77,35 @@ func (s *BlockState) BlockedSince(t time.Time) bool {
 	defer s.mu.Unlock()
 	return s.wait != nil || s.lifted.After(t)
 }
+
+// ClosedWhileBlocked is the reason WatchBlocked gives when a block ends
+// because the connection closed.
+const ClosedWhileBlocked = "the connection closed"
+
+// WatchBlocked subscribes to conn's connection.blocked and unblocked
+// notifications now, so none is missed, and returns the loop that follows
+// them, for the caller to run on a goroutine it waits for. The loop
+// records each notification in state (a private one when nil) and calls
+// onChange when that changes the state: with true and the broker's reason
+// when a block begins, with false and "" when the broker lifts it. It
+// returns once conn has closed, after a last onChange(false,
+// ClosedWhileBlocked) if conn was blocked then: the state is reset, as
+// the next connection starts unblocked.
+func WatchBlocked(conn *amqp.Connection, state *BlockState, onChange func(blocked bool, reason string)) (loop func()) {
+	if state == nil {
+		state = new(BlockState)
+	}
+	// Room for the few notifications that can arrive while onChange runs:
+	// the library's reader waits on a full channel.
+	blocked := conn.NotifyBlocked(make(chan amqp.Blocking, 4))
+	return func() {
+		for b := range blocked {
+			if state.Set(b) {
+				onChange(b.Active, b.Reason)
+			}
+		}
+		if state.Reset() {
+			onChange(false, ClosedWhileBlocked)
+		}
+	}
+}

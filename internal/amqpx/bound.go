@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -27,26 +28,58 @@ var ErrNoAnswer = errors.New("the broker did not answer in time; connection clos
 // channels, until ctx ends. amqp091-go waits for a reply with no deadline,
 // and a broker that stops reading a connection (RabbitMQ does so to
 // publishers during a memory or disk alarm) while its heartbeats keep
-// arriving never gives one. So when ctx ends first, Bound closes conn,
-// which ends every wait on it and fails writes stuck on its socket, and
-// returns once op has, with an error wrapping ErrNoAnswer and ctx's error.
+// arriving never gives one. So when ctx ends before op has returned, Bound
+// closes conn, which ends every wait on it and fails writes stuck on its
+// socket, and returns once op has, with an error wrapping ErrNoAnswer,
+// ctx's error and op's own (so errors.As still finds what op returned).
+// An op that returned first keeps its result, and conn is not touched,
+// even if ctx ends at the same moment.
 //
 // Closing the connection is the only way to get the library to let go; a
 // caller on a stop path loses nothing by it, and one on a start path is
 // about to retry on a new connection anyway.
 func Bound(ctx context.Context, conn *amqp.Connection, op func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- op() }()
-	select {
-	case err := <-done:
+	return BoundNotify(ctx, conn, op, nil)
+}
+
+// BoundNotify is [Bound] that, when it is about to close conn, first calls
+// closing (if not nil) with the error it will return, less op's part. A
+// caller that owns conn learns why it closed before anything else on the
+// connection sees it close.
+func BoundNotify(ctx context.Context, conn *amqp.Connection, op func() error, closing func(error)) error {
+	// Exactly one of two things happens first: op returns, or ctx's end is
+	// acted on. The compare-and-swap decides which, so a connection is
+	// closed only under an op that had not returned, and the error says so
+	// exactly when it was.
+	const (
+		running = iota
+		returned
+		closed
+	)
+	var state atomic.Int32
+	shut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(shut)
+		if !state.CompareAndSwap(running, closed) {
+			return
+		}
+		if closing != nil {
+			closing(fmt.Errorf("%w: %w", ErrNoAnswer, context.Cause(ctx)))
+		}
+		// The broker had its chance: close at once (a deadline in the past
+		// fails the close's own write and read immediately).
+		CloseConnection(conn, 0)
+	})
+	err := op()
+	if state.CompareAndSwap(running, returned) {
+		stop()
 		return err
-	case <-ctx.Done():
 	}
-	// The broker had its chance: close at once (a deadline in the past
-	// fails the close's own write and read immediately).
-	CloseConnection(conn, 0)
-	err := <-done
-	return fmt.Errorf("%w: %w (then: %v)", ErrNoAnswer, context.Cause(ctx), err)
+	<-shut
+	if err == nil {
+		return fmt.Errorf("%w: %w", ErrNoAnswer, context.Cause(ctx))
+	}
+	return fmt.Errorf("%w: %w (then: %w)", ErrNoAnswer, context.Cause(ctx), err)
 }
 
 // CloseChannel closes ch, a channel of conn, giving the broker
@@ -56,7 +89,7 @@ func CloseChannel(conn *amqp.Connection, ch *amqp.Channel) error {
 	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
 	defer cancel()
 	err := Bound(ctx, conn, ch.Close)
-	if errors.Is(err, amqp.ErrClosed) {
+	if errors.Is(err, amqp.ErrClosed) && !errors.Is(err, ErrNoAnswer) {
 		return nil
 	}
 	return err

@@ -90,7 +90,7 @@ func TestBoundPassesAnAnswer(t *testing.T) {
 // closes within CloseTimeout, and the publish fails.
 func TestPublisherCloseReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	conn, proxy := stoppedReading(t)
-	p, err := amqpx.NewPublisher(conn, 4)
+	p, err := amqpx.NewPublisher(context.Background(), conn, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,3 +104,62 @@ func TestPublisherCloseReturnsWhenTheBrokerStopsReading(t *testing.T) {
 		t.Fatal("a publish the broker never read succeeded")
 	}
 }
+
+// An op that returns while ctx ends at the same moment (here: ctx had
+// already ended when Bound was called) gets one of two consistent
+// outcomes, never a mix: its own error untouched on an open connection,
+// or ErrNoAnswer on a closed one, with op's error still reachable through
+// errors.Is/As (a refused declaration must stay recognisable, say). The
+// two happen at random, so the test repeats until both were seen.
+func TestBoundKeepsOpsErrorWhenCtxEndsTogether(t *testing.T) {
+	opErr := errors.New("the op's own error")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var kept, closed int
+	for i := 0; i < 200 && (kept == 0 || closed == 0 || i < 50); i++ {
+		conn := testenv.AMQPConn(t)
+		err := amqpx.Bound(ctx, conn, func() error { return opErr })
+		if !errors.Is(err, opErr) {
+			t.Fatalf("round %d: Bound = %v, lost the op's error", i, err)
+		}
+		switch noAnswer := errors.Is(err, amqpx.ErrNoAnswer); {
+		case noAnswer != conn.IsClosed():
+			t.Fatalf("round %d: Bound = %v but the connection closed = %v", i, err, conn.IsClosed())
+		case noAnswer:
+			closed++
+		default:
+			kept++
+		}
+	}
+	t.Logf("op's answer kept %d times, connection closed %d times", kept, closed)
+}
+
+// When Bound closes the connection under an op, the op's error (from the
+// close) is wrapped, not flattened into text.
+func TestBoundWrapsTheErrorOfAnOpItCutOff(t *testing.T) {
+	conn := testenv.AMQPConn(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var te *testTopologyError
+	err = amqpx.Bound(ctx, conn, func() error {
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		cancel() // ctx ends before op returns: Bound closes conn
+		<-closed
+		_, err := ch.QueueDeclarePassive(testenv.Name(t, "q"), false, false, false, false, nil)
+		return &testTopologyError{err}
+	})
+	if !errors.Is(err, amqpx.ErrNoAnswer) || !errors.As(err, &te) || !errors.Is(err, amqp.ErrClosed) {
+		t.Fatalf("Bound = %v, want ErrNoAnswer wrapping the op's error", err)
+	}
+	if !conn.IsClosed() {
+		t.Error("Bound returned ErrNoAnswer but left the connection open")
+	}
+}
+
+type testTopologyError struct{ err error }
+
+func (e *testTopologyError) Error() string { return "declare: " + e.err.Error() }
+func (e *testTopologyError) Unwrap() error { return e.err }

@@ -81,18 +81,28 @@ type returnKey struct{ exchange, routingKey, messageID string }
 type pending struct{ returned *ReturnedError }
 
 // NewPublisher opens a channel on conn, puts it in confirm mode and allows
-// up to maxInFlight unconfirmed publishes (default 256).
-func NewPublisher(conn *amqp.Connection, maxInFlight int) (*Publisher, error) {
+// up to maxInFlight unconfirmed publishes (default 256). The two round
+// trips are bounded by ctx and by SetupTimeout: a broker that does not
+// answer in time gets conn closed under them (see [Bound]).
+func NewPublisher(ctx context.Context, conn *amqp.Connection, maxInFlight int) (*Publisher, error) {
 	if maxInFlight <= 0 {
 		maxInFlight = 256
 	}
-	ch, err := conn.Channel()
+	ctx, cancel := context.WithTimeout(ctx, SetupTimeout)
+	defer cancel()
+	var ch *amqp.Channel
+	err := Bound(ctx, conn, func() (err error) {
+		if ch, err = conn.Channel(); err != nil {
+			return fmt.Errorf("open publish channel: %w", err)
+		}
+		if err := ch.Confirm(false); err != nil {
+			CloseChannel(conn, ch)
+			return fmt.Errorf("enable publisher confirms: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("open publish channel: %w", err)
-	}
-	if err := ch.Confirm(false); err != nil {
-		CloseChannel(conn, ch)
-		return nil, fmt.Errorf("enable publisher confirms: %w", err)
+		return nil, err
 	}
 	p := &Publisher{
 		conn:     conn,

@@ -18,7 +18,7 @@ import (
 func newPublisher(t *testing.T, maxInFlight int) (*amqpx.Publisher, *amqp.Channel) {
 	t.Helper()
 	conn := testenv.AMQPConn(t)
-	p, err := amqpx.NewPublisher(conn, maxInFlight)
+	p, err := amqpx.NewPublisher(context.Background(), conn, maxInFlight)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestPublishNackIsAnError(t *testing.T) {
 
 func TestPublishOnClosedChannelFails(t *testing.T) {
 	conn := testenv.AMQPConn(t)
-	p, err := amqpx.NewPublisher(conn, 4)
+	p, err := amqpx.NewPublisher(context.Background(), conn, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := amqpx.NewPublisher(conn, 64)
+	p, err := amqpx.NewPublisher(context.Background(), conn, 64)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,7 +98,7 @@ func (top DeadLetterTopology) Message(d Dead) amqp.Publishing {
 // fails t unless every one is confirmed.
 func PublishConfirmed(t testing.TB, conn *amqp.Connection, queue string, msgs []amqp.Publishing) {
 	t.Helper()
-	p, err := amqpx.NewPublisher(conn, 512)
+	p, err := amqpx.NewPublisher(context.Background(), conn, 512)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func PublishConfirmed(t testing.TB, conn *amqp.Connection, queue string, msgs []
 // before the next, so the queue holds them in this order.
 func PublishInOrder(t testing.TB, conn *amqp.Connection, queue string, msgs []amqp.Publishing) {
 	t.Helper()
-	p, err := amqpx.NewPublisher(conn, 1)
+	p, err := amqpx.NewPublisher(context.Background(), conn, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
