@@ -48,6 +48,13 @@ var ErrLeaseLost = errors.New("dedup: lease lost")
 
 // Store hands out leases on keys. Implementations must be safe for
 // concurrent use by many goroutines and processes.
+//
+// Errors: a store marks with [Refused] an error it was answered with that
+// belongs to the call (its key, its data), never one that says the store
+// cannot serve (a timeout, a lost connection, a server restarting or out
+// of connections). Callers retry a refused call's message, spending its
+// attempts, and defer every other failure without spending any (see
+// [ErrRefused]); an unmarked error is therefore always the safe choice.
 type Store interface {
 	// Claim tries to take key for lease. It takes over a key whose
 	// previous lease has expired without completion. An empty key or a
@@ -76,8 +83,12 @@ type Store interface {
 type Transactor interface {
 	// WithinTx begins a transaction, calls fn with a context that carries
 	// it (the store's package says how to get it out), and when fn returns
-	// nil marks c done in the same transaction and commits. When fn fails,
-	// or the mark fails (ErrLeaseLost), it rolls back and returns the error.
+	// nil marks c done in the same transaction (as Complete would) and
+	// commits. When fn fails, it rolls back and returns fn's error
+	// unchanged; when the mark fails (ErrLeaseLost) or the begin or the
+	// commit does, it rolls back and returns that error. The store bounds
+	// its own statements (the begin, the mark, the commit and a rollback),
+	// as only it knows where fn's time ends and its own begins.
 	WithinTx(ctx context.Context, c Claim, fn func(ctx context.Context) error) error
 }
 

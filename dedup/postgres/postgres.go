@@ -220,7 +220,7 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 	}
 	op := &call{kind: claimCall, key: rowKey(key), token: rand.Text(), lease: lease.Milliseconds()}
 	if err := s.do(ctx, op); err != nil {
-		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: %w", key, err)
+		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: %w", key, refused(err))
 	}
 	switch {
 	case op.acquired:
@@ -241,7 +241,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	}
 	op := &call{kind: completeCall, key: rowKey(c.Key), token: c.Token}
 	if err := s.do(ctx, op); err != nil {
-		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(err))
 	}
 	if !op.held {
 		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
@@ -253,7 +253,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 func (s *Store) completeInTx(ctx context.Context, db execer, c dedup.Claim) error {
 	tag, err := db.Exec(ctx, s.completeSQL, rowKey(c.Key), c.Token, s.retention.Milliseconds())
 	if err != nil {
-		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
@@ -290,7 +290,7 @@ func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	}
 	op := &call{kind: releaseCall, key: rowKey(c.Key), token: c.Token}
 	if err := s.do(ctx, op); err != nil {
-		return fmt.Errorf("dedup/postgres: release %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/postgres: release %q: %w", c.Key, refused(err))
 	}
 	return nil
 }
@@ -334,7 +334,7 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("dedup/postgres: begin: %w", err)
+		return fmt.Errorf("dedup/postgres: begin: %w", refused(err))
 	}
 	defer func() {
 		// After Commit this is a no-op. Otherwise it runs even when ctx has
@@ -351,12 +351,35 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, refused(err))
 	}
 	return nil
 }
 
 type txKey struct{}
+
+// refused marks err as the call's own ([dedup.ErrRefused]) when Postgres
+// answered it with an error about the statement's data — a data exception
+// (class 22), a violated constraint (23), a program limit such as an index
+// row too large (54) — or about a transaction the handler broke (25P02).
+// Every other error, Postgres's answers that it cannot serve now among
+// them (connection exceptions, resources, operator intervention such as a
+// restart or statement_timeout, a read-only replica, a missing table),
+// stays the store's.
+func refused(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch class := pgErr.Code[:min(2, len(pgErr.Code))]; class {
+	case "22", "23", "54":
+		return dedup.Refused(err)
+	}
+	if pgErr.Code == "25P02" { // in_failed_sql_transaction
+		return dedup.Refused(err)
+	}
+	return err
+}
 
 // Tx returns the transaction [Store.WithinTx] runs the handler in, and
 // false outside one (a handler run without the Dedup middleware's

@@ -165,7 +165,7 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 	token := rand.Text()
 	res, err := s.run(ctx, claimScript, s.redisKey(key), token, lease.Milliseconds())
 	if err != nil {
-		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: %w", key, err)
+		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: %w", key, refused(err))
 	}
 	switch res {
 	case claimAcquired:
@@ -187,7 +187,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	}
 	ok, err := s.run(ctx, completeScript, s.redisKey(c.Key), c.Token, s.retention.Milliseconds())
 	if err != nil {
-		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, refused(err))
 	}
 	if ok != 1 {
 		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, dedup.ErrLeaseLost)
@@ -201,9 +201,23 @@ func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 		return err
 	}
 	if _, err := s.run(ctx, releaseScript, s.redisKey(c.Key), c.Token); err != nil {
-		return fmt.Errorf("dedup/redis: release %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/redis: release %q: %w", c.Key, refused(err))
 	}
 	return nil
+}
+
+// refused marks err as the call's own ([dedup.ErrRefused]) when Redis
+// answered it that the key holds another type of value (WRONGTYPE, on its
+// own or inside a script's error): that key fails every call, while the
+// store serves every other. Every other error stays the store's, Redis's
+// answers that it cannot serve now among them (LOADING, READONLY, OOM,
+// BUSY, MASTERDOWN, an ACL that denies the scripts).
+func refused(err error) error {
+	var rerr goredis.Error
+	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "WRONGTYPE") {
+		return dedup.Refused(err)
+	}
+	return err
 }
 
 func checkHeld(c dedup.Claim) error {
