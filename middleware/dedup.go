@@ -64,7 +64,10 @@ type DedupOptions struct {
 	// Health, when set, is told the result of every store call
 	// ([dedup.Bounded]), so a consumer that lists it in
 	// consumer.Config.Dependencies shows the store down in its health (and
-	// is not ready) while calls fail or time out. Default nil: no report.
+	// is not ready) while calls fail or time out. Its lapse
+	// ([warren.Dependency.SetLapse], a minute by default) must be longer
+	// than UnavailableDelay rounded up to a retry tier. Default nil: no
+	// report.
 	Health *warren.Dependency
 
 	// Logger receives what an outcome cannot carry: a lease lost under a
