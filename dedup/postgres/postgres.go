@@ -54,6 +54,15 @@ type Config struct {
 	// batch in flight lets the next grow while the last commits, which
 	// measured fastest. Default 1.
 	MaxBatchesInFlight int
+
+	// CallTimeout bounds each statement [Store.WithinTx] runs of its own —
+	// the begin, the done-mark with the commit, a rollback — so that a
+	// stalled database holds the handler's worker no longer than this
+	// beyond the handler's own work, which it does not bound. (Claim,
+	// Complete and Release are bounded by their callers' contexts, as
+	// dedup.Bounded and the Dedup middleware bound them.) Default 10
+	// seconds.
+	CallTimeout time.Duration
 }
 
 // Defaults of [Config].
@@ -63,6 +72,7 @@ const (
 	DefaultPurgeBatch         = 1000
 	DefaultMaxBatch           = 128
 	DefaultMaxBatchesInFlight = 1
+	DefaultCallTimeout        = 10 * time.Second
 )
 
 const indexSuffix = "_expires_at_idx"
@@ -79,6 +89,7 @@ type Store struct {
 	table     string // quoted, possibly schema-qualified
 	retention time.Duration
 	batch     int
+	timeout   time.Duration // Config.CallTimeout
 
 	claimSQL, completeSQL, releaseSQL, purgeSQL, schemaSQL     string
 	lockManySQL, claimManySQL, completeManySQL, releaseManySQL string
@@ -110,9 +121,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if cfg.Retention < 0 || cfg.PurgeBatch < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 {
-		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v), PurgeBatch (%d), MaxBatch (%d) or MaxBatchesInFlight (%d)",
-			cfg.Retention, cfg.PurgeBatch, cfg.MaxBatch, cfg.MaxBatchesInFlight)
+	if cfg.Retention < 0 || cfg.PurgeBatch < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 || cfg.CallTimeout < 0 {
+		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v), PurgeBatch (%d), MaxBatch (%d), MaxBatchesInFlight (%d) or CallTimeout (%v)",
+			cfg.Retention, cfg.PurgeBatch, cfg.MaxBatch, cfg.MaxBatchesInFlight, cfg.CallTimeout)
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -136,7 +150,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, table: table, retention: cfg.Retention, batch: cfg.PurgeBatch}
+	s := &Store{pool: pool, table: table, retention: cfg.Retention, batch: cfg.PurgeBatch, timeout: cfg.CallTimeout}
 	s.schemaSQL = strings.NewReplacer("{{table}}", table, "{{index}}", index).Replace(schemaTemplate)
 
 	// A claim writes the row in every case — inserting it, taking it over,
@@ -316,10 +330,6 @@ func (s *Store) Purge(ctx context.Context) (int64, error) {
 	}
 }
 
-// rollbackTimeout bounds the rollback WithinTx runs after a failure, on a
-// context the handler's cancellation does not reach.
-const rollbackTimeout = 10 * time.Second
-
 // WithinTx implements [dedup.Transactor]: it begins a transaction, calls
 // fn with a context that carries it (get it with [Tx]), and when fn returns
 // nil writes c's done-mark in the same transaction and commits. When fn
@@ -332,7 +342,9 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 	if err := checkHeld(c); err != nil {
 		return err
 	}
-	tx, err := s.pool.Begin(ctx)
+	bctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tx, err := s.pool.Begin(bctx)
 	if err != nil {
 		return fmt.Errorf("dedup/postgres: begin: %w", refused(err))
 	}
@@ -340,17 +352,22 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 		// After Commit this is a no-op. Otherwise it runs even when ctx has
 		// ended (a handler timeout), and keeps fn's error as the result: a
 		// failed rollback closes the connection, which rolls back as well.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
 	if err := fn(context.WithValue(ctx, txKey{}, tx)); err != nil {
 		return err
 	}
-	if err := s.completeInTx(ctx, tx, c); err != nil {
+	// fn's work is done: the mark and the commit run even if ctx ends now
+	// (a handler timeout at the last moment), bounded by the store's own
+	// timeout rather than by nothing.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	if err := s.completeInTx(cctx, tx, c); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.Commit(cctx); err != nil {
 		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, refused(err))
 	}
 	return nil
