@@ -40,8 +40,8 @@ type Claim struct {
 	Result Result
 }
 
-// ErrLeaseLost is returned by Complete and Release when the claim's token no
-// longer holds the key: the lease ran out and another claimer took it over.
+// ErrLeaseLost is returned by Complete when another claim holds the key:
+// the lease ran out and another claimer took it over.
 // A handler whose completion fails this way may have run twice; the store
 // did not lose track of the key.
 var ErrLeaseLost = errors.New("dedup: lease lost")
@@ -62,11 +62,16 @@ type Store interface {
 	Claim(ctx context.Context, key string, lease time.Duration) (Claim, error)
 
 	// Complete marks the claimed key done; it stays done for the store's
-	// retention period. It fails with ErrLeaseLost when another claim holds
-	// the key (its lease or its done-mark); a lease that ran out while
-	// nobody else claimed the key still completes. Completing the same claim again succeeds and changes
-	// nothing, so a call retried after a lost reply (clients retry on
-	// network errors) does not report a lease it in fact kept as lost.
+	// retention period. It fails with ErrLeaseLost only when another
+	// claim holds the key now: that claim's unexpired lease, or its
+	// done-mark within retention. Otherwise it writes the mark — over the
+	// claim's own lease, expired or not, and on a key that nobody holds:
+	// one whose lease ran out (and was purged or swept since) while nobody
+	// else claimed it, or that this claim released. The claim was never
+	// contradicted then, and losing its mark would only handle its event
+	// again. Completing the same claim again succeeds and changes nothing,
+	// so a call retried after a lost reply (clients retry on network
+	// errors) does not report a lease it in fact kept as lost.
 	Complete(ctx context.Context, c Claim) error
 
 	// Release gives the key up so that the next claim acquires it at

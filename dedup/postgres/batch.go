@@ -88,11 +88,14 @@ ON CONFLICT (key) DO UPDATE SET
 	done_at    = CASE WHEN d.expires_at <= now() THEN NULL                ELSE d.done_at    END,
 	expires_at = CASE WHEN d.expires_at <= now() THEN excluded.expires_at ELSE d.expires_at END
 RETURNING d.key, d.token, d.done_at IS NOT NULL`
-	s.completeManySQL = `UPDATE ` + table + ` AS d SET
-	done_at    = coalesce(d.done_at, now()),
-	expires_at = CASE WHEN d.done_at IS NULL THEN now() + $3 * interval '1 millisecond' ELSE d.expires_at END
+	// completeSQL for many keys. ON CONFLICT may touch a row only once per
+	// statement: a batch that completes one key twice fails, and its calls
+	// are sent again one by one.
+	s.completeManySQL = `INSERT INTO ` + table + ` AS d (key, token, done_at, expires_at)
+SELECT c.key, c.token, now(), now() + $3 * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[]) AS c(key, token)
-WHERE d.key = c.key AND d.token = c.token
+ORDER BY c.key
+ON CONFLICT (key) DO UPDATE SET` + completeSet + `
 RETURNING d.key, d.token`
 	s.releaseManySQL = `DELETE FROM ` + table + ` AS d
 USING unnest($1::text[], $2::text[]) AS c(key, token)

@@ -77,6 +77,15 @@ const (
 
 const indexSuffix = "_expires_at_idx"
 
+// completeSet is the update of a completion's ON CONFLICT: the claim's
+// own row becomes (or stays) its done-mark; another claim's row is
+// overwritten only once it has expired.
+const completeSet = `
+	token      = excluded.token,
+	done_at    = CASE WHEN d.token = excluded.token THEN coalesce(d.done_at, now()) ELSE now() END,
+	expires_at = CASE WHEN d.token = excluded.token AND d.done_at IS NOT NULL THEN d.expires_at ELSE excluded.expires_at END
+WHERE d.token = excluded.token OR d.expires_at <= now()`
+
 // maxBatchLimit bounds Config.MaxBatch.
 const maxBatchLimit = 1024
 
@@ -166,12 +175,16 @@ ON CONFLICT (key) DO UPDATE SET
 	done_at    = CASE WHEN d.expires_at <= now() THEN NULL                ELSE d.done_at    END,
 	expires_at = CASE WHEN d.expires_at <= now() THEN excluded.expires_at ELSE d.expires_at END
 RETURNING d.token = $2, d.done_at IS NOT NULL`
-	// Completing a completed claim again matches its row and leaves it as
-	// it is (SET reads the row's old values).
-	s.completeSQL = `UPDATE ` + table + ` SET
-	done_at    = coalesce(done_at, now()),
-	expires_at = CASE WHEN done_at IS NULL THEN now() + $3 * interval '1 millisecond' ELSE expires_at END
-WHERE key = $1 AND token = $2`
+	// A completion writes the claim's done-mark unless another claim holds
+	// the key now (dedup.Store's contract): over its own row, expired or
+	// not, over an expired row of another claim's, and as a new row when
+	// the key has none (its lease was released, or purged after it ran
+	// out). An expired row means the same as no row, so Purge changes no
+	// completion's answer. Completing a completed claim again matches its
+	// row and leaves it as it is (SET reads the row's old values).
+	s.completeSQL = `INSERT INTO ` + table + ` AS d (key, token, done_at, expires_at)
+VALUES ($1, $2, now(), now() + $3 * interval '1 millisecond')
+ON CONFLICT (key) DO UPDATE SET` + completeSet
 	s.releaseSQL = `DELETE FROM ` + table + ` WHERE key = $1 AND token = $2 AND done_at IS NULL`
 	s.purgeSQL = `DELETE FROM ` + table + ` WHERE key IN (
 	SELECT key FROM ` + table + ` WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`

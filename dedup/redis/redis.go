@@ -123,9 +123,10 @@ return 3
 
 // completeScript turns the claim's lease into a done-mark, "done:<token>",
 // if the key still holds the claim's token, or holds nothing: a lease that
-// ran out has left Redis, and while no other claimer has taken the key the
-// claim was never contradicted, so its done-mark is written as
-// dedup/postgres writes it on a row nobody took over. A key that already
+// ran out (the claim's or one that took the key over) has left Redis, as
+// has one the claim released, and while no other claimer holds the key the
+// claim was never contradicted, so its done-mark is written as every store
+// writes it (dedup.Store's Complete). A key that already
 // holds this claim's done-mark counts as completed, so a retried call
 // succeeds. Only another claim's lease or done-mark fails it. Tokens are
 // base32 (A–Z, 2–7), so no lease looks like a done-mark.
