@@ -109,7 +109,7 @@ type Store struct {
 	// call; tests read it.
 	oneByOne atomic.Int64
 	// abandonedReleased counts the claims of callers who gave up that
-	// releaseAbandoned gave back; tests read it.
+	// releaseOfAbandoned gave back; tests read it.
 	abandonedReleased atomic.Int64
 }
 
@@ -192,7 +192,7 @@ ON CONFLICT (key) DO UPDATE SET` + completeSet
 	s.lockClass = lockClass(table)
 	if cfg.MaxBatch > 1 {
 		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendBatch)
-		s.batcher.Abandoned = s.releaseAbandoned
+		s.batcher.Abandoned = coalesce.Undo(s.sendBatch, s.releaseOfAbandoned)
 	}
 	return s, nil
 }

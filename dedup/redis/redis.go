@@ -85,7 +85,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}
 	if cfg.MaxBatch > 1 {
 		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendPipeline)
-		s.batcher.Abandoned = s.releaseAbandoned
+		s.batcher.Abandoned = coalesce.Undo(s.sendPipeline, releaseOfAbandoned)
 	}
 	return s, nil
 }
