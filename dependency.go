@@ -15,18 +15,51 @@ import (
 // a store back, and meanwhile the messages that need it are deferred
 // without spending attempts ([Unavailable]), not lost.
 //
+// A down state lasts only as long as failures keep being reported: it
+// lapses, and the dependency counts as up again, once no failure has been
+// reported for the lapse ([DefaultDependencyLapse], [Dependency.SetLapse]).
+// Calls are made only for messages, so in a quiet period nothing would
+// otherwise clear a failure that a store long since recovered from, and
+// the consumer would stay unready though nothing waits for the store;
+// while messages do wait for it, they come back every UnavailableDelay and
+// report again.
+//
 // A Dependency is safe for concurrent use. Make one with [NewDependency].
 type Dependency struct {
 	name string
 
-	mu        sync.Mutex
-	downSince time.Time // zero while up
-	err       error     // the latest failure while down
+	mu          sync.Mutex
+	lapse       time.Duration
+	downSince   time.Time // zero while up
+	lastFailure time.Time
+	err         error // the latest failure while down
 }
+
+// DefaultDependencyLapse is how long a [Dependency] stays down after the
+// latest failure reported to it, unless [Dependency.SetLapse] says
+// otherwise.
+const DefaultDependencyLapse = time.Minute
 
 // NewDependency returns a dependency named name ("dedup", say), up until a
 // call to it fails.
-func NewDependency(name string) *Dependency { return &Dependency{name: name} }
+func NewDependency(name string) *Dependency {
+	return &Dependency{name: name, lapse: DefaultDependencyLapse}
+}
+
+// SetLapse sets how long the dependency stays down after the latest
+// failure reported to it, and returns it. It must be longer than the
+// longest wait of a message deferred for the dependency (its
+// UnavailableDelay, rounded up to a retry tier), or the dependency shows up
+// between two failures of one outage. It panics if lapse is not positive.
+func (d *Dependency) SetLapse(lapse time.Duration) *Dependency {
+	if lapse <= 0 {
+		panic("warren: Dependency.SetLapse: lapse must be positive")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.lapse = lapse
+	return d
+}
 
 // Name returns the dependency's name.
 func (d *Dependency) Name() string { return d.name }
@@ -43,10 +76,17 @@ func (d *Dependency) Report(err error) {
 		d.downSince, d.err = time.Time{}, nil
 		return
 	}
-	if d.downSince.IsZero() {
-		d.downSince = time.Now()
+	now := time.Now()
+	if d.downSince.IsZero() || d.lapsed(now) {
+		d.downSince = now
 	}
-	d.err = err
+	d.lastFailure, d.err = now, err
+}
+
+// lapsed reports whether a down state has outlived its latest failure.
+// d.mu must be held.
+func (d *Dependency) lapsed(now time.Time) bool {
+	return now.Sub(d.lastFailure) >= d.lapse
 }
 
 // DependencyState is a [Dependency]'s state at one moment.
@@ -64,9 +104,8 @@ type DependencyState struct {
 func (d *Dependency) State() DependencyState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := DependencyState{Name: d.name, Up: d.downSince.IsZero(), DownSince: d.downSince}
-	if d.err != nil {
-		st.Error = d.err.Error()
+	if d.downSince.IsZero() || d.lapsed(time.Now()) {
+		return DependencyState{Name: d.name, Up: true}
 	}
-	return st
+	return DependencyState{Name: d.name, DownSince: d.downSince, Error: d.err.Error()}
 }

@@ -101,30 +101,12 @@ func dependencyDown(h consumer.Health) bool {
 // once, on its first attempt. Before the fix the claim ran on the
 // handler's context, which has no deadline, and hung with health green.
 func TestStalledPostgresStoreShowsInHealthAndHoldsNoWorker(t *testing.T) {
-	proxy := testenv.StartProxy(t, pgHostPort(t))
-	cfg, err := pgxpool.ParseConfig(proxy.URL(t, testenv.DatabaseURL(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := testenv.Name(t, "dd")
-	testenv.DropTables(t, table)
-	store, err := postgres.New(pool, postgres.Config{Table: table})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	store, proxy := pgStoreBehindProxy(t, postgres.Config{})
 	const storeTimeout = time.Second
 	o := startOutageConsumer(t, store, middleware.DedupOptions{StoreTimeout: storeTimeout, UnavailableDelay: time.Millisecond})
 
 	proxy.Stall(true)
-	publishEvent(t, o.Config().Exchange, "evt-"+table)
+	publishEvent(t, o.Config().Exchange, testenv.Name(t, "evt"))
 	// Claims keep timing out: the message is deferred again and again, each
 	// time after about StoreTimeout, rather than held by a hung claim.
 	testenv.WaitFor(t, 60*time.Second, "claims on the stalled store to time out twice", func() bool {
@@ -199,6 +181,34 @@ func TestStoreDownLongerThanAllRetriesDeadLettersNothing(t *testing.T) {
 	}
 }
 
+// pgStoreBehindProxy returns a migrated store on a table of its own whose
+// pool reaches the test Postgres through a proxy, so a test can stall it.
+func pgStoreBehindProxy(t *testing.T, cfg postgres.Config) (*postgres.Store, *testenv.Proxy) {
+	t.Helper()
+	proxy := testenv.StartProxy(t, pgHostPort(t))
+	pcfg, err := pgxpool.ParseConfig(proxy.URL(t, testenv.DatabaseURL(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	cfg.Table = testenv.Name(t, "dd")
+	testenv.DropTables(t, cfg.Table)
+	// Runs first: neither the drop nor the pool's close waits on a stall.
+	t.Cleanup(func() { proxy.Stall(false) })
+	store, err := postgres.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return store, proxy
+}
+
 func pgHostPort(t *testing.T) string {
 	t.Helper()
 	u, err := url.Parse(testenv.DatabaseURL(t))
@@ -209,4 +219,8 @@ func pgHostPort(t *testing.T) string {
 		return u.Hostname() + ":5432"
 	}
 	return u.Host
+}
+
+func returning(err error) warren.Handler {
+	return warren.HandlerFunc(func(context.Context, *warren.Message) error { return err })
 }

@@ -40,14 +40,21 @@ type Claim struct {
 	Result Result
 }
 
-// ErrLeaseLost is returned by Complete and Release when the claim's token no
-// longer holds the key: the lease ran out and another claimer took it over.
+// ErrLeaseLost is returned by Complete when another claim holds the key:
+// the lease ran out and another claimer took it over.
 // A handler whose completion fails this way may have run twice; the store
 // did not lose track of the key.
 var ErrLeaseLost = errors.New("dedup: lease lost")
 
 // Store hands out leases on keys. Implementations must be safe for
 // concurrent use by many goroutines and processes.
+//
+// Errors: a store marks with [Refused] an error it was answered with that
+// belongs to the call (its key, its data), never one that says the store
+// cannot serve (a timeout, a lost connection, a server restarting or out
+// of connections). Callers retry a refused call's message, spending its
+// attempts, and defer every other failure without spending any (see
+// [ErrRefused]); an unmarked error is therefore always the safe choice.
 type Store interface {
 	// Claim tries to take key for lease. It takes over a key whose
 	// previous lease has expired without completion. An empty key or a
@@ -55,11 +62,16 @@ type Store interface {
 	Claim(ctx context.Context, key string, lease time.Duration) (Claim, error)
 
 	// Complete marks the claimed key done; it stays done for the store's
-	// retention period. It fails with ErrLeaseLost when another claim holds
-	// the key (its lease or its done-mark); a lease that ran out while
-	// nobody else claimed the key still completes. Completing the same claim again succeeds and changes
-	// nothing, so a call retried after a lost reply (clients retry on
-	// network errors) does not report a lease it in fact kept as lost.
+	// retention period. It fails with ErrLeaseLost only when another
+	// claim holds the key now: that claim's unexpired lease, or its
+	// done-mark within retention. Otherwise it writes the mark — over the
+	// claim's own lease, expired or not, and on a key that nobody holds:
+	// one whose lease ran out (and was purged or swept since) while nobody
+	// else claimed it, or that this claim released. The claim was never
+	// contradicted then, and losing its mark would only handle its event
+	// again. Completing the same claim again succeeds and changes nothing,
+	// so a call retried after a lost reply (clients retry on network
+	// errors) does not report a lease it in fact kept as lost.
 	Complete(ctx context.Context, c Claim) error
 
 	// Release gives the key up so that the next claim acquires it at
@@ -76,8 +88,12 @@ type Store interface {
 type Transactor interface {
 	// WithinTx begins a transaction, calls fn with a context that carries
 	// it (the store's package says how to get it out), and when fn returns
-	// nil marks c done in the same transaction and commits. When fn fails,
-	// or the mark fails (ErrLeaseLost), it rolls back and returns the error.
+	// nil marks c done in the same transaction (as Complete would) and
+	// commits. When fn fails, it rolls back and returns fn's error
+	// unchanged; when the mark fails (ErrLeaseLost) or the begin or the
+	// commit does, it rolls back and returns that error. The store bounds
+	// its own statements (the begin, the mark, the commit and a rollback),
+	// as only it knows where fn's time ends and its own begins.
 	WithinTx(ctx context.Context, c Claim, fn func(ctx context.Context) error) error
 }
 

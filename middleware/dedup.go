@@ -48,22 +48,26 @@ type DedupOptions struct {
 	// StoreTimeout bounds each call to the store (a claim, a completion, a
 	// release), so that a stalled store — a database whose backends stopped
 	// answering, a connection nobody reads — holds a worker no longer than
-	// this. A claim that times out is a store failure like any other.
-	// Default 10 seconds.
+	// this. A claim that times out is a store failure like any other. In
+	// Transactional mode the store bounds its transaction's own statements
+	// (dedup/postgres's Config.CallTimeout). Default 10 seconds.
 	StoreTimeout time.Duration
 
 	// UnavailableDelay is how long a message waits before it comes back
-	// when its claim failed: the store could not be reached, so its handler
-	// did not run. The wait does not spend an attempt, however many times
+	// when its claim failed because the store could not be reached or did
+	// not answer in time, so its handler did not run. The wait does not spend an attempt, however many times
 	// it recurs, so a store outage longer than every retry tier together
 	// dead-letters nothing; the consumer rounds it up to a retry tier.
 	// Default 10 seconds.
 	UnavailableDelay time.Duration
 
-	// Health, when set, is told the result of every store call, so a
-	// consumer that lists it in consumer.Config.Dependencies shows the
-	// store down in its health (and is not ready) while calls fail or time
-	// out. Default nil: no report.
+	// Health, when set, is told the result of every store call
+	// ([dedup.Bounded]), so a consumer that lists it in
+	// consumer.Config.Dependencies shows the store down in its health (and
+	// is not ready) while calls fail or time out. Its lapse
+	// ([warren.Dependency.SetLapse], a minute by default) must be longer
+	// than UnavailableDelay rounded up to a retry tier. Default nil: no
+	// report.
 	Health *warren.Dependency
 
 	// Logger receives what an outcome cannot carry: a lease lost under a
@@ -100,29 +104,31 @@ func DefaultKey(m *warren.Message) string {
 //   - key already done: [warren.Duplicate], acknowledged and counted.
 //   - key busy under another worker's lease: [warren.Defer] for
 //     opts.BusyDelay, which does not spend an attempt.
-//   - store error or timeout on the claim: [warren.Unavailable] for
+//   - store unreachable or not answering in time on the claim (or on the
+//     begin of its transaction): [warren.Unavailable] for
 //     opts.UnavailableDelay, which does not spend an attempt (the handler
 //     has not run), unless opts.FailOpen.
+//   - claim refused by the store for its key ([dedup.ErrRefused]): a
+//     transient error, retried and, failing every time, dead-lettered as
+//     exhausted, so that one poisonous key cannot hold its message (and
+//     the consumer's readiness) forever. FailOpen does not apply: the store
+//     was asked, and answered.
 //
 // The handler's own error is returned unchanged.
 //
 // Dedup panics if store is nil, if a duration in opts is negative, or if
 // opts.Transactional is set and store does not implement dedup.Transactor.
 func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
-	d := &deduper{store: store, opts: opts}
 	if store == nil {
 		panic("middleware: Dedup: nil store")
 	}
+	d := &deduper{opts: opts}
 	if opts.Lease < 0 || opts.BusyDelay < 0 || opts.StoreTimeout < 0 || opts.UnavailableDelay < 0 {
 		panic(fmt.Sprintf("middleware: Dedup: negative duration (Lease %v, BusyDelay %v, StoreTimeout %v, UnavailableDelay %v)",
 			opts.Lease, opts.BusyDelay, opts.StoreTimeout, opts.UnavailableDelay))
 	}
-	if opts.Transactional {
-		tx, ok := store.(dedup.Transactor)
-		if !ok {
-			panic(fmt.Sprintf("middleware: Dedup: Transactional needs a store that implements dedup.Transactor; %T does not", store))
-		}
-		d.tx = tx
+	if _, ok := store.(dedup.Transactor); opts.Transactional && !ok {
+		panic(fmt.Sprintf("middleware: Dedup: Transactional needs a store that implements dedup.Transactor; %T does not", store))
 	}
 	if d.opts.Lease == 0 {
 		d.opts.Lease = DefaultLease
@@ -139,6 +145,10 @@ func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
 	if d.opts.Key == nil {
 		d.opts.Key = DefaultKey
 	}
+	d.store = dedup.Bounded(store, d.opts.StoreTimeout, d.opts.Health)
+	if opts.Transactional {
+		d.tx = d.store.(dedup.Transactor) // Bounded keeps it
+	}
 	return func(next warren.Handler) warren.Handler {
 		return warren.HandlerFunc(func(ctx context.Context, m *warren.Message) error {
 			return d.handle(ctx, m, next)
@@ -147,8 +157,8 @@ func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
 }
 
 type deduper struct {
-	store dedup.Store
-	tx    dedup.Transactor // non-nil in transactional mode
+	store dedup.Store      // dedup.Bounded: every call bounded and reported
+	tx    dedup.Transactor // store's, non-nil in transactional mode
 	opts  DedupOptions
 }
 
@@ -157,8 +167,18 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 	if key == "" {
 		return warren.Permanent(fmt.Errorf("dedup: no key for event %q of consumer %q (the default key needs both)", m.Event.ID, m.Consumer))
 	}
-	claim, err := d.claim(ctx, key)
+	// A claim that times out inside a store's batch may still take effect
+	// after the caller has gone; the stores give such a lease back
+	// (docs/adr/dedup-batching.md), and at worst it runs out by itself
+	// after Lease.
+	claim, err := d.store.Claim(ctx, key, d.opts.Lease)
 	if err != nil {
+		if errors.Is(err, dedup.ErrRefused) {
+			// The store answered: the failure is this message's key, and
+			// would recur on every delivery. Spending attempts lets the
+			// message reach the DLQ rather than wait for ever.
+			return fmt.Errorf("dedup: %w", err)
+		}
 		if d.opts.FailOpen && ctx.Err() == nil {
 			d.log(ctx, slog.LevelWarn, "dedup store failed; handling the event without deduplication (FailOpen)", m, key, err)
 			return next.Handle(ctx, m)
@@ -199,7 +219,7 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 		d.release(ctx, m, claim)
 		return err
 	}
-	if cerr := d.complete(ctx, claim); cerr != nil {
+	if cerr := d.store.Complete(ctx, claim); cerr != nil {
 		// The handler succeeded but the done-mark is not written. Returning
 		// an error would retry the message and so run the handler again for
 		// certain; acknowledging it runs the handler again only if the event
@@ -235,6 +255,9 @@ func (d *deduper) handleInTx(ctx context.Context, m *warren.Message, next warren
 	switch {
 	case err == nil:
 		return handlerErr
+	case !ran && errors.Is(err, dedup.ErrRefused):
+		d.release(ctx, m, claim)
+		return fmt.Errorf("dedup: %w", err)
 	case !ran:
 		// The transaction did not begin: the store failed before the
 		// handler ran, which must not spend an attempt, as for a claim.
@@ -267,53 +290,12 @@ func acknowledged(err error) bool {
 	return false
 }
 
-// claim claims key within StoreTimeout. A claim that times out inside a
-// store's batch may still take effect after the caller has gone; the
-// stores give such a lease back (docs/adr/dedup-batching.md), and at worst
-// it runs out by itself after Lease.
-func (d *deduper) claim(ctx context.Context, key string) (dedup.Claim, error) {
-	cctx, cancel := context.WithTimeout(ctx, d.opts.StoreTimeout)
-	defer cancel()
-	c, err := d.store.Claim(cctx, key, d.opts.Lease)
-	if ctx.Err() == nil { // a cancelled handler says nothing about the store
-		d.report(err)
-	}
-	return c, err
-}
-
-// complete and release run on a context that outlives the handler's: a
-// handler cancelled by Timeout or shutdown must still have its lease
-// released, or its retry waits for the lease to end.
-func (d *deduper) complete(ctx context.Context, c dedup.Claim) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.StoreTimeout)
-	defer cancel()
-	err := d.store.Complete(ctx, c)
-	d.report(err)
-	return err
-}
-
 func (d *deduper) release(ctx context.Context, m *warren.Message, c dedup.Claim) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.StoreTimeout)
-	defer cancel()
-	err := d.store.Release(sctx, c)
-	d.report(err)
-	if err != nil {
+	if err := d.store.Release(ctx, c); err != nil {
 		// The retry waits for the lease to expire (deferred as busy
 		// meanwhile) instead of running at once. Nothing is lost.
 		d.log(ctx, slog.LevelWarn, "dedup release failed; the retry waits for the lease to expire", m, c.Key, err)
 	}
-}
-
-// report tells opts.Health how a store call went. A lost lease is an
-// answer: the store is up.
-func (d *deduper) report(err error) {
-	if d.opts.Health == nil {
-		return
-	}
-	if errors.Is(err, dedup.ErrLeaseLost) {
-		err = nil
-	}
-	d.opts.Health.Report(err)
 }
 
 func (d *deduper) log(ctx context.Context, level slog.Level, msg string, m *warren.Message, key string, err error) {

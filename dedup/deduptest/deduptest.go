@@ -43,6 +43,9 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ReleaseFreesKey", testReleaseFreesKey},
 		{"ExpiredLeaseIsTakenOver", testExpiredLeaseIsTakenOver},
 		{"ExpiredLeaseNobodyTookCompletes", testExpiredLeaseNobodyTookCompletes},
+		{"ExpiredLeasePurgedCompletes", testExpiredLeasePurgedCompletes},
+		{"ExpiredTakeoverCompletes", testExpiredTakeoverCompletes},
+		{"CompleteAfterOwnRelease", testCompleteAfterOwnRelease},
 		{"RetentionEnds", testRetentionEnds},
 		{"ConcurrentClaimsAcquireOnce", testConcurrentClaims},
 		{"KeysAreIndependent", testKeysAreIndependent},
@@ -143,12 +146,7 @@ func testExpiredLeaseIsTakenOver(t *testing.T, newStore NewStore) {
 func testExpiredLeaseNobodyTookCompletes(t *testing.T, newStore NewStore) {
 	s, ctx, key := newStore(t, longRetention), context.Background(), uniqueKey(t)
 	slow := mustClaim(t, s, key, shortLease, dedup.Acquired)
-	// A probe claimed after key with the same lease expires no earlier:
-	// once the probe can be taken over, the store holds key's lease
-	// expired too.
-	probe := key + ":probe"
-	mustClaim(t, s, probe, shortLease, dedup.Acquired)
-	claimUntilAcquired(t, s, probe, longLease)
+	waitExpired(t, s, key)
 	if err := s.Complete(ctx, slow); err != nil {
 		t.Fatalf("Complete of an expired lease nobody took over = %v, want nil", err)
 	}
@@ -156,6 +154,75 @@ func testExpiredLeaseNobodyTookCompletes(t *testing.T, newStore NewStore) {
 		t.Errorf("Complete of it again = %v, want nil (a retried call must succeed)", err)
 	}
 	mustClaim(t, s, key, longLease, dedup.Done)
+}
+
+// Purger is implemented by stores that delete expired keys on request
+// (dedup/postgres's Purge). Run calls it where the contract says a purge
+// changes nothing; stores that expire keys by themselves (Redis) or sweep
+// them (memory) are checked the same way without it.
+type Purger interface {
+	Purge(ctx context.Context) (int64, error)
+}
+
+// A lease that ran out and was then purged (or swept, or expired by the
+// server) still completes, as one that was not: an expired key means the
+// same as no key.
+func testExpiredLeasePurgedCompletes(t *testing.T, newStore NewStore) {
+	s, ctx, key := newStore(t, longRetention), context.Background(), uniqueKey(t)
+	slow := mustClaim(t, s, key, shortLease, dedup.Acquired)
+	waitExpired(t, s, key)
+	if p, ok := s.(Purger); ok {
+		if _, err := p.Purge(ctx); err != nil {
+			t.Fatalf("Purge: %v", err)
+		}
+	}
+	if err := s.Complete(ctx, slow); err != nil {
+		t.Fatalf("Complete of an expired, purged lease nobody took over = %v, want nil", err)
+	}
+	mustClaim(t, s, key, longLease, dedup.Done)
+}
+
+// A claim whose lease was taken over completes once the lease that took it
+// over has run out in turn: nobody holds the key then. The claim that took
+// it over then finds the first claim's done-mark, and has lost.
+func testExpiredTakeoverCompletes(t *testing.T, newStore NewStore) {
+	s, ctx, key := newStore(t, longRetention), context.Background(), uniqueKey(t)
+	first := mustClaim(t, s, key, shortLease, dedup.Acquired)
+	second := claimUntilAcquired(t, s, key, shortLease)
+	waitExpired(t, s, key)
+	if err := s.Complete(ctx, first); err != nil {
+		t.Fatalf("Complete once the lease that took the key over has run out = %v, want nil", err)
+	}
+	mustClaim(t, s, key, longLease, dedup.Done)
+	if err := s.Complete(ctx, second); !errors.Is(err, dedup.ErrLeaseLost) {
+		t.Errorf("Complete by the expired taker against the first claim's done-mark = %v, want ErrLeaseLost", err)
+	}
+	mustClaim(t, s, key, longLease, dedup.Done)
+}
+
+// A claim completed after its own release writes its mark, as long as no
+// other claim took the key meanwhile: the release left the key to nobody.
+func testCompleteAfterOwnRelease(t *testing.T, newStore NewStore) {
+	s, ctx, key := newStore(t, longRetention), context.Background(), uniqueKey(t)
+	c := mustClaim(t, s, key, longLease, dedup.Acquired)
+	if err := s.Release(ctx, c); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := s.Complete(ctx, c); err != nil {
+		t.Fatalf("Complete after the claim's own release = %v, want nil", err)
+	}
+	mustClaim(t, s, key, longLease, dedup.Done)
+}
+
+// waitExpired returns once the lease of shortLease last claimed on key has
+// run out: a probe claimed after it with the same lease expires no earlier,
+// so once the probe can be taken over, the store holds key's lease expired
+// too. Claiming key itself would take it.
+func waitExpired(t *testing.T, s dedup.Store, key string) {
+	t.Helper()
+	probe := key + ":probe:" + rand.Text()
+	mustClaim(t, s, probe, shortLease, dedup.Acquired)
+	claimUntilAcquired(t, s, probe, longLease)
 }
 
 func testRetentionEnds(t *testing.T, newStore NewStore) {

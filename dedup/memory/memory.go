@@ -83,13 +83,13 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	defer s.mu.Unlock()
 	now := time.Now()
 	e, ok := s.entries[c.Key]
-	if ok && e.token != c.Token {
+	if ok && e.token != c.Token && now.Before(e.expires) {
 		return fmt.Errorf("dedup/memory: complete %q: %w", c.Key, dedup.ErrLeaseLost)
 	}
-	// The lease may have expired without anyone taking it over (and been
-	// swept): nobody else holds the key then, and the mark is written, as
-	// dedup/postgres and dedup/redis write it.
-	if !ok || !e.done {
+	// Nobody else holds the key: the mark is written over the claim's own
+	// lease, over another's expired entry, and on a key with no entry (a
+	// lease released, or swept after it ran out), as every store writes it.
+	if !ok || e.token != c.Token || !e.done {
 		s.entries[c.Key] = entry{token: c.Token, done: true, expires: now.Add(s.retention)}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/fnv"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -88,11 +87,14 @@ ON CONFLICT (key) DO UPDATE SET
 	done_at    = CASE WHEN d.expires_at <= now() THEN NULL                ELSE d.done_at    END,
 	expires_at = CASE WHEN d.expires_at <= now() THEN excluded.expires_at ELSE d.expires_at END
 RETURNING d.key, d.token, d.done_at IS NOT NULL`
-	s.completeManySQL = `UPDATE ` + table + ` AS d SET
-	done_at    = coalesce(d.done_at, now()),
-	expires_at = CASE WHEN d.done_at IS NULL THEN now() + $3 * interval '1 millisecond' ELSE d.expires_at END
+	// completeSQL for many keys. ON CONFLICT may touch a row only once per
+	// statement: a batch that completes one key twice fails, and its calls
+	// are sent again one by one.
+	s.completeManySQL = `INSERT INTO ` + table + ` AS d (key, token, done_at, expires_at)
+SELECT c.key, c.token, now(), now() + $3 * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[]) AS c(key, token)
-WHERE d.key = c.key AND d.token = c.token
+ORDER BY c.key
+ON CONFLICT (key) DO UPDATE SET` + completeSet + `
 RETURNING d.key, d.token`
 	s.releaseManySQL = `DELETE FROM ` + table + ` AS d
 USING unnest($1::text[], $2::text[]) AS c(key, token)
@@ -243,33 +245,19 @@ func (s *Store) do(ctx context.Context, c *call) error {
 	return c.err
 }
 
-// abandonedTimeout bounds the release of the leases that abandoned claims
-// took; it holds the batch slot, so it is short.
-const abandonedTimeout = 5 * time.Second
-
-// releaseAbandoned gives back the leases that claims may have taken after
-// their callers stopped waiting (coalesce's Abandoned): a claim that was
-// acquired, or that failed after it was sent (its commit may have
+// releaseOfAbandoned is coalesce.Undo's undo for the calls whose callers
+// stopped waiting: the release of the lease a claim may have taken, one
+// that was acquired or that failed after it was sent (its commit may have
 // happened, its reply lost). Kept, such a lease would hold every delivery
-// of its key off until it ran out, though nobody will complete it. Release
-// is fenced by the claim's token, so releasing a claim that took nothing
-// changes nothing. A claim delivered to the server only after this release
-// (a connection stalled with it unsent) still takes its lease, which then
-// runs out by itself.
-func (s *Store) releaseAbandoned(calls []*call) {
-	var releases []*call
-	for _, c := range calls {
-		if c.kind == claimCall && !c.unsent && (c.acquired || c.err != nil) {
-			releases = append(releases, &call{kind: releaseCall, key: c.key, token: c.token})
-		}
+// of its key off until it ran out, though nobody will complete it. A claim
+// delivered to the server only after this release (a connection stalled
+// with it unsent) still takes its lease, which then runs out by itself.
+func (s *Store) releaseOfAbandoned(c *call) (*call, bool) {
+	if c.kind != claimCall || c.unsent || !(c.acquired || c.err != nil) {
+		return nil, false
 	}
-	if len(releases) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), abandonedTimeout)
-	defer cancel()
-	s.sendBatch(ctx, releases)
-	s.abandonedReleased.Add(int64(len(releases)))
+	s.abandonedReleased.Add(1)
+	return &call{kind: releaseCall, key: c.key, token: c.token}, true
 }
 
 // batchKeys returns the keys the calls name, each once.

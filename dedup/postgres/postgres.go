@@ -54,6 +54,15 @@ type Config struct {
 	// batch in flight lets the next grow while the last commits, which
 	// measured fastest. Default 1.
 	MaxBatchesInFlight int
+
+	// CallTimeout bounds each statement [Store.WithinTx] runs of its own —
+	// the begin, the done-mark with the commit, a rollback — so that a
+	// stalled database holds the handler's worker no longer than this
+	// beyond the handler's own work, which it does not bound. (Claim,
+	// Complete and Release are bounded by their callers' contexts, as
+	// dedup.Bounded and the Dedup middleware bound them.) Default 10
+	// seconds.
+	CallTimeout time.Duration
 }
 
 // Defaults of [Config].
@@ -63,9 +72,19 @@ const (
 	DefaultPurgeBatch         = 1000
 	DefaultMaxBatch           = 128
 	DefaultMaxBatchesInFlight = 1
+	DefaultCallTimeout        = 10 * time.Second
 )
 
 const indexSuffix = "_expires_at_idx"
+
+// completeSet is the update of a completion's ON CONFLICT: the claim's
+// own row becomes (or stays) its done-mark; another claim's row is
+// overwritten only once it has expired.
+const completeSet = `
+	token      = excluded.token,
+	done_at    = CASE WHEN d.token = excluded.token THEN coalesce(d.done_at, now()) ELSE now() END,
+	expires_at = CASE WHEN d.token = excluded.token AND d.done_at IS NOT NULL THEN d.expires_at ELSE excluded.expires_at END
+WHERE d.token = excluded.token OR d.expires_at <= now()`
 
 // maxBatchLimit bounds Config.MaxBatch.
 const maxBatchLimit = 1024
@@ -79,6 +98,7 @@ type Store struct {
 	table     string // quoted, possibly schema-qualified
 	retention time.Duration
 	batch     int
+	timeout   time.Duration // Config.CallTimeout
 
 	claimSQL, completeSQL, releaseSQL, purgeSQL, schemaSQL     string
 	lockManySQL, claimManySQL, completeManySQL, releaseManySQL string
@@ -89,7 +109,7 @@ type Store struct {
 	// call; tests read it.
 	oneByOne atomic.Int64
 	// abandonedReleased counts the claims of callers who gave up that
-	// releaseAbandoned gave back; tests read it.
+	// releaseOfAbandoned gave back; tests read it.
 	abandonedReleased atomic.Int64
 }
 
@@ -110,9 +130,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
-	if cfg.Retention < 0 || cfg.PurgeBatch < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 {
-		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v), PurgeBatch (%d), MaxBatch (%d) or MaxBatchesInFlight (%d)",
-			cfg.Retention, cfg.PurgeBatch, cfg.MaxBatch, cfg.MaxBatchesInFlight)
+	if cfg.Retention < 0 || cfg.PurgeBatch < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 || cfg.CallTimeout < 0 {
+		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v), PurgeBatch (%d), MaxBatch (%d), MaxBatchesInFlight (%d) or CallTimeout (%v)",
+			cfg.Retention, cfg.PurgeBatch, cfg.MaxBatch, cfg.MaxBatchesInFlight, cfg.CallTimeout)
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = DefaultCallTimeout
 	}
 	if cfg.Retention == 0 {
 		cfg.Retention = DefaultRetention
@@ -136,7 +159,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{pool: pool, table: table, retention: cfg.Retention, batch: cfg.PurgeBatch}
+	s := &Store{pool: pool, table: table, retention: cfg.Retention, batch: cfg.PurgeBatch, timeout: cfg.CallTimeout}
 	s.schemaSQL = strings.NewReplacer("{{table}}", table, "{{index}}", index).Replace(schemaTemplate)
 
 	// A claim writes the row in every case — inserting it, taking it over,
@@ -152,12 +175,16 @@ ON CONFLICT (key) DO UPDATE SET
 	done_at    = CASE WHEN d.expires_at <= now() THEN NULL                ELSE d.done_at    END,
 	expires_at = CASE WHEN d.expires_at <= now() THEN excluded.expires_at ELSE d.expires_at END
 RETURNING d.token = $2, d.done_at IS NOT NULL`
-	// Completing a completed claim again matches its row and leaves it as
-	// it is (SET reads the row's old values).
-	s.completeSQL = `UPDATE ` + table + ` SET
-	done_at    = coalesce(done_at, now()),
-	expires_at = CASE WHEN done_at IS NULL THEN now() + $3 * interval '1 millisecond' ELSE expires_at END
-WHERE key = $1 AND token = $2`
+	// A completion writes the claim's done-mark unless another claim holds
+	// the key now (dedup.Store's contract): over its own row, expired or
+	// not, over an expired row of another claim's, and as a new row when
+	// the key has none (its lease was released, or purged after it ran
+	// out). An expired row means the same as no row, so Purge changes no
+	// completion's answer. Completing a completed claim again matches its
+	// row and leaves it as it is (SET reads the row's old values).
+	s.completeSQL = `INSERT INTO ` + table + ` AS d (key, token, done_at, expires_at)
+VALUES ($1, $2, now(), now() + $3 * interval '1 millisecond')
+ON CONFLICT (key) DO UPDATE SET` + completeSet
 	s.releaseSQL = `DELETE FROM ` + table + ` WHERE key = $1 AND token = $2 AND done_at IS NULL`
 	s.purgeSQL = `DELETE FROM ` + table + ` WHERE key IN (
 	SELECT key FROM ` + table + ` WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
@@ -165,7 +192,7 @@ WHERE key = $1 AND token = $2`
 	s.lockClass = lockClass(table)
 	if cfg.MaxBatch > 1 {
 		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendBatch)
-		s.batcher.Abandoned = s.releaseAbandoned
+		s.batcher.Abandoned = coalesce.Undo(s.sendBatch, s.releaseOfAbandoned)
 	}
 	return s, nil
 }
@@ -220,7 +247,7 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 	}
 	op := &call{kind: claimCall, key: rowKey(key), token: rand.Text(), lease: lease.Milliseconds()}
 	if err := s.do(ctx, op); err != nil {
-		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: %w", key, err)
+		return dedup.Claim{}, fmt.Errorf("dedup/postgres: claim %q: %w", key, refused(err))
 	}
 	switch {
 	case op.acquired:
@@ -241,7 +268,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	}
 	op := &call{kind: completeCall, key: rowKey(c.Key), token: c.Token}
 	if err := s.do(ctx, op); err != nil {
-		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(err))
 	}
 	if !op.held {
 		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
@@ -253,7 +280,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 func (s *Store) completeInTx(ctx context.Context, db execer, c dedup.Claim) error {
 	tag, err := db.Exec(ctx, s.completeSQL, rowKey(c.Key), c.Token, s.retention.Milliseconds())
 	if err != nil {
-		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
@@ -290,7 +317,7 @@ func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 	}
 	op := &call{kind: releaseCall, key: rowKey(c.Key), token: c.Token}
 	if err := s.do(ctx, op); err != nil {
-		return fmt.Errorf("dedup/postgres: release %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/postgres: release %q: %w", c.Key, refused(err))
 	}
 	return nil
 }
@@ -316,10 +343,6 @@ func (s *Store) Purge(ctx context.Context) (int64, error) {
 	}
 }
 
-// rollbackTimeout bounds the rollback WithinTx runs after a failure, on a
-// context the handler's cancellation does not reach.
-const rollbackTimeout = 10 * time.Second
-
 // WithinTx implements [dedup.Transactor]: it begins a transaction, calls
 // fn with a context that carries it (get it with [Tx]), and when fn returns
 // nil writes c's done-mark in the same transaction and commits. When fn
@@ -332,31 +355,61 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 	if err := checkHeld(c); err != nil {
 		return err
 	}
-	tx, err := s.pool.Begin(ctx)
+	bctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	tx, err := s.pool.Begin(bctx)
 	if err != nil {
-		return fmt.Errorf("dedup/postgres: begin: %w", err)
+		return fmt.Errorf("dedup/postgres: begin: %w", refused(err))
 	}
 	defer func() {
 		// After Commit this is a no-op. Otherwise it runs even when ctx has
 		// ended (a handler timeout), and keeps fn's error as the result: a
 		// failed rollback closes the connection, which rolls back as well.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		_ = tx.Rollback(rctx)
 	}()
 	if err := fn(context.WithValue(ctx, txKey{}, tx)); err != nil {
 		return err
 	}
-	if err := s.completeInTx(ctx, tx, c); err != nil {
+	// fn's work is done: the mark and the commit run even if ctx ends now
+	// (a handler timeout at the last moment), bounded by the store's own
+	// timeout rather than by nothing.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	if err := s.completeInTx(cctx, tx, c); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, err)
+	if err := tx.Commit(cctx); err != nil {
+		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, refused(err))
 	}
 	return nil
 }
 
 type txKey struct{}
+
+// refused marks err as the call's own ([dedup.ErrRefused]) when Postgres
+// answered it with an error about the statement's data — a data exception
+// (class 22), a violated constraint (23), a program limit such as an index
+// row too large (54) — or about a transaction the handler broke (25P02).
+// Every other error, Postgres's answers that it cannot serve now among
+// them (connection exceptions, resources, operator intervention such as a
+// restart or statement_timeout, a read-only replica, a missing table),
+// stays the store's.
+func refused(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch class := pgErr.Code[:min(2, len(pgErr.Code))]; class {
+	case "22", "23", "54":
+		return dedup.Refused(err)
+	}
+	if pgErr.Code == "25P02" { // in_failed_sql_transaction
+		return dedup.Refused(err)
+	}
+	return err
+}
 
 // Tx returns the transaction [Store.WithinTx] runs the handler in, and
 // false outside one (a handler run without the Dedup middleware's

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -31,29 +30,16 @@ func (s *Store) run(ctx context.Context, script *goredis.Script, key string, arg
 	return c.res, c.err
 }
 
-// abandonedTimeout bounds the release of the leases that abandoned claims
-// took; it holds the batch slot, so it is short.
-const abandonedTimeout = 5 * time.Second
-
-// releaseAbandoned gives back the leases that claims may have taken after
-// their callers stopped waiting (coalesce's Abandoned): a claim that was
-// acquired, or whose reply was lost. Kept, such a lease would hold every
-// delivery of its key off until it ran out, though nobody will complete
-// it. The release script is fenced by the claim's token, so releasing a
-// claim that took nothing changes nothing.
-func (s *Store) releaseAbandoned(calls []*scriptCall) {
-	var releases []*scriptCall
-	for _, c := range calls {
-		if c.script == claimScript && (c.res == claimAcquired || c.err != nil) {
-			releases = append(releases, &scriptCall{script: releaseScript, key: c.key, args: c.args[:1]}) // args[0] is the token
-		}
+// releaseOfAbandoned is coalesce.Undo's undo for the calls whose callers
+// stopped waiting: the release of the lease a claim may have taken, one
+// that was acquired or whose reply was lost. Kept, such a lease would hold
+// every delivery of its key off until it ran out, though nobody will
+// complete it.
+func releaseOfAbandoned(c *scriptCall) (*scriptCall, bool) {
+	if c.script != claimScript || !(c.res == claimAcquired || c.err != nil) {
+		return nil, false
 	}
-	if len(releases) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), abandonedTimeout)
-	defer cancel()
-	s.sendPipeline(ctx, releases)
+	return &scriptCall{script: releaseScript, key: c.key, args: c.args[:1]}, true // args[0] is the token
 }
 
 // sendPipeline runs a batch of script calls in one pipeline. Each script

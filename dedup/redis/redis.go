@@ -85,7 +85,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}
 	if cfg.MaxBatch > 1 {
 		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendPipeline)
-		s.batcher.Abandoned = s.releaseAbandoned
+		s.batcher.Abandoned = coalesce.Undo(s.sendPipeline, releaseOfAbandoned)
 	}
 	return s, nil
 }
@@ -123,9 +123,10 @@ return 3
 
 // completeScript turns the claim's lease into a done-mark, "done:<token>",
 // if the key still holds the claim's token, or holds nothing: a lease that
-// ran out has left Redis, and while no other claimer has taken the key the
-// claim was never contradicted, so its done-mark is written as
-// dedup/postgres writes it on a row nobody took over. A key that already
+// ran out (the claim's or one that took the key over) has left Redis, as
+// has one the claim released, and while no other claimer holds the key the
+// claim was never contradicted, so its done-mark is written as every store
+// writes it (dedup.Store's Complete). A key that already
 // holds this claim's done-mark counts as completed, so a retried call
 // succeeds. Only another claim's lease or done-mark fails it. Tokens are
 // base32 (A–Z, 2–7), so no lease looks like a done-mark.
@@ -165,7 +166,7 @@ func (s *Store) Claim(ctx context.Context, key string, lease time.Duration) (ded
 	token := rand.Text()
 	res, err := s.run(ctx, claimScript, s.redisKey(key), token, lease.Milliseconds())
 	if err != nil {
-		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: %w", key, err)
+		return dedup.Claim{}, fmt.Errorf("dedup/redis: claim %q: %w", key, refused(err))
 	}
 	switch res {
 	case claimAcquired:
@@ -187,7 +188,7 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	}
 	ok, err := s.run(ctx, completeScript, s.redisKey(c.Key), c.Token, s.retention.Milliseconds())
 	if err != nil {
-		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, refused(err))
 	}
 	if ok != 1 {
 		return fmt.Errorf("dedup/redis: complete %q: %w", c.Key, dedup.ErrLeaseLost)
@@ -201,9 +202,23 @@ func (s *Store) Release(ctx context.Context, c dedup.Claim) error {
 		return err
 	}
 	if _, err := s.run(ctx, releaseScript, s.redisKey(c.Key), c.Token); err != nil {
-		return fmt.Errorf("dedup/redis: release %q: %w", c.Key, err)
+		return fmt.Errorf("dedup/redis: release %q: %w", c.Key, refused(err))
 	}
 	return nil
+}
+
+// refused marks err as the call's own ([dedup.ErrRefused]) when Redis
+// answered it that the key holds another type of value (WRONGTYPE, on its
+// own or inside a script's error): that key fails every call, while the
+// store serves every other. Every other error stays the store's, Redis's
+// answers that it cannot serve now among them (LOADING, READONLY, OOM,
+// BUSY, MASTERDOWN, an ACL that denies the scripts).
+func refused(err error) error {
+	var rerr goredis.Error
+	if errors.As(err, &rerr) && strings.Contains(rerr.Error(), "WRONGTYPE") {
+		return dedup.Refused(err)
+	}
+	return err
 }
 
 func checkHeld(c dedup.Claim) error {

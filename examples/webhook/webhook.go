@@ -101,10 +101,8 @@ type Service struct {
 	*consumer.BaseConsumer
 	sender    Sender
 	endpoints []Endpoint
-	store     dedup.Store
-	storeUp   *warren.Dependency
+	store     dedup.Store // dedup.Bounded: every call bounded and reported
 	lease     time.Duration
-	timeout   time.Duration // of one store call
 	log       *slog.Logger
 }
 
@@ -140,10 +138,8 @@ func New(cfg Config, store dedup.Store) (*Service, error) {
 		BaseConsumer: base,
 		sender:       Sender{Client: cfg.Client, Secret: cfg.Secret},
 		endpoints:    cfg.Endpoints,
-		store:        store,
-		storeUp:      storeUp,
+		store:        dedup.Bounded(store, cmp.Or(cfg.StoreTimeout, middleware.DefaultStoreTimeout), storeUp),
 		lease:        cfg.Lease,
-		timeout:      cmp.Or(cfg.StoreTimeout, middleware.DefaultStoreTimeout),
 		log:          base.Config().Logger.With("consumer", base.Config().Name),
 	}
 	s.Use(
@@ -171,7 +167,13 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 		}
 		wanted++
 		key := dedup.Key(m.Consumer, ep.id()+":"+m.Event.ID) // ep.id has a fixed width
-		claim, err := s.claim(ctx, key)
+		claim, err := s.store.Claim(ctx, key, s.lease)
+		if errors.Is(err, dedup.ErrRefused) {
+			// The store answered, refusing this key: retried, and
+			// dead-lettered if it keeps refusing, rather than held forever.
+			transient = append(transient, fmt.Errorf("dedup store: %w", err))
+			continue
+		}
 		if err != nil {
 			storeDown = append(storeDown, fmt.Errorf("dedup store: %w", err))
 			continue
@@ -187,7 +189,7 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 		err = s.sender.Send(ctx, ep.URL, m)
 		if err != nil {
 			// Free the endpoint's key so the retry posts again.
-			if rerr := s.settle(ctx, claim, s.store.Release); rerr != nil {
+			if rerr := s.store.Release(ctx, claim); rerr != nil {
 				s.log.Warn("could not release a webhook claim; the retry waits for the lease", "key", key, "error", rerr)
 			}
 			if _, d := warren.Classify(err); d > hint {
@@ -200,7 +202,7 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 			}
 			continue
 		}
-		if err := s.settle(ctx, claim, s.store.Complete); err != nil {
+		if err := s.store.Complete(ctx, claim); err != nil {
 			s.log.Warn("delivered, but the done-mark was not written; a redelivery may POST again", "key", key, "error", err)
 		}
 	}
@@ -233,30 +235,4 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 		return warren.Duplicate("every endpoint already has this event")
 	}
 	return nil
-}
-
-// claim asks the store for key within the store timeout and reports the
-// store's state. A claim cancelled by the handler's own context (shutdown)
-// says nothing about the store.
-func (s *Service) claim(ctx context.Context, key string) (dedup.Claim, error) {
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	c, err := s.store.Claim(cctx, key, s.lease)
-	if ctx.Err() == nil {
-		s.storeUp.Report(err)
-	}
-	return c, err
-}
-
-// settle completes or releases a claim on a context that outlives the
-// handler's (a cancelled POST must still free its key) but not the store
-// timeout.
-func (s *Service) settle(ctx context.Context, c dedup.Claim, op func(context.Context, dedup.Claim) error) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-	err := op(sctx, c)
-	if !errors.Is(err, dedup.ErrLeaseLost) {
-		s.storeUp.Report(err)
-	}
-	return err
 }

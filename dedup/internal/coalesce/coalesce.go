@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Send answers one batch: it must set the answer of every item (the items
@@ -197,4 +198,32 @@ func safely(f func()) (err error) {
 	}()
 	f()
 	return nil
+}
+
+// UndoTimeout bounds the batch that [Undo]'s function sends; it holds the
+// batch slot, so it is short.
+const UndoTimeout = 5 * time.Second
+
+// Undo returns a function for [Batcher.Abandoned] that sends, as one batch
+// bounded by UndoTimeout, the undoing of the abandoned items that need it:
+// undo returns, for an item, the item that undoes it (a release of the
+// lease a claim took, fenced by the claim's token so that undoing a claim
+// that took nothing changes nothing) and whether there is one. The
+// answers of the undoing items are not read: what they could not undo
+// (the store away) runs out by itself with its lease.
+func Undo[T any](send Send[T], undo func(T) (T, bool)) func(items []T) {
+	return func(items []T) {
+		var undos []T
+		for _, it := range items {
+			if u, ok := undo(it); ok {
+				undos = append(undos, u)
+			}
+		}
+		if len(undos) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), UndoTimeout)
+		defer cancel()
+		send(ctx, undos)
+	}
 }
