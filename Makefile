@@ -6,23 +6,23 @@ PKGS := ./...
 
 .PHONY: test lint bench services fuzz reliability
 
-# bench/ is a module of its own; its tests check the report's arithmetic.
+# devtools/bench is a module of its own; its tests check the report's arithmetic.
 test:
 	go test -race -count=1 -timeout 12m $(PKGS)
-	cd bench && go test -count=1 ./...
+	cd devtools/bench && go test -count=1 ./...
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PKGS)
 	go run $(STATICCHECK) $(PKGS)
-	cd bench && go vet ./... && go run $(STATICCHECK) ./...
+	cd devtools/bench && go vet ./... && go run $(STATICCHECK) ./...
 
 # Every benchmark scenario at its defaults (about 20 minutes on 2 cores,
 # half of it the 1M-message memory run):
-# writes bench/RESULTS.md and bench/ratios.png. One scenario:
-# cd bench && go run . -run relay
+# writes devtools/bench/RESULTS.md and ratios.png. One scenario:
+# cd devtools/bench && go run . -run relay
 bench:
-	cd bench && go run . -out RESULTS.md
+	cd devtools/bench && go run . -out RESULTS.md
 
 services:
 	scripts/services.sh
@@ -35,7 +35,7 @@ fuzz:
 # the shared ones): kills, broker and database faults and stalls, a memory
 # alarm with stops, dead letters moved back, hostile input; fails
 # on any lost event, unexplained duplicate, wrong dead letter or stranded
-# outbox row. About 4 minutes. `go run ./reliability -mode long` is the
+# outbox row. About 4 minutes. `go run ./devtools/reliability -mode long` is the
 # release check that regenerates RELIABILITY.md.
 reliability:
-	go run ./reliability -mode short
+	go run ./devtools/reliability -mode short

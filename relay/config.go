@@ -52,7 +52,7 @@ type Config struct {
 	// BatchSize is how many rows one claim takes. All rows of a batch are
 	// published concurrently. Default 500: the relay waits on round trips
 	// (claim, confirms, settle), not on its CPU, so fewer and larger
-	// batches move more rows; bench/RESULTS.md measures 100 against 500. A
+	// batches move more rows; devtools/bench/RESULTS.md measures 100 against 500. A
 	// smaller batch bounds how many rows one lapsed lease publishes twice.
 	BatchSize int
 

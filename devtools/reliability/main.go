@@ -175,7 +175,7 @@ type harness struct {
 
 func main() {
 	modeName := flag.String("mode", "short", "short (CI, under 5 minutes) or long (release checks; writes RELIABILITY.md)")
-	out := flag.String("out", "", "write the report here (default: RELIABILITY.md in long mode, the run directory in short mode)")
+	out := flag.String("out", "", "write the report here (default: RELIABILITY.md at the checkout root in long mode, the run directory in short mode)")
 	seed := flag.Uint64("seed", 0, "random seed for the fault schedule and the workload (default: from the clock)")
 	keep := flag.Bool("keep", false, "keep the run directory (logs, service data) even when the run passes")
 	race := flag.Bool("race", false, "build the service binaries with the race detector")
@@ -203,7 +203,13 @@ func main() {
 		*seed = uint64(time.Now().UnixNano())
 	}
 	if *out == "" && m.name == "long" {
-		*out = "RELIABILITY.md"
+		// The evidence file the README links, wherever the run starts from.
+		root, err := moduleRoot(context.Background())
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "reliability: %v\n", err)
+			os.Exit(1)
+		}
+		*out = filepath.Join(root, "RELIABILITY.md")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
@@ -418,9 +424,9 @@ func (h *harness) startServices(ctx context.Context) error {
 
 // build compiles the real binaries from this checkout.
 func (h *harness) build(ctx context.Context) error {
-	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
+	root, err := moduleRoot(ctx)
 	if err != nil {
-		return fmt.Errorf("find the module root (run from the checkout): %w", err)
+		return err
 	}
 	args := []string{"build", "-o", filepath.Join(h.dir, "bin") + "/"}
 	if h.race {
@@ -428,11 +434,21 @@ func (h *harness) build(ctx context.Context) error {
 	}
 	args = append(args, "./cmd/warren", "./examples/webhook/cmd/webhook", "./examples/automation/cmd/automation")
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = strings.TrimSpace(string(root))
+	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
 	}
 	return nil
+}
+
+// moduleRoot is the warren checkout's root directory: the binaries are built
+// from there, and the long mode's report is written there.
+func moduleRoot(ctx context.Context) (string, error) {
+	root, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return "", fmt.Errorf("find the module root (run from the checkout): %w", err)
+	}
+	return strings.TrimSpace(string(root)), nil
 }
 
 // setup creates the tables, starts the receiver and the processes, and

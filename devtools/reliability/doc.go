@@ -5,10 +5,10 @@
 // while processes are killed, the broker, Postgres and Redis fail, and the
 // webhook receiver misbehaves.
 //
-//	go run ./reliability -mode short   # CI: about 4 minutes, exit 1 on any problem
-//	go run ./reliability -mode long    # release check: about 45 minutes, writes RELIABILITY.md
-//	make reliability                   # the short mode
-//	go run ./reliability -faults memory-alarm,dlq-shovel=2   # only these kinds
+//	go run ./devtools/reliability -mode short   # CI: about 4 minutes, exit 1 on any problem
+//	go run ./devtools/reliability -mode long    # release check: about 45 minutes, writes the root's RELIABILITY.md
+//	make reliability                            # the short mode
+//	go run ./devtools/reliability -faults memory-alarm,dlq-shovel=2   # only these kinds
 //
 // # What it runs
 //
@@ -41,5 +41,5 @@
 // consumers' effects. After the faults, the system drains and the checker
 // compares the receiver's deliveries, the automation's rule runs, the work
 // items, both dead-letter queues and the outbox with the ledger. See
-// RELIABILITY.md for the latest long run.
+// RELIABILITY.md at the checkout's root for the latest long run.
 package main

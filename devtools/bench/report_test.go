@@ -119,7 +119,7 @@ func TestRenderReport(t *testing.T) {
 		resultOf(memory, []figures{{23.4}}),
 	}, run)
 	for _, want := range []string{
-		"`cd bench && go run . -rounds 3`",
+		"`cd devtools/bench && go run . -rounds 3`",
 		"1.00, 2.00, 3.00 before, 4.00, 5.00, 6.00 after",
 		"| warren | 90.0 | 80.0 – 100 | 0.82 |",
 		"bytes of JSON |",

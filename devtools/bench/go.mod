@@ -1,4 +1,4 @@
-module github.com/warrenmq/warren/bench
+module github.com/warrenmq/warren/devtools/bench
 
 go 1.26.8
 
@@ -38,4 +38,4 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/warrenmq/warren => ../
+replace github.com/warrenmq/warren => ../../
