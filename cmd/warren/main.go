@@ -24,7 +24,6 @@ var commands = []command{
 	{name: "dlq", summary: "inspect, replay, purge, export and import dead letters", run: runDLQ},
 	relayCommand,
 	outboxCommand,
-	demoCommand,
 }
 
 // cliEnv is what every command reads and writes, so tests can run commands
@@ -89,7 +88,7 @@ func oneLine(s string) string {
 }
 
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "warren operates event-driven services on RabbitMQ: dead letters, the outbox relay, the demo.")
+	fmt.Fprintln(w, "warren operates event-driven services on RabbitMQ: dead letters, the outbox relay and its table.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Usage:")
 	fmt.Fprintln(w, "  warren <command> [arguments]")
@@ -99,6 +98,6 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Environment: AMQP_URL, DATABASE_URL, REDIS_URL (local defaults).")
+	fmt.Fprintln(w, "Environment: AMQP_URL, DATABASE_URL (local defaults).")
 	fmt.Fprintln(w, "Run 'warren <command> --help' for a command's usage.")
 }

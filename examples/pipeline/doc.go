@@ -1,7 +1,7 @@
 // Package pipeline wires the examples into the whole warren path on real
 // services: an application that writes work items and their events in one
 // transaction, the outbox relay, a fanout exchange, the webhook and
-// automation consumers, and a local webhook receiver. `warren demo` runs it
+// automation consumers, and a local webhook receiver. examples/demo runs it
 // with a workload and shows what happens; the end-to-end test runs it and
 // checks every event's fate.
 //

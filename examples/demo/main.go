@@ -1,3 +1,13 @@
+// Command demo runs the whole warren pipeline on the local services for
+// about fifteen seconds and shows what happens to every event: it wires the
+// examples (examples/pipeline) with a workload whose outcome it knows and
+// checks its own summary.
+//
+//	scripts/services.sh && go run ./examples/demo
+//	go run ./examples/demo -items 100 -verbose
+//
+// It lives with the examples, not in the warren command, so the binary an
+// operator ships links no example code (docs/adr/002-demo-outside-examples.md).
 package main
 
 import (
@@ -8,9 +18,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlq"
@@ -19,13 +34,11 @@ import (
 	"github.com/warrenmq/warren/internal/redact"
 )
 
-var demoCommand = command{name: "demo", summary: "run the whole pipeline locally and show what happens", run: runDemo}
-
 // demoPrefix names everything the demo creates; a new run first removes
 // what the last one left, and leaves its own dead letters for inspection.
 const demoPrefix = "warren_demo"
 
-const demoUsage = `Usage: warren demo [flags]
+const demoUsage = `Usage: go run ./examples/demo [flags]
 
 Runs the whole warren pipeline on the local services for about fifteen
 seconds and shows what happens to every event:
@@ -47,67 +60,86 @@ Needs PostgreSQL, Redis and RabbitMQ: run scripts/services.sh first.
 Flags:
 `
 
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Stdout, os.Stderr, os.Getenv, os.Args[1:]))
+}
+
 type demoOptions struct {
 	amqpURL, databaseURL, redisURL string
 	prefix                         string
 	items                          int
-	every                          ageFlag
+	every                          time.Duration
 	verbose                        bool
 }
 
-func runDemo(ctx context.Context, env *cliEnv, args []string) error {
-	o := demoOptions{every: ageFlag(100 * time.Millisecond)}
-	fs := newFlagSet()
-	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
-	fs.String(&o.databaseURL, "database-url", "URL", "Postgres; default $DATABASE_URL, else "+defaultOutboxDatabaseURL, "")
-	fs.String(&o.redisURL, "redis-url", "URL", "Redis; default $REDIS_URL, else "+defaultRedisURL, "")
-	fs.Int(&o.items, "items", "N", "work items a user moves to done (each makes 3 events and 1 follow-up)", 30)
-	fs.Var(&o.every, "every", "DURATION", "pause between application transactions")
-	fs.Bool(&o.verbose, "verbose", "show the services' own log lines")
-	fs.String(&o.prefix, "prefix", "NAME", "names everything the demo creates (queues, exchange, tables, keys)", demoPrefix)
-	if len(args) > 0 && isHelp(args[0]) {
-		fmt.Fprint(env.stdout, demoUsage)
-		fs.printDefaults(env.stdout)
-		return flag.ErrHelp
+// run is the command: exit status 0 on success, 1 when the demo fails or
+// its checks do not add up, 2 on a wrong command line.
+func run(ctx context.Context, stdout, stderr io.Writer, getenv func(string) string, args []string) int {
+	var o demoOptions
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), demoUsage)
+		fs.PrintDefaults()
 	}
-	if _, err := fs.parse(args); err != nil {
+	fs.StringVar(&o.amqpURL, "amqp-url", "", "the broker; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL))
+	fs.StringVar(&o.databaseURL, "database-url", "", "Postgres; default $DATABASE_URL, else "+defaultDatabaseURL)
+	fs.StringVar(&o.redisURL, "redis-url", "", "Redis; default $REDIS_URL, else "+defaultRedisURL)
+	fs.IntVar(&o.items, "items", 30, "work items a user moves to done (each makes 3 events and 1 follow-up)")
+	fs.DurationVar(&o.every, "every", 100*time.Millisecond, "pause between application transactions")
+	fs.BoolVar(&o.verbose, "verbose", false, "show the services' own log lines")
+	fs.StringVar(&o.prefix, "prefix", demoPrefix, "names everything the demo creates (queues, exchange, tables, keys)")
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(env.stdout, demoUsage)
-			fs.printDefaults(env.stdout)
-			return err
+			return 0
 		}
-		return usagef("%v", err)
+		return 2
 	}
-	if !demoPrefixRE.MatchString(o.prefix) {
-		return usagef("--prefix must be a lower-case SQL identifier of at most 30 bytes, like %s", demoPrefix)
+	usage := func(format string, args ...any) int {
+		fmt.Fprintf(stderr, "demo: "+format+"\n", args...)
+		return 2
 	}
-	if o.items < 1 || o.items > 10000 {
-		return usagef("--items must be between 1 and 10000")
+	switch {
+	case fs.NArg() > 0:
+		return usage("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	case !demoPrefixRE.MatchString(o.prefix):
+		return usage("-prefix must be a lower-case SQL identifier of at most 30 bytes, like %s", demoPrefix)
+	case o.items < 1 || o.items > 10000:
+		return usage("-items must be between 1 and 10000")
+	case o.every <= 0:
+		return usage("-every must be positive")
 	}
 	level := slog.LevelError + 4 // the demo's own lines say what happened
 	if o.verbose {
 		level = slog.LevelInfo
 	}
 	cfg := pipeline.Config{
-		AMQPURL:     cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
-		DatabaseURL: cmp.Or(o.databaseURL, env.getenv("DATABASE_URL"), defaultOutboxDatabaseURL),
-		RedisURL:    cmp.Or(o.redisURL, env.getenv("REDIS_URL"), defaultRedisURL),
+		AMQPURL:     cmp.Or(o.amqpURL, getenv("AMQP_URL"), amqpx.DefaultURL),
+		DatabaseURL: cmp.Or(o.databaseURL, getenv("DATABASE_URL"), defaultDatabaseURL),
+		RedisURL:    cmp.Or(o.redisURL, getenv("REDIS_URL"), defaultRedisURL),
 		Names:       pipeline.NamesWithPrefix(o.prefix),
 		Answer:      pipeline.FlakyAnswer,
-		Logger:      slog.New(slog.NewTextHandler(env.stderr, &slog.HandlerOptions{Level: level})),
+		Logger:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
-	err := demo(ctx, env, cfg, pipeline.Workload{
-		UserItems: o.items, ImportedItems: max(1, o.items/6), Poison: true, Every: time.Duration(o.every),
+	err := demo(ctx, stdout, cfg, pipeline.Workload{
+		UserItems: o.items, ImportedItems: max(1, o.items/6), Poison: true, Every: o.every,
 	})
-	return redact.Error(err, cfg.AMQPURL, cfg.DatabaseURL, cfg.RedisURL)
+	if err != nil {
+		fmt.Fprintf(stderr, "demo: %v\n", redact.Error(err, cfg.AMQPURL, cfg.DatabaseURL, cfg.RedisURL))
+		return 1
+	}
+	return 0
 }
+
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 var demoPrefixRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,29}$`)
 
-func demo(ctx context.Context, env *cliEnv, cfg pipeline.Config, w pipeline.Workload) error {
-	out := env.stdout
+func demo(ctx context.Context, out io.Writer, cfg pipeline.Config, w pipeline.Workload) error {
 	begin := time.Now()
 	fmt.Fprintf(out, "Clearing what an earlier demo left (%s*)…\n", strings.TrimSuffix(cfg.Names.Exchange, ".events"))
 	if err := pipeline.Destroy(ctx, cfg); err != nil {
@@ -321,4 +353,11 @@ func (d *demoProgress) until(ctx context.Context, p *pipeline.Pipeline, ticker *
 		}
 	}
 	return nil
+}
+
+// isTerminal reports whether w is a terminal, where progress is redrawn in
+// place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

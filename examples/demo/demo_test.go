@@ -12,7 +12,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// The README's main job: `warren demo` runs the whole pipeline and checks
+// The README's first command: the demo runs the whole pipeline and checks
 // its own summary. A short run with unique names keeps it honest.
 func TestDemoRunsAndChecksItself(t *testing.T) {
 	var b [4]byte
@@ -31,10 +31,10 @@ func TestDemoRunsAndChecksItself(t *testing.T) {
 		}
 	})
 	var stdout, stderr bytes.Buffer
-	env := &cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string { return getenv[k] }}
-	code := run(context.Background(), env, []string{"demo", "--items", "6", "--every", "1ms", "--prefix", prefix})
+	code := run(context.Background(), &stdout, &stderr, func(k string) string { return getenv[k] },
+		[]string{"-items", "6", "-every", "1ms", "-prefix", prefix})
 	if code != 0 {
-		t.Fatalf("warren demo exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+		t.Fatalf("the demo exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}
 	for _, want := range []string{"Nothing lost, nothing applied twice.", "✓ delivered to the webhook receiver", "dlq show --queue " + prefix + ".webhook"} {
 		if !strings.Contains(stdout.String(), want) {
@@ -47,10 +47,9 @@ func TestDemoRunsAndChecksItself(t *testing.T) {
 }
 
 func TestDemoRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{{"demo", "--items", "0"}, {"demo", "--prefix", "Bad-Name"}, {"demo", "--nope"}} {
+	for _, args := range [][]string{{"--items", "0"}, {"--prefix", "Bad-Name"}, {"--nope"}, {"--every", "0s"}, {"extra"}} {
 		var out bytes.Buffer
-		env := &cliEnv{stdout: &out, stderr: &out, getenv: func(string) string { return "" }}
-		if code := run(context.Background(), env, args); code != 2 {
+		if code := run(context.Background(), &out, &out, func(string) string { return "" }, args); code != 2 {
 			t.Errorf("%v exited %d, want 2\n%s", args, code, out.String())
 		}
 	}
