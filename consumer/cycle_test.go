@@ -11,6 +11,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 )
@@ -141,22 +142,22 @@ func shovel(t *testing.T, conn *amqp.Connection, topo consumer.Topology) {
 func importTo(t *testing.T, conn *amqp.Connection, topo consumer.Topology) {
 	t.Helper()
 	ctx := context.Background()
-	q, err := dlq.Open(ctx, conn, topo.DLQ)
+	q, err := dlqtool.Open(ctx, conn, topo.DLQ)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var file bytes.Buffer
-	if _, err := q.Export(ctx, &file, dlq.ExportOptions{}); err != nil {
+	if _, err := q.Export(ctx, &file, dlqtool.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := dlq.ReadMessages(&file)
+	msgs, err := dlqtool.ReadMessages(&file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := testenv.Drain(t, conn, topo.DLQ); len(got) != 1 {
 		t.Fatalf("drained %d messages from the DLQ, want the one exported", len(got))
 	}
-	if _, err := q.Import(ctx, msgs, dlq.ImportOptions{To: topo.Queue}); err != nil {
+	if _, err := q.Import(ctx, msgs, dlqtool.ImportOptions{To: topo.Queue}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -53,6 +53,9 @@ const (
 	ClassRejected      Class = "rejected"
 )
 
+// Classes lists every [Class], in the order tools show them.
+var Classes = []Class{ClassPermanent, ClassExhausted, ClassUndecodable, ClassUnhandled, ClassExpired, ClassMaxLen, ClassDeliveryLimit, ClassRejected}
+
 // brokerClasses maps RabbitMQ's x-death reasons to classes.
 var brokerClasses = map[string]Class{
 	"expired":        ClassExpired,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 )
@@ -168,16 +169,16 @@ func (o *dlqOptions) changeFlags(fs *flagSet) {
 	o.jsonFlag(fs)
 }
 
-// filter turns the filter flags into a dlq.Filter, or a usage error.
-func (o *dlqOptions) filter() (dlq.Filter, error) {
-	f := dlq.Filter{
+// filter turns the filter flags into a dlqtool.Filter, or a usage error.
+func (o *dlqOptions) filter() (dlqtool.Filter, error) {
+	f := dlqtool.Filter{
 		TypePrefixes: o.types, ErrorContains: o.errorText, EventIDs: o.ids,
 		OlderThan: time.Duration(o.olderThan), NewerThan: time.Duration(o.newerThan),
 	}
 	for _, name := range o.classes {
-		c, err := dlq.ParseClass(name)
+		c, err := dlqtool.ParseClass(name)
 		if err != nil {
-			return f, usagef("--class: %v", strings.TrimPrefix(err.Error(), dlq.ErrBadFilter.Error()+": "))
+			return f, usagef("--class: %v", strings.TrimPrefix(err.Error(), dlqtool.ErrBadFilter.Error()+": "))
 		}
 		f.Classes = append(f.Classes, c)
 	}
@@ -201,9 +202,9 @@ type dlqCall struct {
 	sub    *dlqSub
 	opts   *dlqOptions
 	fs     *flagSet
-	filter dlq.Filter
+	filter dlqtool.Filter
 	args   []string
-	queue  *dlq.Queue
+	queue  *dlqtool.Queue
 }
 
 func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
@@ -300,7 +301,7 @@ func (c *dlqCall) connectAndRun(ctx context.Context, rawURL string) error {
 	}))
 	// Bounded: a broker that stopped reading must not hang the exit.
 	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
-	if c.queue, err = dlq.Open(ctx, conn, c.opts.queue); err != nil {
+	if c.queue, err = dlqtool.Open(ctx, conn, c.opts.queue); err != nil {
 		return err
 	}
 	return c.sub.run(ctx, c)

@@ -20,7 +20,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 )
 
 func runDLQList(ctx context.Context, c *dlqCall) error {
@@ -54,12 +54,12 @@ func runDLQList(ctx context.Context, c *dlqCall) error {
 	return nil
 }
 
-func (c *dlqCall) peek(ctx context.Context) ([]dlq.Message, error) {
+func (c *dlqCall) peek(ctx context.Context) ([]dlqtool.Message, error) {
 	prog, done := c.progress("reading", "matched")
-	msgs, err := c.queue.Peek(ctx, dlq.PeekOptions{Filter: c.filter, Limit: c.opts.limit, Progress: prog})
+	msgs, err := c.queue.Peek(ctx, dlqtool.PeekOptions{Filter: c.filter, Limit: c.opts.limit, Progress: prog})
 	done()
 	if msgs == nil {
-		msgs = []dlq.Message{}
+		msgs = []dlqtool.Message{}
 	}
 	return msgs, err
 }
@@ -86,7 +86,7 @@ func runDLQShow(ctx context.Context, c *dlqCall) error {
 	return nil
 }
 
-func printMessage(w io.Writer, m *dlq.Message, now time.Time) error {
+func printMessage(w io.Writer, m *dlqtool.Message, now time.Time) error {
 	md := m.Metadata
 	fmt.Fprintf(w, "── message at position %d ──\n", m.Position)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -200,7 +200,7 @@ func bodyText(body []byte) string {
 
 func runDLQStats(ctx context.Context, c *dlqCall) error {
 	prog, done := c.progress("counting", "matched")
-	st, err := c.queue.Stats(ctx, dlq.StatsOptions{Filter: c.filter, Progress: prog})
+	st, err := c.queue.Stats(ctx, dlqtool.StatsOptions{Filter: c.filter, Progress: prog})
 	done()
 	if err != nil {
 		return err
@@ -217,7 +217,7 @@ func runDLQStats(ctx context.Context, c *dlqCall) error {
 	now := time.Now()
 	for _, by := range strings.Split(c.opts.by, ",") {
 		var title string
-		var groups []dlq.Group
+		var groups []dlqtool.Group
 		switch strings.TrimSpace(by) {
 		case "class":
 			title, groups = "CLASS", st.ByClass
@@ -251,20 +251,20 @@ func runDLQStats(ctx context.Context, c *dlqCall) error {
 }
 
 func runDLQReplay(ctx context.Context, c *dlqCall) error {
-	opts := dlq.ReplayOptions{Filter: c.filter, Limit: c.opts.limit, Rate: c.opts.rate, To: c.opts.to}
-	return c.change("replay", func(dry dlq.Result) string {
+	opts := dlqtool.ReplayOptions{Filter: c.filter, Limit: c.opts.limit, Rate: c.opts.rate, To: c.opts.to}
+	return c.change("replay", func(dry dlqtool.Result) string {
 		return fmt.Sprintf("Replay %d of %d messages in %s to %s?", dry.Matched, dry.Total, c.queue.Name(), queueList(dry.Queues))
-	}, func(dryRun bool, progress func(dlq.Progress)) (dlq.Result, error) {
+	}, func(dryRun bool, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
 		opts.DryRun, opts.Progress = dryRun, progress
 		return c.queue.Replay(ctx, opts)
 	})
 }
 
 func runDLQPurge(ctx context.Context, c *dlqCall) error {
-	opts := dlq.PurgeOptions{Filter: c.filter, Limit: c.opts.limit}
-	return c.change("purge", func(dry dlq.Result) string {
+	opts := dlqtool.PurgeOptions{Filter: c.filter, Limit: c.opts.limit}
+	return c.change("purge", func(dry dlqtool.Result) string {
 		return fmt.Sprintf("Delete %d of %d messages in %s for good?", dry.Matched, dry.Total, c.queue.Name())
-	}, func(dryRun bool, progress func(dlq.Progress)) (dlq.Result, error) {
+	}, func(dryRun bool, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
 		opts.DryRun, opts.Progress = dryRun, progress
 		return c.queue.Purge(ctx, opts)
 	})
@@ -273,11 +273,11 @@ func runDLQPurge(ctx context.Context, c *dlqCall) error {
 // change runs a replay or a purge. Asked on a terminal (no --yes, no
 // --dry-run), it first runs do as a dry run so the question can give the
 // real numbers.
-func (c *dlqCall) change(op string, question func(dlq.Result) string, do func(dryRun bool, progress func(dlq.Progress)) (dlq.Result, error)) error {
-	var res dlq.Result
+func (c *dlqCall) change(op string, question func(dlqtool.Result) string, do func(dryRun bool, progress func(dlqtool.Progress)) (dlqtool.Result, error)) error {
+	var res dlqtool.Result
 	var err error
 	if !c.opts.dryRun && !c.opts.yes {
-		c.withProgress("checking", "matched", func(p func(dlq.Progress)) { res, err = do(true, p) })
+		c.withProgress("checking", "matched", func(p func(dlqtool.Progress)) { res, err = do(true, p) })
 		if err != nil {
 			return err
 		}
@@ -288,7 +288,7 @@ func (c *dlqCall) change(op string, question func(dlq.Result) string, do func(dr
 			return err
 		}
 	}
-	c.withProgress(verbs[op].doing, verbs[op].did, func(p func(dlq.Progress)) { res, err = do(c.opts.dryRun, p) })
+	c.withProgress(verbs[op].doing, verbs[op].did, func(p func(dlqtool.Progress)) { res, err = do(c.opts.dryRun, p) })
 	return c.report(op, res, err)
 }
 
@@ -312,8 +312,8 @@ func runDLQExport(ctx context.Context, c *dlqCall) (err error) {
 		out = file
 	}
 	var n int
-	c.withProgress("exporting", "exported", func(p func(dlq.Progress)) {
-		n, err = c.queue.Export(ctx, out, dlq.ExportOptions{Filter: c.filter, Limit: c.opts.limit, Progress: p})
+	c.withProgress("exporting", "exported", func(p func(dlqtool.Progress)) {
+		n, err = c.queue.Export(ctx, out, dlqtool.ExportOptions{Filter: c.filter, Limit: c.opts.limit, Progress: p})
 	})
 	if err != nil {
 		return err
@@ -341,7 +341,7 @@ func runDLQImport(ctx context.Context, c *dlqCall) error {
 		defer f.Close()
 		in = f
 	}
-	msgs, err := dlq.ReadMessages(in)
+	msgs, err := dlqtool.ReadMessages(in)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -349,9 +349,9 @@ func runDLQImport(ctx context.Context, c *dlqCall) error {
 	if err := c.confirm(fmt.Sprintf("Publish %d messages from %s into %s?", len(msgs), name, target)); err != nil {
 		return err
 	}
-	var res dlq.Result
-	c.withProgress(verbs["import"].doing, verbs["import"].did, func(p func(dlq.Progress)) {
-		res, err = c.queue.Import(ctx, msgs, dlq.ImportOptions{To: c.opts.to, Progress: p})
+	var res dlqtool.Result
+	c.withProgress(verbs["import"].doing, verbs["import"].did, func(p func(dlqtool.Progress)) {
+		res, err = c.queue.Import(ctx, msgs, dlqtool.ImportOptions{To: c.opts.to, Progress: p})
 	})
 	return c.report("import", res, err)
 }
@@ -364,7 +364,7 @@ var verbs = map[string]struct{ doing, did, would string }{
 
 // report prints what a changing operation did, then turns its error, if
 // any, into one line that says what state the queues are in.
-func (c *dlqCall) report(op string, res dlq.Result, opErr error) error {
+func (c *dlqCall) report(op string, res dlqtool.Result, opErr error) error {
 	interrupted := errors.Is(opErr, context.Canceled)
 	if c.opts.json {
 		out := struct {
@@ -372,7 +372,7 @@ func (c *dlqCall) report(op string, res dlq.Result, opErr error) error {
 			Operation   string `json:"operation"`
 			Interrupted bool   `json:"interrupted,omitempty"`
 			Error       string `json:"error,omitempty"`
-			dlq.Result
+			dlqtool.Result
 		}{Queue: c.queue.Name(), Operation: op, Interrupted: interrupted, Result: res}
 		if opErr != nil {
 			out.Error = opErr.Error()
@@ -433,13 +433,13 @@ func queueList(qs map[string]int) string {
 
 // withProgress runs f with a progress callback that draws a bar on stderr
 // when stderr is a terminal, and clears the bar afterwards.
-func (c *dlqCall) withProgress(verb, doneWord string, f func(func(dlq.Progress))) {
+func (c *dlqCall) withProgress(verb, doneWord string, f func(func(dlqtool.Progress))) {
 	prog, done := c.progress(verb, doneWord)
 	defer done()
 	f(prog)
 }
 
-func (c *dlqCall) progress(verb, doneWord string) (func(dlq.Progress), func()) {
+func (c *dlqCall) progress(verb, doneWord string) (func(dlqtool.Progress), func()) {
 	if !isTerminal(c.env.stderr) {
 		return nil, func() {}
 	}
@@ -458,7 +458,7 @@ type progressBar struct {
 
 const progressDelay = 300 * time.Millisecond
 
-func (b *progressBar) update(p dlq.Progress) {
+func (b *progressBar) update(p dlqtool.Progress) {
 	now := time.Now()
 	if now.Sub(b.start) < progressDelay || now.Sub(b.last) < 100*time.Millisecond {
 		return

@@ -21,6 +21,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -176,12 +177,12 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 	}
 
 	start = time.Now()
-	st := decodeJSON[dlq.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
+	st := decodeJSON[dlqtool.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
 	t.Logf("stats over 10,000 messages took %v", time.Since(start))
 	if st.Total != 10000 {
 		t.Fatalf("stats total %d, want 10000", st.Total)
 	}
-	for name, groups := range map[string][]dlq.Group{"class": st.ByClass, "type": st.ByType, "error": st.ByError} {
+	for name, groups := range map[string][]dlqtool.Group{"class": st.ByClass, "type": st.ByType, "error": st.ByError} {
 		got := map[string]int{}
 		for _, g := range groups {
 			got[g.Key] = g.Count
@@ -200,7 +201,7 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 	start = time.Now()
 	r := ok(t, "dlq", "replay", "--queue", top.DLQ, "--type", "workitem.", "--class", "permanent,exhausted", "--yes", "--json")
 	t.Logf("replay of %d matching messages took %v", len(matching), time.Since(start))
-	res := decodeJSON[dlq.Result](t, r.stdout)
+	res := decodeJSON[dlqtool.Result](t, r.stdout)
 	if res.Done != len(matching) || res.Scanned != 10000 || res.Queues[top.Consumer] != len(matching) || len(res.Queues) != 1 {
 		t.Fatalf("replay result %+v, want %d replayed to %s", res, len(matching), top.Consumer)
 	}
@@ -218,7 +219,7 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 	if len(replayed) != len(matching) || !reflect.DeepEqual(got, matching) {
 		t.Fatalf("origin queue holds %d messages, want exactly the %d matching", len(replayed), len(matching))
 	}
-	left := decodeJSON[dlq.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--type", "workitem.", "--class", "permanent,exhausted", "--json").stdout)
+	left := decodeJSON[dlqtool.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--type", "workitem.", "--class", "permanent,exhausted", "--json").stdout)
 	if left.Total != 0 {
 		t.Fatalf("%d matching messages left in the DLQ", left.Total)
 	}
@@ -335,7 +336,7 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 
 	// Standard input works too.
 	r = runWarren(t, data, "dlq", "import", "--queue", dst.Consumer, "--yes", "--json", "-")
-	if r.code != 0 || decodeJSON[dlq.Result](t, r.stdout).Done != 34 {
+	if r.code != 0 || decodeJSON[dlqtool.Result](t, r.stdout).Done != 34 {
 		t.Fatalf("import from stdin: exit %d, %s %s", r.code, r.stdout, r.stderr)
 	}
 
@@ -378,7 +379,7 @@ func TestCLIReadsLeaveQueueUnchanged(t *testing.T) {
 	if len(listed) != 40 {
 		t.Fatalf("ls --type cycle. --limit 0 listed %d, want 40", len(listed))
 	}
-	var first dlq.Message
+	var first dlqtool.Message
 	if err := first.UnmarshalJSON(listed[0]); err != nil || first.EventID != "ev-00002" || first.Position != 2 {
 		t.Fatalf("first listed: %+v, %v", first, err)
 	}
@@ -414,11 +415,11 @@ func TestCLIPurge(t *testing.T) {
 		t.Fatalf("dry run said %q", r.stdout)
 	}
 	r = ok(t, "dlq", "purge", "--queue", top.Consumer, "--class", "undecodable", "--limit", "10", "--yes", "--json")
-	if res := decodeJSON[dlq.Result](t, r.stdout); res.Done != 10 {
+	if res := decodeJSON[dlqtool.Result](t, r.stdout); res.Done != 10 {
 		t.Fatalf("purge --limit 10 purged %d", res.Done)
 	}
 	testenv.WaitFor(t, 60*time.Second, "90 left", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 90 })
-	left := decodeJSON[dlq.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
+	left := decodeJSON[dlqtool.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
 	for _, g := range left.ByClass {
 		if g.Key == "undecodable" && g.Count != 15 {
 			t.Fatalf("%d undecodable left, want 15", g.Count)
@@ -563,13 +564,13 @@ func TestDLQConfirmsOnATerminal(t *testing.T) {
 func TestProgressBar(t *testing.T) {
 	var out bytes.Buffer
 	bar := &progressBar{w: &out, verb: "replaying", doneWord: "replayed", start: time.Now()}
-	bar.update(dlq.Progress{Total: 100, Scanned: 1})
+	bar.update(dlqtool.Progress{Total: 100, Scanned: 1})
 	bar.clear()
 	if out.Len() != 0 {
 		t.Fatalf("a bar was drawn for an operation younger than %v: %q", progressDelay, out.String())
 	}
 	bar.start = time.Now().Add(-time.Second)
-	bar.update(dlq.Progress{Total: 100, Scanned: 50, Done: 10})
+	bar.update(dlqtool.Progress{Total: 100, Scanned: 50, Done: 10})
 	bar.clear()
 	want := "\rreplaying [" + strings.Repeat("=", 15) + strings.Repeat(" ", 15) + "] 50/100, 10 replayed\r\033[K"
 	if out.String() != want {
@@ -578,7 +579,7 @@ func TestProgressBar(t *testing.T) {
 
 	out.Reset()
 	check := &progressBar{w: &out, verb: "checking", doneWord: "matched", start: time.Now().Add(-time.Second)}
-	check.update(dlq.Progress{Total: 10, Scanned: 10, Matched: 4})
+	check.update(dlqtool.Progress{Total: 10, Scanned: 10, Matched: 4})
 	if !strings.HasSuffix(out.String(), "] 10/10, 4 matched") {
 		t.Fatalf("a dry run's bar drew %q", out.String())
 	}
@@ -610,7 +611,7 @@ func TestShowPrintsFirstBrokerDeath(t *testing.T) {
 	died := time.Unix(1700000000, 0)
 	h := dlq.StripDeaths(amqp.Table{"x-death": []any{amqp.Table{"queue": "webhook", "reason": "expired", "count": int64(1), "time": died}}}, "webhook")
 	h = dlq.Stamp(h, dlq.Failure{Err: "boom", At: died.Add(time.Hour), Queue: "webhook", Consumer: "webhook"}, 3, dlq.ClassExhausted)
-	m := dlq.Message{Metadata: dlq.ParseMetadata(h), Publishing: amqp.Publishing{Headers: h}}
+	m := dlqtool.Message{Metadata: dlq.ParseMetadata(h), Publishing: amqp.Publishing{Headers: h}}
 	var out bytes.Buffer
 	if err := printMessage(&out, &m, died.Add(2*time.Hour)); err != nil {
 		t.Fatal(err)

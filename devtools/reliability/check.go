@@ -17,6 +17,7 @@ import (
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -597,11 +598,11 @@ func (h *harness) checkDeadLetters(ctx context.Context, res *result) error {
 	}
 	res.dlqByClass = map[string]int{}
 	for _, consumerName := range []string{webhookQueue, autoQueue} {
-		q, err := dlq.Open(ctx, conn, consumerName)
+		q, err := dlqtool.Open(ctx, conn, consumerName)
 		if err != nil {
 			return err
 		}
-		msgs, err := q.Peek(ctx, dlq.PeekOptions{})
+		msgs, err := q.Peek(ctx, dlqtool.PeekOptions{})
 		if err != nil {
 			return fmt.Errorf("read %s: %w", q.Name(), err)
 		}

@@ -1,4 +1,4 @@
-package dlq
+package dlqtool
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
 )
 
 func TestHeaderCodecRoundTrip(t *testing.T) {
@@ -107,7 +109,7 @@ func TestHeaderCodecRejects(t *testing.T) {
 func TestMessageJSON(t *testing.T) {
 	m := newMessage(4, amqp.Publishing{
 		MessageId: "\xff-id", Type: "workitem.updated", Timestamp: time.Unix(1700000000, 0), DeliveryMode: 2,
-		Headers: amqp.Table{HeaderErrorClass: "permanent", HeaderAttempts: int32(3)}, Body: []byte("\x00\xff"),
+		Headers: amqp.Table{dlq.HeaderErrorClass: "permanent", dlq.HeaderAttempts: int32(3)}, Body: []byte("\x00\xff"),
 	})
 	line, err := m.MarshalJSON()
 	if err != nil {
@@ -159,12 +161,12 @@ func TestReadMessagesNamesTheLine(t *testing.T) {
 
 func TestFilter(t *testing.T) {
 	now := time.Now()
-	msg := func(typ string, class Class, errText string, died time.Time, id string) *Message {
-		m := newMessage(0, amqp.Publishing{MessageId: id, Type: typ, Headers: Stamp(nil, Failure{Err: errText, At: died}, 1, class)})
+	msg := func(typ string, class dlq.Class, errText string, died time.Time, id string) *Message {
+		m := newMessage(0, amqp.Publishing{MessageId: id, Type: typ, Headers: dlq.Stamp(nil, dlq.Failure{Err: errText, At: died}, 1, class)})
 		return &m
 	}
-	old := msg("workitem.updated", ClassPermanent, "HTTP 500 from hook", now.Add(-3*time.Hour), "a")
-	fresh := msg("cycle.created", ClassExhausted, "timeout", now.Add(-time.Minute), "b")
+	old := msg("workitem.updated", dlq.ClassPermanent, "HTTP 500 from hook", now.Add(-3*time.Hour), "a")
+	fresh := msg("cycle.created", dlq.ClassExhausted, "timeout", now.Add(-time.Minute), "b")
 	noAge := newMessage(0, amqp.Publishing{MessageId: "c", Type: "workitem.created"})
 
 	cases := []struct {
@@ -177,13 +179,13 @@ func TestFilter(t *testing.T) {
 		{"zero", Filter{}, true, true, true},
 		{"type prefix", Filter{TypePrefixes: []string{"workitem."}}, true, false, true},
 		{"any of two prefixes", Filter{TypePrefixes: []string{"cycle.", "workitem.up"}}, true, true, false},
-		{"class", Filter{Classes: []Class{ClassExhausted}}, false, true, false},
+		{"class", Filter{Classes: []dlq.Class{dlq.ClassExhausted}}, false, true, false},
 		{"error text", Filter{ErrorContains: "HTTP 5"}, true, false, false},
 		{"older than", Filter{OlderThan: time.Hour}, true, false, false},
 		{"newer than", Filter{NewerThan: time.Hour}, false, true, false},
 		{"age window", Filter{OlderThan: time.Hour, NewerThan: 4 * time.Hour}, true, false, false},
 		{"event id", Filter{EventIDs: []string{"b", "c"}}, false, true, true},
-		{"all criteria", Filter{TypePrefixes: []string{"workitem."}, Classes: []Class{ClassPermanent}, ErrorContains: "500", OlderThan: time.Hour, EventIDs: []string{"a"}}, true, false, false},
+		{"all criteria", Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent}, ErrorContains: "500", OlderThan: time.Hour, EventIDs: []string{"a"}}, true, false, false},
 	}
 	for _, c := range cases {
 		if err := c.f.Validate(); err != nil {
@@ -194,8 +196,8 @@ func TestFilter(t *testing.T) {
 		}
 	}
 	for _, bad := range []Filter{
-		{Classes: []Class{"nope"}},
-		{Classes: []Class{"Permanent"}},
+		{Classes: []dlq.Class{"nope"}},
+		{Classes: []dlq.Class{"Permanent"}},
 		{OlderThan: -time.Second},
 		{OlderThan: 2 * time.Hour, NewerThan: time.Hour},
 	} {
@@ -203,35 +205,35 @@ func TestFilter(t *testing.T) {
 			t.Errorf("%+v: Validate = %v", bad, err)
 		}
 	}
-	if c, err := ParseClass(" Expired "); err != nil || c != ClassExpired {
+	if c, err := ParseClass(" Expired "); err != nil || c != dlq.ClassExpired {
 		t.Errorf("ParseClass: %q, %v", c, err)
 	}
 }
 
 func TestReplayPublishing(t *testing.T) {
 	died := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	headers := Stamp(amqp.Table{"keep": "me", HeaderReplays: int32(2)}, Failure{
+	headers := dlq.Stamp(amqp.Table{"keep": "me", dlq.HeaderReplays: int32(2)}, dlq.Failure{
 		Err: "boom", At: died, Queue: "webhook", Exchange: "events", RoutingKey: "rk", Consumer: "webhook", Host: "h",
-	}, 5, ClassExhausted)
+	}, 5, dlq.ClassExhausted)
 	headers["x-death"] = []any{amqp.Table{"queue": "webhook", "reason": "expired"}}
 	headers["x-first-death-queue"] = "webhook"
 	headers["x-last-death-reason"] = "expired"
 	m := newMessage(0, amqp.Publishing{MessageId: "id", Headers: headers, Body: []byte("b")})
 
 	p := replayPublishing(&m)
-	for _, gone := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure, "x-death", "x-first-death-queue", "x-last-death-reason"} {
+	for _, gone := range []string{dlq.HeaderError, dlq.HeaderErrorClass, dlq.HeaderAttempts, dlq.HeaderFirstFailure, dlq.HeaderLastFailure, "x-death", "x-first-death-queue", "x-last-death-reason"} {
 		if _, ok := p.Headers[gone]; ok {
 			t.Errorf("replayed message keeps %s", gone)
 		}
 	}
 	// The broker's death in the origin queue is kept as warren's first death.
-	want := amqp.Table{"keep": "me", HeaderReplays: int32(3), HeaderOriginQueue: "webhook", HeaderOriginExchange: "events",
-		HeaderOriginRoutingKey: "rk", HeaderConsumer: "webhook", HeaderHost: "h",
-		HeaderFirstDeathReason: "expired", HeaderFirstDeathQueue: "webhook"}
+	want := amqp.Table{"keep": "me", dlq.HeaderReplays: int32(3), dlq.HeaderOriginQueue: "webhook", dlq.HeaderOriginExchange: "events",
+		dlq.HeaderOriginRoutingKey: "rk", dlq.HeaderConsumer: "webhook", dlq.HeaderHost: "h",
+		dlq.HeaderFirstDeathReason: "expired", dlq.HeaderFirstDeathQueue: "webhook"}
 	if !reflect.DeepEqual(p.Headers, want) {
 		t.Errorf("replay headers\n got %v\nwant %v", p.Headers, want)
 	}
-	if _, ok := m.Headers[HeaderError]; !ok {
+	if _, ok := m.Headers[dlq.HeaderError]; !ok {
 		t.Error("replayPublishing changed the original's headers")
 	}
 
@@ -240,8 +242,8 @@ func TestReplayPublishing(t *testing.T) {
 		"queue": "webhook", "reason": "expired", "exchange": "events", "routing-keys": []any{"k"}, "count": int64(1),
 	}}}})
 	p = replayPublishing(&expired)
-	want = amqp.Table{HeaderReplays: int32(1), HeaderOriginQueue: "webhook", HeaderOriginExchange: "events", HeaderOriginRoutingKey: "k",
-		HeaderFirstDeathReason: "expired", HeaderFirstDeathQueue: "webhook"}
+	want = amqp.Table{dlq.HeaderReplays: int32(1), dlq.HeaderOriginQueue: "webhook", dlq.HeaderOriginExchange: "events", dlq.HeaderOriginRoutingKey: "k",
+		dlq.HeaderFirstDeathReason: "expired", dlq.HeaderFirstDeathQueue: "webhook"}
 	if !reflect.DeepEqual(p.Headers, want) {
 		t.Errorf("expired replay headers\n got %v\nwant %v", p.Headers, want)
 	}

@@ -1,4 +1,4 @@
-package dlq
+package dlqtool
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -31,7 +32,7 @@ type Queue struct {
 }
 
 // Open returns the dead-letter queue named by name, which is either a
-// consumer's name (its DLQ is [QueueName](name)) or the full name of a queue
+// consumer's name (its DLQ is [dlq.QueueName](name)) or the full name of a queue
 // ending in ".dlq". The queue must exist: an error wrapping [ErrNoQueue]
 // says when it does not.
 //
@@ -58,17 +59,18 @@ func Open(ctx context.Context, conn *amqp.Connection, name string) (*Queue, erro
 
 // resolveName turns a consumer name or a DLQ name into both.
 func resolveName(name string) (queue, consumer string, err error) {
+	suffix := dlq.QueueName("") // ".dlq", which ends every DLQ's name
 	switch {
-	case name == "" || name == queueSuffix:
+	case name == "" || name == suffix:
 		return "", "", errors.New("dlq: empty queue name")
 	case len(name) > 255:
 		return "", "", fmt.Errorf("dlq: queue name is %d bytes, AMQP allows 255", len(name))
-	case IsQueueName(name):
-		return name, strings.TrimSuffix(name, queueSuffix), nil
-	case len(QueueName(name)) > 255:
+	case dlq.IsQueueName(name):
+		return name, strings.TrimSuffix(name, suffix), nil
+	case len(dlq.QueueName(name)) > 255:
 		return "", "", fmt.Errorf("dlq: dead-letter queue name for %q would exceed AMQP's 255 bytes", name)
 	}
-	return QueueName(name), name, nil
+	return dlq.QueueName(name), name, nil
 }
 
 // Name is the dead-letter queue's name, e.g. "webhook.dlq".

@@ -1,4 +1,4 @@
-package dlq
+package dlqtool
 
 import (
 	"errors"
@@ -6,23 +6,22 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/warrenmq/warren/dlq"
 )
 
 // ErrBadFilter is wrapped by the error for a [Filter] that cannot be used.
 var ErrBadFilter = errors.New("invalid filter")
 
-// Classes lists every [Class], in the order tools show them.
-var Classes = []Class{ClassPermanent, ClassExhausted, ClassUndecodable, ClassUnhandled, ClassExpired, ClassMaxLen, ClassDeliveryLimit, ClassRejected}
-
-// ParseClass returns the Class called s, or an error wrapping [ErrBadFilter]
+// ParseClass returns the [dlq.Class] called s, or an error wrapping [ErrBadFilter]
 // that lists the valid names.
-func ParseClass(s string) (Class, error) {
-	c := Class(strings.ToLower(strings.TrimSpace(s)))
-	if slices.Contains(Classes, c) {
+func ParseClass(s string) (dlq.Class, error) {
+	c := dlq.Class(strings.ToLower(strings.TrimSpace(s)))
+	if slices.Contains(dlq.Classes, c) {
 		return c, nil
 	}
-	names := make([]string, len(Classes))
-	for i, c := range Classes {
+	names := make([]string, len(dlq.Classes))
+	for i, c := range dlq.Classes {
 		names[i] = string(c)
 	}
 	return "", fmt.Errorf("%w: unknown error class %q (want one of %s)", ErrBadFilter, s, strings.Join(names, ", "))
@@ -36,7 +35,7 @@ type Filter struct {
 	// these, e.g. "workitem." for every work-item event.
 	TypePrefixes []string
 	// Classes selects messages dead for one of these reasons.
-	Classes []Class
+	Classes []dlq.Class
 	// ErrorContains selects messages whose error text contains this
 	// substring (case-sensitive).
 	ErrorContains string
@@ -59,7 +58,7 @@ func (f Filter) IsZero() bool {
 // self-contradictory or names an unknown class.
 func (f Filter) Validate() error {
 	for _, c := range f.Classes {
-		if !slices.Contains(Classes, c) {
+		if !slices.Contains(dlq.Classes, c) {
 			_, err := ParseClass(string(c))
 			if err == nil { // right name, wrong case: Match compares exactly
 				err = fmt.Errorf("%w: error class %q must be lower case", ErrBadFilter, c)

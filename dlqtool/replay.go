@@ -1,4 +1,4 @@
-package dlq
+package dlqtool
 
 import (
 	"cmp"
@@ -57,7 +57,7 @@ type ReplayOptions struct {
 // publisher confirms and removed from the dead-letter queue only after the
 // broker confirmed the copy. The copy has its failure record reset (error,
 // class, attempts, failure times, RabbitMQ's x-death) so the consumer gives
-// it a full set of attempts again, and its replay count ([HeaderReplays])
+// it a full set of attempts again, and its replay count ([dlq.HeaderReplays])
 // raised by one.
 //
 // When ctx ends, Replay finishes the message in flight (up to

@@ -1,4 +1,4 @@
-package dlq_test
+package dlqtool_test
 
 import (
 	"context"
@@ -13,29 +13,15 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
-func ExampleParseMetadata() {
-	at := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
-	headers := dlq.Stamp(nil, dlq.Failure{
-		Err: "POST https://hooks.example.com: 410 Gone", At: at,
-		Queue: "webhook", Exchange: "plane.events", Consumer: "webhook", Host: "worker-1",
-	}, 1, dlq.ClassPermanent)
-
-	md := dlq.ParseMetadata(headers)
-	fmt.Println(md.Class, md.Attempts, md.OriginQueue, md.LastFailure.Format(time.RFC3339))
-	fmt.Println(md.Error)
-	// Output:
-	// permanent 1 webhook 2025-06-01T12:00:00Z
-	// POST https://hooks.example.com: 410 Gone
-}
-
 func ExampleFilter_Match() {
-	f := dlq.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassExhausted}, NewerThan: 24 * time.Hour}
+	f := dlqtool.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassExhausted}, NewerThan: 24 * time.Hour}
 	now := time.Now()
 	for _, typ := range []string{"workitem.updated", "cycle.created"} {
-		var m dlq.Message
+		var m dlqtool.Message
 		m.EventType = typ
 		m.Metadata = dlq.Metadata{Class: dlq.ClassExhausted, LastFailure: now.Add(-time.Hour)}
 		fmt.Println(typ, f.Match(&m, now))
@@ -49,7 +35,7 @@ func ExampleReadMessages() {
 	export := `{"properties":{"message_id":"e1","type":"workitem.created","delivery_mode":2},"headers":{"x-warren-error-class":"permanent","x-warren-attempts":{"type":"int32","value":1}},"body":"{\"event_id\":\"e1\"}"}
 {"properties":{"message_id":"e2"},"body_encoding":"base64","body":"/w=="}
 `
-	msgs, err := dlq.ReadMessages(strings.NewReader(export))
+	msgs, err := dlqtool.ReadMessages(strings.NewReader(export))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,12 +56,12 @@ func ExampleQueue_Replay() {
 	conn, consumer, cleanup := exampleSetup(ctx)
 	defer cleanup()
 
-	q, err := dlq.Open(ctx, conn, consumer) // the DLQ is consumer + ".dlq"
+	q, err := dlqtool.Open(ctx, conn, consumer) // the DLQ is consumer + ".dlq"
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := q.Replay(ctx, dlq.ReplayOptions{
-		Filter: dlq.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent}},
+	res, err := q.Replay(ctx, dlqtool.ReplayOptions{
+		Filter: dlqtool.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent}},
 		Rate:   50,
 	})
 	if err != nil {
@@ -94,11 +80,11 @@ func ExampleQueue_Stats() {
 	conn, consumer, cleanup := exampleSetup(ctx)
 	defer cleanup()
 
-	q, err := dlq.Open(ctx, conn, consumer)
+	q, err := dlqtool.Open(ctx, conn, consumer)
 	if err != nil {
 		log.Fatal(err)
 	}
-	st, err := q.Stats(ctx, dlq.StatsOptions{})
+	st, err := q.Stats(ctx, dlqtool.StatsOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -117,16 +103,16 @@ func ExampleQueue_Export() {
 	conn, consumer, cleanup := exampleSetup(ctx)
 	defer cleanup()
 
-	q, err := dlq.Open(ctx, conn, consumer)
+	q, err := dlqtool.Open(ctx, conn, consumer)
 	if err != nil {
 		log.Fatal(err)
 	}
 	var export strings.Builder
-	n, err := q.Export(ctx, &export, dlq.ExportOptions{Filter: dlq.Filter{EventIDs: []string{"e3"}}})
+	n, err := q.Export(ctx, &export, dlqtool.ExportOptions{Filter: dlqtool.Filter{EventIDs: []string{"e3"}}})
 	if err != nil {
 		log.Fatal(err)
 	}
-	msgs, err := dlq.ReadMessages(strings.NewReader(export.String()))
+	msgs, err := dlqtool.ReadMessages(strings.NewReader(export.String()))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package dlq_test
+package dlqtool_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 )
@@ -18,7 +18,7 @@ import (
 // throughProxy opens the fixture's DLQ again on a connection through a
 // proxy that can stop passing what the client sends while the broker's
 // heartbeats (every second) keep arriving.
-func (f *fixture) throughProxy(t *testing.T) (*dlq.Queue, *testenv.Proxy) {
+func (f *fixture) throughProxy(t *testing.T) (*dlqtool.Queue, *testenv.Proxy) {
 	t.Helper()
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
@@ -28,7 +28,7 @@ func (f *fixture) throughProxy(t *testing.T) (*dlq.Queue, *testenv.Proxy) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { amqpx.CloseConnection(conn, time.Second) })
-	q, err := dlq.Open(context.Background(), conn, f.top.Consumer)
+	q, err := dlqtool.Open(context.Background(), conn, f.top.Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +68,8 @@ func TestReplayReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
 	q, proxy := f.throughProxy(t)
 
-	res, err := returnsWithin(t, proxy, 40*time.Second, "Replay", func() (dlq.Result, error) {
-		return q.Replay(context.Background(), dlq.ReplayOptions{DrainTimeout: time.Second, Progress: func(p dlq.Progress) {
+	res, err := returnsWithin(t, proxy, 40*time.Second, "Replay", func() (dlqtool.Result, error) {
+		return q.Replay(context.Background(), dlqtool.ReplayOptions{DrainTimeout: time.Second, Progress: func(p dlqtool.Progress) {
 			if p.Done == 10 {
 				proxy.StopReading(true)
 			}
@@ -113,8 +113,8 @@ func TestReplayReturnsWhenTheBrokerStopsReadingBeforeItStarts(t *testing.T) {
 	q, proxy := f.throughProxy(t)
 	proxy.StopReading(true)
 
-	_, err := returnsWithin(t, proxy, amqpx.SetupTimeout+20*time.Second, "Replay", func() (dlq.Result, error) {
-		return q.Replay(context.Background(), dlq.ReplayOptions{})
+	_, err := returnsWithin(t, proxy, amqpx.SetupTimeout+20*time.Second, "Replay", func() (dlqtool.Result, error) {
+		return q.Replay(context.Background(), dlqtool.ReplayOptions{})
 	})
 	if !errors.Is(err, amqpx.ErrNoAnswer) {
 		t.Fatalf("Replay = %v, want an error wrapping ErrNoAnswer", err)
@@ -128,14 +128,14 @@ func TestReplayReturnsWhenTheBrokerStopsReadingBeforeItStarts(t *testing.T) {
 // within a bound, and the messages it reports done are in the queue.
 func TestImportReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	f := newFixture(t)
-	var msgs []dlq.Message
+	var msgs []dlqtool.Message
 	for i, p := range mixed(f.top, 50, time.Now()) {
 		msgs = append(msgs, messageOf(i, p))
 	}
 	q, proxy := f.throughProxy(t)
 
-	res, err := returnsWithin(t, proxy, 40*time.Second, "Import", func() (dlq.Result, error) {
-		return q.Import(context.Background(), msgs, dlq.ImportOptions{DrainTimeout: time.Second, Progress: func(p dlq.Progress) {
+	res, err := returnsWithin(t, proxy, 40*time.Second, "Import", func() (dlqtool.Result, error) {
+		return q.Import(context.Background(), msgs, dlqtool.ImportOptions{DrainTimeout: time.Second, Progress: func(p dlqtool.Progress) {
 			if p.Done == 10 {
 				proxy.StopReading(true)
 			}
@@ -154,7 +154,7 @@ func TestImportReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	}
 }
 
-func toPublishings(ms []dlq.Message) []amqp.Publishing {
+func toPublishings(ms []dlqtool.Message) []amqp.Publishing {
 	out := make([]amqp.Publishing, len(ms))
 	for i, m := range ms {
 		out[i] = m.Publishing

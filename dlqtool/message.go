@@ -1,10 +1,12 @@
-package dlq
+package dlqtool
 
 import (
 	"encoding/json"
 	"math"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
 )
 
 // Message is one dead message as read from a dead-letter queue: the AMQP
@@ -18,15 +20,15 @@ type Message struct {
 	EventID string
 	// EventType is the type property, or else the body's event_type.
 	EventType string
-	// Metadata is the decoded failure record ([ParseMetadata]).
-	Metadata Metadata
+	// Metadata is the decoded failure record ([dlq.ParseMetadata]).
+	Metadata dlq.Metadata
 
 	amqp.Publishing
 }
 
 // newMessage reads a message from its AMQP form.
 func newMessage(position int, p amqp.Publishing) Message {
-	m := Message{Position: position, Publishing: p, Metadata: ParseMetadata(p.Headers)}
+	m := Message{Position: position, Publishing: p, Metadata: dlq.ParseMetadata(p.Headers)}
 	m.EventID, m.EventType = p.MessageId, p.Type
 	if m.EventID == "" || m.EventType == "" {
 		// Only the two fields are decoded, and a body that is not JSON
@@ -86,17 +88,17 @@ func (m *Message) Origin() string {
 // properties, with its failure record reset so the consumer treats it as a
 // fresh delivery, and the replay counted.
 //
-// RabbitMQ's death headers are removed by [StripDeaths], or the consumer's
+// RabbitMQ's death headers are removed by [dlq.StripDeaths], or the consumer's
 // first retry of the copy could be dropped as a dead-letter cycle. The
 // origin the x-death recorded is kept in warren's own origin headers, and
 // the broker's first death in warren's first-death headers.
 func replayPublishing(m *Message) amqp.Publishing {
 	p := m.Publishing
-	h := StripDeaths(p.Headers, m.Origin())
+	h := dlq.StripDeaths(p.Headers, m.Origin())
 	if h == nil {
 		h = amqp.Table{}
 	}
-	for _, name := range []string{HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure} {
+	for _, name := range []string{dlq.HeaderError, dlq.HeaderErrorClass, dlq.HeaderAttempts, dlq.HeaderFirstFailure, dlq.HeaderLastFailure} {
 		delete(h, name)
 	}
 	md := m.Metadata
@@ -105,10 +107,10 @@ func replayPublishing(m *Message) amqp.Publishing {
 			h[name] = value
 		}
 	}
-	setIfMissing(HeaderOriginQueue, m.Origin())
-	setIfMissing(HeaderOriginExchange, md.OriginExchange)
-	setIfMissing(HeaderOriginRoutingKey, md.OriginRoutingKey)
-	h[HeaderReplays] = int32(min(max(md.Replays, 0), math.MaxInt32-1) + 1)
+	setIfMissing(dlq.HeaderOriginQueue, m.Origin())
+	setIfMissing(dlq.HeaderOriginExchange, md.OriginExchange)
+	setIfMissing(dlq.HeaderOriginRoutingKey, md.OriginRoutingKey)
+	h[dlq.HeaderReplays] = int32(min(max(md.Replays, 0), math.MaxInt32-1) + 1)
 	p.Headers = h
 	return p
 }

@@ -1,4 +1,4 @@
-package dlq
+package dlqtool
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -436,7 +437,7 @@ type deathJSON struct {
 // metadataJSON is the decoded failure record, written for readers of an
 // export or of `warren dlq ls --json`; it is never read back.
 type metadataJSON struct {
-	Class            Class       `json:"class,omitempty"`
+	Class            dlq.Class   `json:"class,omitempty"`
 	Error            string      `json:"error,omitempty"`
 	Attempts         int         `json:"attempts,omitempty"`
 	FirstFailure     time.Time   `json:"first_failure,omitzero"`
@@ -678,12 +679,12 @@ type ImportOptions struct {
 // Into a dead-letter queue (this one, or any whose name ends in ".dlq")
 // messages go exactly as they are, headers included: that is where their
 // history belongs. Into any other queue they go without RabbitMQ's death
-// headers, through [StripDeaths]: a message whose x-death names the queue
+// headers, through [dlq.StripDeaths]: a message whose x-death names the queue
 // it is imported into would otherwise be dropped by the broker on its first
 // retry.
 func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) (Result, error) {
 	target := cmp.Or(opts.To, q.name)
-	toDLQ := target == q.name || IsQueueName(target)
+	toDLQ := target == q.name || dlq.IsQueueName(target)
 	res := Result{Progress: Progress{Total: len(msgs)}}
 	if _, err := q.depth(ctx, target); err != nil {
 		return res, fmt.Errorf("import target: %w", err)
@@ -702,7 +703,7 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 		res.Matched++
 		p := msgs[i].Publishing
 		if !toDLQ {
-			p.Headers = StripDeaths(p.Headers, msgs[i].Origin())
+			p.Headers = dlq.StripDeaths(p.Headers, msgs[i].Origin())
 		}
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 		err := pub.Publish(pctx, "", target, p)

@@ -1,4 +1,4 @@
-package dlq_test
+package dlqtool_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -43,13 +44,13 @@ type fixture struct {
 	top  testenv.DeadLetterTopology
 	conn *amqp.Connection
 	ch   *amqp.Channel
-	q    *dlq.Queue
+	q    *dlqtool.Queue
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
-	q, err := dlq.Open(context.Background(), conn, top.Consumer)
+	q, err := dlqtool.Open(context.Background(), conn, top.Consumer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func newFixture(t *testing.T) *fixture {
 func (f *fixture) depth(t *testing.T, queue string) int { return testenv.QueueDepth(t, f.ch, queue) }
 
 // ids returns the message ids of deliveries, publishings or messages.
-func ids[T amqp.Delivery | amqp.Publishing | dlq.Message](xs []T) []string {
+func ids[T amqp.Delivery | amqp.Publishing | dlqtool.Message](xs []T) []string {
 	out := make([]string, len(xs))
 	for i, x := range xs {
 		switch v := any(x).(type) {
@@ -67,7 +68,7 @@ func ids[T amqp.Delivery | amqp.Publishing | dlq.Message](xs []T) []string {
 			out[i] = v.MessageId
 		case amqp.Publishing:
 			out[i] = v.MessageId
-		case dlq.Message:
+		case dlqtool.Message:
 			out[i] = v.EventID
 		}
 	}
@@ -78,7 +79,7 @@ func TestOpen(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	for _, name := range []string{f.top.Consumer, f.top.DLQ} {
-		q, err := dlq.Open(ctx, f.conn, name)
+		q, err := dlqtool.Open(ctx, f.conn, name)
 		if err != nil {
 			t.Fatalf("Open(%q): %v", name, err)
 		}
@@ -86,12 +87,12 @@ func TestOpen(t *testing.T) {
 			t.Errorf("Open(%q) = %s of %s, want %s of %s", name, q.Name(), q.Consumer(), f.top.DLQ, f.top.Consumer)
 		}
 	}
-	_, err := dlq.Open(ctx, f.conn, f.top.Consumer+"-missing")
-	if !errors.Is(err, dlq.ErrNoQueue) {
+	_, err := dlqtool.Open(ctx, f.conn, f.top.Consumer+"-missing")
+	if !errors.Is(err, dlqtool.ErrNoQueue) {
 		t.Fatalf("Open of a missing queue: %v, want ErrNoQueue", err)
 	}
 	for _, bad := range []string{"", ".dlq", string(make([]byte, 300))} {
-		if _, err := dlq.Open(ctx, f.conn, bad); err == nil {
+		if _, err := dlqtool.Open(ctx, f.conn, bad); err == nil {
 			t.Errorf("Open(%.10q) succeeded", bad)
 		}
 	}
@@ -111,7 +112,7 @@ func TestReadsLeaveQueueUnchanged(t *testing.T) {
 	msgs := mixed(f.top, 300, time.Now().Add(-time.Hour))
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, msgs)
 
-	got, err := f.q.Peek(ctx, dlq.PeekOptions{})
+	got, err := f.q.Peek(ctx, dlqtool.PeekOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,24 +124,24 @@ func TestReadsLeaveQueueUnchanged(t *testing.T) {
 			t.Fatalf("message %d has position %d", i, m.Position)
 		}
 	}
-	first, err := f.q.Peek(ctx, dlq.PeekOptions{Limit: 10})
+	first, err := f.q.Peek(ctx, dlqtool.PeekOptions{Limit: 10})
 	if err != nil || len(first) != 10 || first[9].EventID != "m-9" {
 		t.Fatalf("Peek limit 10: %d messages, %v", len(first), err)
 	}
-	filtered, err := f.q.Peek(ctx, dlq.PeekOptions{Limit: 3, Filter: dlq.Filter{TypePrefixes: []string{"cycle."}}})
+	filtered, err := f.q.Peek(ctx, dlqtool.PeekOptions{Limit: 3, Filter: dlqtool.Filter{TypePrefixes: []string{"cycle."}}})
 	if err != nil || !slices.Equal(ids(filtered), []string{"m-2", "m-6", "m-10"}) {
 		t.Fatalf("filtered Peek: %v, %v", ids(filtered), err)
 	}
-	if _, err := f.q.Stats(ctx, dlq.StatsOptions{}); err != nil {
+	if _, err := f.q.Stats(ctx, dlqtool.StatsOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var export bytes.Buffer
-	if n, err := f.q.Export(ctx, &export, dlq.ExportOptions{}); err != nil || n != 300 {
+	if n, err := f.q.Export(ctx, &export, dlqtool.ExportOptions{}); err != nil || n != 300 {
 		t.Fatalf("Export: %d, %v", n, err)
 	}
 	// A scan cut short by its context leaves the queue as it was too.
 	cctx, cancel := context.WithCancel(ctx)
-	_, err = f.q.Peek(cctx, dlq.PeekOptions{Progress: func(p dlq.Progress) {
+	_, err = f.q.Peek(cctx, dlqtool.PeekOptions{Progress: func(p dlqtool.Progress) {
 		if p.Scanned == 150 {
 			cancel()
 		}
@@ -176,7 +177,7 @@ func TestPeekDecodesMetadata(t *testing.T) {
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{bodyOnly})
 	f.top.Expire(t, f.conn, []amqp.Publishing{{MessageId: "x1", Type: "module.deleted", Body: []byte(`{}`)}})
 
-	got, err := f.q.Peek(ctx, dlq.PeekOptions{})
+	got, err := f.q.Peek(ctx, dlqtool.PeekOptions{})
 	if err != nil || len(got) != 3 {
 		t.Fatalf("Peek: %d messages, %v", len(got), err)
 	}
@@ -214,14 +215,14 @@ func TestStatsGroups(t *testing.T) {
 	want["type"]["label.created"]++
 	want["error"]["dead-lettered by the broker (expired) from queue "+f.top.Consumer] += 2
 
-	st, err := f.q.Stats(context.Background(), dlq.StatsOptions{})
+	st, err := f.q.Stats(context.Background(), dlqtool.StatsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Total != 702 {
 		t.Fatalf("total %d, want 702", st.Total)
 	}
-	for name, groups := range map[string][]dlq.Group{"class": st.ByClass, "type": st.ByType, "error": st.ByError} {
+	for name, groups := range map[string][]dlqtool.Group{"class": st.ByClass, "type": st.ByType, "error": st.ByError} {
 		got := map[string]int{}
 		for i, g := range groups {
 			got[g.Key] = g.Count
@@ -234,7 +235,7 @@ func TestStatsGroups(t *testing.T) {
 		}
 	}
 
-	st, err = f.q.Stats(context.Background(), dlq.StatsOptions{Filter: dlq.Filter{Classes: []dlq.Class{dlq.ClassExpired}}})
+	st, err = f.q.Stats(context.Background(), dlqtool.StatsOptions{Filter: dlqtool.Filter{Classes: []dlq.Class{dlq.ClassExpired}}})
 	if err != nil || st.Total != 2 || len(st.ByClass) != 1 {
 		t.Fatalf("filtered stats: %+v, %v", st, err)
 	}
@@ -258,7 +259,7 @@ func TestReplayFiltered(t *testing.T) {
 	msgs := mixed(f.top, 400, time.Now().Add(-time.Hour))
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, msgs)
 
-	filter := dlq.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent, dlq.ClassExhausted}}
+	filter := dlqtool.Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent, dlq.ClassExhausted}}
 	var match, rest []string
 	now := time.Now()
 	for i, p := range msgs {
@@ -270,7 +271,7 @@ func TestReplayFiltered(t *testing.T) {
 		}
 	}
 
-	res, err := f.q.Replay(ctx, dlq.ReplayOptions{Filter: filter})
+	res, err := f.q.Replay(ctx, dlqtool.ReplayOptions{Filter: filter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func TestReplayFiltered(t *testing.T) {
 
 	// Replaying a replayed message counts again.
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{testenv.AsPublishing(replayed[0])})
-	if _, err := f.q.Replay(ctx, dlq.ReplayOptions{}); err != nil {
+	if _, err := f.q.Replay(ctx, dlqtool.ReplayOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	again := testenv.Drain(t, f.conn, f.top.Consumer)
@@ -319,9 +320,9 @@ func TestReplayFiltered(t *testing.T) {
 	}
 }
 
-func messageOf(pos int, p amqp.Publishing) dlq.Message {
-	var m dlq.Message
-	line, err := dlq.Message{Position: pos, Publishing: p}.MarshalJSON()
+func messageOf(pos int, p amqp.Publishing) dlqtool.Message {
+	var m dlqtool.Message
+	line, err := dlqtool.Message{Position: pos, Publishing: p}.MarshalJSON()
 	if err != nil {
 		panic(err)
 	}
@@ -342,7 +343,7 @@ func TestReplayLimitTargetAndDryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dry, err := f.q.Replay(ctx, dlq.ReplayOptions{DryRun: true, Limit: 20})
+	dry, err := f.q.Replay(ctx, dlqtool.ReplayOptions{DryRun: true, Limit: 20})
 	if err != nil || !dry.DryRun || dry.Matched != 20 || dry.Done != 0 || dry.Queues[f.top.Consumer] != 20 {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
@@ -351,7 +352,7 @@ func TestReplayLimitTargetAndDryRun(t *testing.T) {
 		t.Fatalf("dry run published %d messages", n)
 	}
 
-	res, err := f.q.Replay(ctx, dlq.ReplayOptions{Limit: 5, To: other})
+	res, err := f.q.Replay(ctx, dlqtool.ReplayOptions{Limit: 5, To: other})
 	if err != nil || res.Done != 5 || res.Queues[other] != 5 {
 		t.Fatalf("replay to %s: %+v, %v", other, res, err)
 	}
@@ -363,13 +364,13 @@ func TestReplayLimitTargetAndDryRun(t *testing.T) {
 		t.Fatalf("origin queue got %d messages from a targeted replay", n)
 	}
 
-	if _, err := f.q.Replay(ctx, dlq.ReplayOptions{To: f.top.DLQ}); err == nil {
+	if _, err := f.q.Replay(ctx, dlqtool.ReplayOptions{To: f.top.DLQ}); err == nil {
 		t.Fatal("replaying the DLQ into itself succeeded")
 	}
-	if _, err := f.q.Replay(ctx, dlq.ReplayOptions{To: other + "-missing"}); !errors.Is(err, dlq.ErrNoQueue) {
+	if _, err := f.q.Replay(ctx, dlqtool.ReplayOptions{To: other + "-missing"}); !errors.Is(err, dlqtool.ErrNoQueue) {
 		t.Fatalf("replay to a missing queue: %v", err)
 	}
-	if _, err := f.q.Replay(ctx, dlq.ReplayOptions{Filter: dlq.Filter{Classes: []dlq.Class{"bogus"}}}); !errors.Is(err, dlq.ErrBadFilter) {
+	if _, err := f.q.Replay(ctx, dlqtool.ReplayOptions{Filter: dlqtool.Filter{Classes: []dlq.Class{"bogus"}}}); !errors.Is(err, dlqtool.ErrBadFilter) {
 		t.Fatalf("bad class: %v", err)
 	}
 }
@@ -385,15 +386,15 @@ func TestReplayUnknownOrigin(t *testing.T) {
 	none := amqp.Publishing{MessageId: "none", Body: []byte("{}")}
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{good, gone, good, none})
 
-	res, err := f.q.Replay(ctx, dlq.ReplayOptions{})
-	if !errors.Is(err, dlq.ErrNoQueue) || res.Done != 1 {
+	res, err := f.q.Replay(ctx, dlqtool.ReplayOptions{})
+	if !errors.Is(err, dlqtool.ErrNoQueue) || res.Done != 1 {
 		t.Fatalf("replay: %+v, %v; want 1 done and ErrNoQueue", res, err)
 	}
 	t.Logf("error: %v", err)
 	testenv.WaitFor(t, 60*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
 
-	res, err = f.q.Replay(ctx, dlq.ReplayOptions{Filter: dlq.Filter{EventIDs: []string{"none"}}})
-	if !errors.Is(err, dlq.ErrNoOrigin) || res.Done != 0 {
+	res, err = f.q.Replay(ctx, dlqtool.ReplayOptions{Filter: dlqtool.Filter{EventIDs: []string{"none"}}})
+	if !errors.Is(err, dlqtool.ErrNoOrigin) || res.Done != 0 {
 		t.Fatalf("replay without origin: %+v, %v", res, err)
 	}
 	testenv.WaitFor(t, 60*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
@@ -412,7 +413,7 @@ func TestReplayInterrupted(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	res, err := f.q.Replay(ctx, dlq.ReplayOptions{Rate: 1000, Progress: func(p dlq.Progress) {
+	res, err := f.q.Replay(ctx, dlqtool.ReplayOptions{Rate: 1000, Progress: func(p dlqtool.Progress) {
 		if p.Done == 100 {
 			cancel()
 		}
@@ -450,7 +451,7 @@ func TestReplayedExpiredMessageSurvivesRetryTier(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.top.Expire(t, f.conn, []amqp.Publishing{{MessageId: "e1", Type: "workitem.updated", Body: []byte(`{"event_id":"e1"}`)}})
-	if _, err := f.q.Replay(ctx, dlq.ReplayOptions{}); err != nil {
+	if _, err := f.q.Replay(ctx, dlqtool.ReplayOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	back := testenv.Drain(t, f.conn, f.top.Consumer)
@@ -473,23 +474,23 @@ func TestPurgeFiltered(t *testing.T) {
 	ctx := context.Background()
 	msgs := mixed(f.top, 100, time.Now().Add(-2*time.Hour))
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, msgs)
-	filter := dlq.Filter{Classes: []dlq.Class{dlq.ClassUndecodable}}
+	filter := dlqtool.Filter{Classes: []dlq.Class{dlq.ClassUndecodable}}
 	var rest []string
 	for i, p := range msgs {
 		if m := messageOf(i, p); !filter.Match(&m, time.Now()) {
 			rest = append(rest, p.MessageId)
 		}
 	}
-	dry, err := f.q.Purge(ctx, dlq.PurgeOptions{Filter: filter, DryRun: true})
+	dry, err := f.q.Purge(ctx, dlqtool.PurgeOptions{Filter: filter, DryRun: true})
 	if err != nil || dry.Matched != 100-len(rest) || dry.Done != 0 {
 		t.Fatalf("dry purge: %+v, %v", dry, err)
 	}
-	res, err := f.q.Purge(ctx, dlq.PurgeOptions{Filter: filter})
+	res, err := f.q.Purge(ctx, dlqtool.PurgeOptions{Filter: filter})
 	if err != nil || res.Done != 100-len(rest) {
 		t.Fatalf("purge: %+v, %v", res, err)
 	}
 	// Ages: everything died two hours ago.
-	if res, err := f.q.Purge(ctx, dlq.PurgeOptions{Filter: dlq.Filter{NewerThan: time.Hour}}); err != nil || res.Done != 0 {
+	if res, err := f.q.Purge(ctx, dlqtool.PurgeOptions{Filter: dlqtool.Filter{NewerThan: time.Hour}}); err != nil || res.Done != 0 {
 		t.Fatalf("purge of messages newer than 1h: %+v, %v", res, err)
 	}
 	testenv.WaitFor(t, 60*time.Second, "DLQ settled", func() bool { return f.depth(t, f.top.DLQ) == len(rest) })
@@ -515,21 +516,21 @@ func TestExportImportRoundTrip(t *testing.T) {
 	f.top.Expire(t, f.conn, []amqp.Publishing{{MessageId: "x1", Type: "module.deleted", Body: []byte("{}"), Headers: amqp.Table{"k": int16(2)}}})
 
 	var buf bytes.Buffer
-	n, err := f.q.Export(ctx, &buf, dlq.ExportOptions{})
+	n, err := f.q.Export(ctx, &buf, dlqtool.ExportOptions{})
 	if err != nil || n != 22 {
 		t.Fatalf("export: %d, %v", n, err)
 	}
-	read, err := dlq.ReadMessages(bytes.NewReader(buf.Bytes()))
+	read, err := dlqtool.ReadMessages(bytes.NewReader(buf.Bytes()))
 	if err != nil || len(read) != 22 {
 		t.Fatalf("read back: %d, %v", len(read), err)
 	}
 
 	other := testenv.DeclareDeadLetterTopology(t, f.ch)
-	q2, err := dlq.Open(ctx, f.conn, other.DLQ)
+	q2, err := dlqtool.Open(ctx, f.conn, other.DLQ)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := q2.Import(ctx, read, dlq.ImportOptions{})
+	res, err := q2.Import(ctx, read, dlqtool.ImportOptions{})
 	if err != nil || res.Done != 22 {
 		t.Fatalf("import: %+v, %v", res, err)
 	}
@@ -559,10 +560,10 @@ func TestImportStripsBrokerDeathsOutsideDeadLetterQueues(t *testing.T) {
 	ctx := context.Background()
 	f.top.Expire(t, f.conn, []amqp.Publishing{{MessageId: "x1", Type: "workitem.updated", Body: []byte(`{"event_id":"x1"}`), Headers: amqp.Table{"keep": "me"}}})
 	var file bytes.Buffer
-	if _, err := f.q.Export(ctx, &file, dlq.ExportOptions{}); err != nil {
+	if _, err := f.q.Export(ctx, &file, dlqtool.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := dlq.ReadMessages(&file)
+	msgs, err := dlqtool.ReadMessages(&file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,7 +576,7 @@ func TestImportStripsBrokerDeathsOutsideDeadLetterQueues(t *testing.T) {
 		t.Fatalf("the broker did not record the expiry as expected: %v", dead[0].Headers)
 	}
 
-	if _, err := f.q.Import(ctx, msgs, dlq.ImportOptions{To: f.top.Consumer}); err != nil {
+	if _, err := f.q.Import(ctx, msgs, dlqtool.ImportOptions{To: f.top.Consumer}); err != nil {
 		t.Fatal(err)
 	}
 	back := testenv.Drain(t, f.conn, f.top.Consumer)
@@ -596,7 +597,7 @@ func TestImportStripsBrokerDeathsOutsideDeadLetterQueues(t *testing.T) {
 		t.Errorf("the producer's headers or properties changed: %v", back[0].Headers)
 	}
 
-	if _, err := f.q.Import(ctx, msgs, dlq.ImportOptions{}); err != nil {
+	if _, err := f.q.Import(ctx, msgs, dlqtool.ImportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	again := testenv.Drain(t, f.conn, f.top.DLQ)
@@ -621,12 +622,12 @@ func TestImportRefusesDamagedFile(t *testing.T) {
 	ctx := context.Background()
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, mixed(f.top, 3, time.Now()))
 	var buf bytes.Buffer
-	if _, err := f.q.Export(ctx, &buf, dlq.ExportOptions{}); err != nil {
+	if _, err := f.q.Export(ctx, &buf, dlqtool.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	damaged := append(buf.Bytes(), []byte(`{"properties":{},"headers":{"n":{"type":"int8","value":300}},"body":""}`+"\n")...)
-	_, err := dlq.ReadMessages(bytes.NewReader(damaged))
-	if !errors.Is(err, dlq.ErrBadExport) {
+	_, err := dlqtool.ReadMessages(bytes.NewReader(damaged))
+	if !errors.Is(err, dlqtool.ErrBadExport) {
 		t.Fatalf("damaged export read as %v", err)
 	}
 	t.Logf("error: %v", err)
@@ -642,7 +643,7 @@ func TestReplayKeepsMessageWhenPublishFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, mixed(f.top, 3, time.Now()))
-	res, err := f.q.Replay(context.Background(), dlq.ReplayOptions{To: full})
+	res, err := f.q.Replay(context.Background(), dlqtool.ReplayOptions{To: full})
 	if err == nil || res.Done != 0 {
 		t.Fatalf("replay into a queue that rejects publishes: %+v, %v", res, err)
 	}

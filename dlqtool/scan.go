@@ -1,4 +1,4 @@
-package dlq
+package dlqtool
 
 import (
 	"context"

@@ -1,0 +1,36 @@
+// Package dlqtool is the operator's side of dead letters: the library behind
+// `warren dlq` (list, show, stats, replay, purge, export and import), for
+// tools and runbooks that inspect and repair a consumer's dead-letter queue.
+// It reads dead messages through the protocol in package
+// github.com/warrenmq/warren/dlq ([dlq.ParseMetadata], [dlq.StripDeaths]);
+// a service that only consumes needs that package, not this one.
+//
+// [Open] a consumer's dead-letter queue on a connection you own, then:
+//
+//   - [Queue.Peek], [Queue.Stats] and [Queue.Export] read it and leave it as
+//     it was: every message they read is handed back to the broker in its
+//     place.
+//   - [Queue.Replay] sends messages back to the queue they failed in,
+//     through the default exchange, each removed from the DLQ only after
+//     the broker confirmed its copy; an interrupted replay loses nothing.
+//     The copy carries none of the broker's death headers
+//     ([dlq.StripDeaths]), or its first retry could be dropped as a
+//     dead-letter cycle.
+//   - [Queue.Purge] deletes messages; [Queue.Import] publishes messages
+//     read back from an export with [ReadMessages]: exactly as exported
+//     into a DLQ, without the broker's death headers into any other queue.
+//
+// An export is JSON Lines, one [Message] a line ([Message.MarshalJSON]),
+// every AMQP header value kept with its type so an import restores it
+// exactly.
+//
+// No operation waits for the broker without a deadline: a broker that does
+// not answer a round trip in time (it stopped reading the connection, as
+// RabbitMQ does to publishers during an alarm) has the connection closed
+// under it, and the operation returns with what it got done; messages it did
+// not finish stay where they were.
+//
+// Every operation takes a [Filter] (event-type prefix, error class, error
+// text, age, event id) and reports [Progress]. The design decisions are in
+// docs/adr/dlq-*.md.
+package dlqtool
