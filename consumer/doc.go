@@ -49,6 +49,10 @@
 // message moved back to N with them, the retry tier's dead-letter back to N
 // would be a cycle, which the broker resolves by dropping the message.
 //
+// Package consumertest runs a message through a consumer's middleware and
+// handlers without a broker and reports which of these the consumer would
+// do, deciding with the same code the workers run.
+//
 // # Connections
 //
 // The consumer runs its own supervisor rather than amqp091-go's built-in

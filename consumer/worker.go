@@ -45,69 +45,130 @@ func (c *BaseConsumer) process(hctx context.Context, h warren.Handler, j job) {
 	obs.Settled(c.cfg.Name, c.dispose(hctx, h, j))
 }
 
-// dispose decodes the delivery, runs the handler and applies the ack
-// policy, and says what became of the delivery.
+// dispose decodes the delivery, runs the handler, decides what the ack
+// policy does with it and does that, and says what became of the delivery.
 func (c *BaseConsumer) dispose(hctx context.Context, h warren.Handler, j job) Settlement {
-	m, err := c.decode(j.d)
+	return c.act(hctx, j, c.evaluate(hctx, h, j.d))
+}
+
+// decision is what the ack policy decides for one delivery, before anything is
+// done about it. The worker carries it out (act); package consumertest
+// reports it, so that what a test sees is what the consumer does.
+type decision struct {
+	// Settlement as decided: act turns a move whose publish failed into
+	// Requeued, without Class or Unavailable.
+	Settlement
+	queue   string        // where a Retried, Deferred or DeadLettered copy goes
+	delay   time.Duration // the retry tier's delay, for Retried and Deferred
+	headers amqp.Table    // the copy's headers: stamped, without broker death headers
+	attempt int           // the attempt that was handled (1 for the first delivery)
+	err     error         // why the message failed; nil when acked or deferred without one
+}
+
+// evaluate decodes a delivery, runs it through the handler chain h and
+// decides what the ack policy does with it, doing none of it.
+func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.Delivery) decision {
+	m, err := c.decode(d)
 	if err != nil {
-		return c.deadLetter(hctx, j, m, dlq.ClassUndecodable, err)
+		return c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, err, time.Now())
 	}
-	ctx, endSpan := c.traceHandler(hctx, j.d, m)
+	ctx, endSpan := c.traceHandler(hctx, d, m)
 	var start time.Time
 	if c.cfg.Observer != nil {
 		start = time.Now()
 	}
 	err = c.invoke(ctx, h, m)
-	s := Settlement{EventType: m.Event.Type}
+	var took time.Duration
 	if !start.IsZero() {
-		s.HandlerDuration = time.Since(start)
+		took = time.Since(start)
 	}
 	outcome, delay := warren.Classify(err)
 	endSpan(outcome, err)
+	v := c.decide(d, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
+	v.EventType, v.HandlerDuration = m.Event.Type, took
+	return v
+}
 
-	if hctx.Err() != nil && outcome != warren.OutcomeDone && outcome != warren.OutcomeSkipped && outcome != warren.OutcomeDuplicate {
+// decide is the ack policy for a decoded delivery whose handler returned
+// err (classified as outcome with the hint delay) on the given attempt;
+// stopping says the handler's context had ended. It only computes.
+func (c *BaseConsumer) decide(d amqp.Delivery, attempt int, outcome warren.Outcome, delay time.Duration, err error, stopping bool, now time.Time) decision {
+	if stopping && outcome != warren.OutcomeDone && outcome != warren.OutcomeSkipped && outcome != warren.OutcomeDuplicate {
 		// The shutdown grace ran out under this handler. Its failure is
 		// ours, not the message's: put it back as it was.
-		c.stats.requeued.Add(1)
-		j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: false})
-		s.Disposition = Requeued
-		return s
+		return decision{Settlement: Settlement{Disposition: Requeued}, attempt: attempt, err: err}
 	}
 	switch outcome {
-	case warren.OutcomeDone:
-		s.Disposition = c.ack(j, Done)
 	case warren.OutcomeSkipped:
-		s.Disposition = c.ack(j, Skipped)
+		return decision{Settlement: Settlement{Disposition: Skipped}, attempt: attempt, err: err}
 	case warren.OutcomeDuplicate:
-		s.Disposition = c.ack(j, Duplicate)
+		return decision{Settlement: Settlement{Disposition: Duplicate}, attempt: attempt, err: err}
 	case warren.OutcomeDeferred:
 		// Not a failure: the attempt is not spent and no error recorded.
 		tier := c.topo.tierFor(1, delay)
-		s.Disposition = c.republish(hctx, j, tier.Queue, j.d.Headers, movedDeferred, slog.Duration("delay", tier.Delay))
-		if s.Disposition == Deferred && errors.Is(err, warren.ErrUnavailable) {
+		return decision{
 			// A store outage defers every message until it ends, however
 			// long: counted apart so that it shows.
-			c.stats.unavailable.Add(1)
-			s.Unavailable = true
+			Settlement: Settlement{Disposition: Deferred, Unavailable: errors.Is(err, warren.ErrUnavailable)},
+			queue:      tier.Queue, delay: tier.Delay,
+			headers: dlq.StripDeaths(d.Headers, c.topo.Queue),
+			attempt: attempt, err: err,
 		}
 	case warren.OutcomeRetry:
-		if m.Attempt >= c.cfg.MaxAttempts {
-			dead := c.deadLetter(hctx, j, m, dlq.ClassExhausted, err)
-			dead.EventType, dead.HandlerDuration = s.EventType, s.HandlerDuration
-			return dead
+		if attempt >= c.cfg.MaxAttempts {
+			return c.deadLetterDecision(d, attempt, dlq.ClassExhausted, err, now)
 		}
-		tier := c.topo.tierFor(m.Attempt, delay)
-		headers := dlq.Stamp(j.d.Headers, c.failure(j.d, err), m.Attempt, "")
-		s.Disposition = c.republish(hctx, j, tier.Queue, headers, movedRetry,
-			slog.Duration("delay", tier.Delay), slog.Int("attempt", m.Attempt), slog.Any("error", err))
+		tier := c.topo.tierFor(attempt, delay)
+		return decision{
+			Settlement: Settlement{Disposition: Retried},
+			queue:      tier.Queue, delay: tier.Delay,
+			headers: dlq.StripDeaths(dlq.Stamp(d.Headers, c.failure(d, err, now), attempt, ""), c.topo.Queue),
+			attempt: attempt, err: err,
+		}
 	case warren.OutcomePermanent:
 		class := dlq.ClassPermanent
 		if _, ok := errors.AsType[*UnhandledError](err); ok {
 			class = dlq.ClassUnhandled
 		}
-		dead := c.deadLetter(hctx, j, m, class, err)
-		dead.EventType, dead.HandlerDuration = s.EventType, s.HandlerDuration
-		return dead
+		return c.deadLetterDecision(d, attempt, class, err, now)
+	}
+	return decision{Settlement: Settlement{Disposition: Done}, attempt: attempt}
+}
+
+// deadLetterDecision sends a message to the DLQ with metadata saying why.
+func (c *BaseConsumer) deadLetterDecision(d amqp.Delivery, attempt int, class dlq.Class, err error, now time.Time) decision {
+	return decision{
+		Settlement: Settlement{Disposition: DeadLettered, Class: class},
+		queue:      c.topo.DLQ,
+		headers:    dlq.StripDeaths(dlq.Stamp(d.Headers, c.failure(d, err, now), attempt, class), c.topo.Queue),
+		attempt:    attempt, err: err,
+	}
+}
+
+// act carries out v on the delivery of j: acks, nacks or moves it.
+func (c *BaseConsumer) act(hctx context.Context, j job, v decision) Settlement {
+	s := v.Settlement
+	switch v.Disposition {
+	case Done, Skipped, Duplicate:
+		c.ack(j, v.Disposition)
+	case Requeued:
+		c.stats.requeued.Add(1)
+		j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: false})
+	case Retried:
+		s.Disposition = c.republish(hctx, j, v.queue, v.headers, movedRetry,
+			slog.Duration("delay", v.delay), slog.Int("attempt", v.attempt), slog.Any("error", v.err))
+	case Deferred:
+		s.Disposition = c.republish(hctx, j, v.queue, v.headers, movedDeferred, slog.Duration("delay", v.delay))
+		if s.Disposition == Deferred && s.Unavailable {
+			c.stats.unavailable.Add(1)
+		}
+	case DeadLettered:
+		s.Disposition = c.republish(hctx, j, v.queue, v.headers, movedDead,
+			slog.String("class", string(v.Class)), slog.Int("attempt", v.attempt), slog.Any("error", v.err))
+	}
+	if s.Disposition == Requeued {
+		// Nothing was moved: the message is back in the queue as it was.
+		s.Class, s.Unavailable = "", false
 	}
 	return s
 }
@@ -169,27 +230,16 @@ func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
 	return m, nil
 }
 
-func (c *BaseConsumer) failure(d amqp.Delivery, err error) dlq.Failure {
+func (c *BaseConsumer) failure(d amqp.Delivery, err error, at time.Time) dlq.Failure {
 	return dlq.Failure{
 		Err:        err.Error(),
-		At:         time.Now(),
+		At:         at,
 		Queue:      c.topo.Queue,
 		Exchange:   d.Exchange,
 		RoutingKey: d.RoutingKey,
 		Consumer:   c.cfg.Name,
 		Host:       c.host,
 	}
-}
-
-// deadLetter moves a message to the DLQ with metadata saying why.
-func (c *BaseConsumer) deadLetter(ctx context.Context, j job, m *warren.Message, class dlq.Class, err error) Settlement {
-	headers := dlq.Stamp(j.d.Headers, c.failure(j.d, err), m.Attempt, class)
-	s := Settlement{Disposition: c.republish(ctx, j, c.topo.DLQ, headers, movedDead,
-		slog.String("class", string(class)), slog.Int("attempt", m.Attempt), slog.Any("error", err))}
-	if s.Disposition == DeadLettered {
-		s.Class = class
-	}
-	return s
 }
 
 // republish sends a copy of the delivery to queue (through the default
@@ -201,11 +251,12 @@ func (c *BaseConsumer) deadLetter(ctx context.Context, j job, m *warren.Message,
 func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, headers amqp.Table, kind move, attrs ...slog.Attr) Disposition {
 	d := j.d
 	msg := amqp.Publishing{
-		// Without the broker's death headers: with an x-death that names
-		// our queue (a dead message moved back here), the retry tier's
-		// dead-letter back to the queue would be a cycle, and RabbitMQ
-		// would drop the copy after we acked the original.
-		Headers:         dlq.StripDeaths(headers, c.topo.Queue),
+		// Without the broker's death headers (decide strips them): with
+		// an x-death that names our queue (a dead message moved back
+		// here), the retry tier's dead-letter back to the queue would be
+		// a cycle, and RabbitMQ would drop the copy after we acked the
+		// original.
+		Headers:         headers,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		// A message we hold on a producer's behalf must survive a broker
