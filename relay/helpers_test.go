@@ -16,6 +16,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -24,7 +25,7 @@ import (
 type env struct {
 	t        *testing.T
 	pool     *pgxpool.Pool
-	outbox   *relay.Outbox
+	outbox   *outbox.Table
 	table    string
 	exchange string
 	queue    string
@@ -37,7 +38,7 @@ func newEnv(t *testing.T) *env {
 	table := testenv.Name(t, "ob")
 	testenv.DropTables(t, table, table+"_migrations")
 	pool := testenv.PgPool(t)
-	ob, err := relay.NewOutbox(table)
+	ob, err := outbox.New(table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ type claimLog struct {
 	attempts map[string]int
 }
 
-func (l *claimLog) record(rows []relay.Row) {
+func (l *claimLog) record(rows []outbox.Row) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.attempts == nil {
@@ -431,19 +432,19 @@ func (e *env) requireDelivered(got *collector, ids []string) {
 // rows, until released (or the test ends).
 type hold struct {
 	t        *testing.T
-	claimed  chan []relay.Row
+	claimed  chan []outbox.Row
 	released chan struct{}
 	once     sync.Once
 }
 
 func newHold(t *testing.T) *hold {
-	return &hold{t: t, claimed: make(chan []relay.Row, 1), released: make(chan struct{})}
+	return &hold{t: t, claimed: make(chan []outbox.Row, 1), released: make(chan struct{})}
 }
 
 // install is an env.start setup function.
 func (h *hold) install(r *relay.Relay) {
 	first := true
-	relay.SetAfterClaimHook(r, func(rows []relay.Row) {
+	relay.SetAfterClaimHook(r, func(rows []outbox.Row) {
 		if !first {
 			return
 		}
@@ -457,7 +458,7 @@ func (h *hold) install(r *relay.Relay) {
 }
 
 // wait returns the rows of the first claim.
-func (h *hold) wait() []relay.Row {
+func (h *hold) wait() []outbox.Row {
 	h.t.Helper()
 	select {
 	case rows := <-h.claimed:
