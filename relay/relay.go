@@ -47,6 +47,10 @@ type hooks struct {
 	connected   func()                  // after each broker session is set up
 }
 
+// ErrAlreadyRunning is returned by Run when the relay is running or has
+// run: a Relay runs once.
+var ErrAlreadyRunning = errors.New("relay: Run called twice")
+
 // New checks cfg and returns a relay ready to Run. It does no I/O.
 func New(cfg Config) (*Relay, error) {
 	cfg = cfg.withDefaults()
@@ -100,10 +104,11 @@ func (r *Relay) Outbox() *outbox.Table { return r.outbox }
 // Losing the broker or Postgres does not end Run: it reconnects with
 // backoff, and rows wait in the table meanwhile. Run returns an error
 // only when it cannot work at all: the table is missing or at another
-// schema version (wrapping [outbox.ErrSchema]). Run may be called once.
+// schema version (wrapping [outbox.ErrSchema]). Run may be called once;
+// a second call returns [ErrAlreadyRunning].
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
-		return errors.New("relay: Run may be called only once")
+		return ErrAlreadyRunning
 	}
 	r.health.running.Store(true)
 	defer r.health.running.Store(false)

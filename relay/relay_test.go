@@ -740,8 +740,39 @@ func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
 	if !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), "migrate") {
 		t.Fatalf("got %v, want ErrSchema telling to migrate", err)
 	}
-	if err := r.Run(ctx); err == nil {
-		t.Fatal("a second Run was accepted")
+	if err := r.Run(ctx); !errors.Is(err, relay.ErrAlreadyRunning) {
+		t.Fatalf("a second Run after the first returned: %v, want ErrAlreadyRunning", err)
+	}
+}
+
+// A relay runs once: a second Run, while the first is running, is refused
+// with an error a caller can test for, and the first keeps running.
+func TestRunTwiceIsAnError(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	connected := make(chan struct{}, 1)
+	run := e.start(e.config(testenv.Name(t, "relay")), func(r *relay.Relay) {
+		relay.SetConnectedHook(r, func() {
+			select {
+			case connected <- struct{}{}:
+			default:
+			}
+		})
+	})
+	select {
+	case <-connected:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the relay did not connect to the broker within 60s")
+	}
+	if err := run.relay.Run(context.Background()); !errors.Is(err, relay.ErrAlreadyRunning) {
+		t.Fatalf("second Run = %v, want ErrAlreadyRunning", err)
+	}
+	ids := e.publishN("after-second-run", 3)
+	got.waitDistinct(t, len(ids), 60*time.Second)
+	got.requireAll(t, ids)
+	if err := run.stop(); err != nil {
+		t.Fatalf("first Run ended with %v", err)
 	}
 }
 
