@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -24,6 +23,7 @@ import (
 // the test and removed when it ends.
 type env struct {
 	t        *testing.T
+	ob       *testenv.OutboxTable
 	pool     *pgxpool.Pool
 	outbox   *outbox.Table
 	table    string
@@ -35,17 +35,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	table := testenv.Name(t, "ob")
-	testenv.DropTables(t, table, table+"_migrations")
-	pool := testenv.PgPool(t)
-	ob, err := outbox.New(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ob.Migrate(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, pool: pool, outbox: ob, table: table, exchange: testenv.Name(t, "ex"), queue: testenv.Name(t, "q")}
+	ob := testenv.NewOutboxTable(t)
+	e := &env{t: t, ob: ob, pool: ob.Pool, outbox: ob.Table, table: ob.Table.Name(), exchange: testenv.Name(t, "ex"), queue: testenv.Name(t, "q")}
 	testenv.CleanupExchanges(t, e.exchange)
 	testenv.CleanupQueues(t, e.queue)
 	e.ch = testenv.Channel(t)
@@ -161,68 +152,19 @@ func (e *env) start(cfg relay.Config, setup ...func(*relay.Relay)) *running {
 	return run
 }
 
-func (e *env) publish(evs ...warren.Event) {
-	e.t.Helper()
-	ctx := context.Background()
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := e.outbox.PublishBatch(ctx, tx, evs); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-}
+// publish writes evs in one committed transaction.
+func (e *env) publish(evs ...warren.Event) { e.t.Helper(); e.ob.Publish(evs...) }
 
-// publishN writes n events "<prefix>-<i>" in transactions of up to 1000.
-func (e *env) publishN(prefix string, n int) []string {
-	e.t.Helper()
-	ids := make([]string, 0, n)
-	for start := 0; start < n; start += 1000 {
-		var batch []warren.Event
-		for i := start; i < min(n, start+1000); i++ {
-			ev := event(fmt.Sprintf("%s-%d", prefix, i))
-			batch = append(batch, ev)
-			ids = append(ids, ev.ID)
-		}
-		e.publish(batch...)
-	}
-	return ids
-}
+// publishN writes n events with ids prefix-0 … prefix-(n-1).
+func (e *env) publishN(prefix string, n int) []string { e.t.Helper(); return e.ob.PublishN(prefix, n) }
 
-func event(id string) warren.Event {
-	return warren.Event{
-		ID:            id,
-		Type:          "workitem.updated",
-		EntityType:    "issue",
-		EntityID:      "entity-" + id,
-		WorkspaceID:   "ws-1",
-		InitiatorType: warren.InitiatorUser,
-		Payload:       warren.Payload{Data: json.RawMessage(`{"name":"x"}`)},
-		Version:       "1.0",
-	}
-}
+var event = testenv.OutboxEvent
 
-// count runs SELECT count(*) FROM the table WHERE where.
-func (e *env) count(where string, args ...any) int {
-	e.t.Helper()
-	var n int
-	q := fmt.Sprintf("SELECT count(*) FROM %q WHERE %s", e.table, where)
-	if err := e.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
-}
+// count returns how many rows of the test's table match where.
+func (e *env) count(where string, args ...any) int { e.t.Helper(); return e.ob.Count(where, args...) }
 
-func (e *env) exec(sql string, args ...any) {
-	e.t.Helper()
-	if _, err := e.pool.Exec(context.Background(), strings.ReplaceAll(sql, "{table}", fmt.Sprintf("%q", e.table)), args...); err != nil {
-		e.t.Fatal(err)
-	}
-}
+// exec runs sql with {table} replaced by the test's table.
+func (e *env) exec(sql string, args ...any) { e.t.Helper(); e.ob.Exec(sql, args...) }
 
 // collector counts the messages of a queue by message id.
 type collector struct {

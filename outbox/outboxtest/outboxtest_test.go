@@ -27,25 +27,16 @@ func (r *recorder) Fatalf(format string, args ...any) {
 
 func newTable(t *testing.T) (*outbox.Table, func() pgx.Tx) {
 	t.Helper()
-	name := testenv.Name(t, "ob")
-	testenv.DropTables(t, name, name+"_migrations")
-	pool := testenv.PgPool(t)
-	ob, err := outbox.New(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ob.Migrate(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
+	ob := testenv.NewOutboxTable(t)
 	begin := func() pgx.Tx {
-		tx, err := pool.Begin(context.Background())
+		tx, err := ob.Pool.Begin(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { tx.Rollback(context.Background()) })
 		return tx
 	}
-	return ob, begin
+	return ob.Table, begin
 }
 
 func publish(t *testing.T, tx pgx.Tx, ob *outbox.Table, id, typ, entity string) {
