@@ -72,5 +72,5 @@
 // implements [BlockObserver], each block and unblock (package warrenprom turns them into
 // Prometheus metrics, without the consumer linking Prometheus), and
 // Config.TracerProvider records a span around each handler, a child of the
-// W3C traceparent the message carries from relay.Publish.
+// W3C traceparent the message carries from outbox.Publish.
 package consumer

@@ -12,6 +12,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -27,7 +28,7 @@ var _ relay.BlockObserver = (*blockRecorder)(nil)
 func (*blockRecorder) Woken(string, bool)                  {}
 func (*blockRecorder) Published(string, relay.Publication) {}
 func (*blockRecorder) Dead(string, int)                    {}
-func (*blockRecorder) OutboxStats(string, relay.Stats)     {}
+func (*blockRecorder) OutboxStats(string, outbox.Stats)    {}
 
 func (b *blockRecorder) Blocked(outbox, reason string) {
 	b.mu.Lock()

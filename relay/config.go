@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // Config configures a [Relay]. The zero value of every field means its
@@ -143,7 +144,6 @@ type Config struct {
 // Defaults applied by [New].
 const (
 	DefaultExchange          = "warren.events"
-	DefaultTable             = "warren_outbox"
 	DefaultBatchSize         = 500
 	DefaultWorkers           = 2
 	DefaultLease             = 30 * time.Second
@@ -161,14 +161,14 @@ const (
 // result.
 const MaxBatchSize = 10000
 
-// ErrInvalidConfig is wrapped by every error [New] and [NewOutbox] return
-// for bad configuration.
+// ErrInvalidConfig is wrapped by every error [New] returns for bad
+// configuration.
 var ErrInvalidConfig = errors.New("invalid relay config")
 
 func (c Config) withDefaults() Config {
 	setDefault(&c.AMQPURL, amqpx.DefaultURL)
 	setDefault(&c.Exchange, DefaultExchange)
-	setDefault(&c.Table, DefaultTable)
+	setDefault(&c.Table, outbox.DefaultTable)
 	setDefault(&c.Name, defaultName())
 	setDefault(&c.BatchSize, DefaultBatchSize)
 	setDefault(&c.Workers, DefaultWorkers)
@@ -206,7 +206,7 @@ func (c Config) validate() error {
 	if c.Pool == nil && c.DatabaseURL == "" {
 		add("one of Pool and DatabaseURL is required")
 	}
-	if err := validateTable(c.Table); err != nil {
+	if err := outbox.ValidateTable(c.Table); err != nil {
 		add("Table: %v", err)
 	}
 	switch {

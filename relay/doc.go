@@ -1,21 +1,8 @@
-// Package relay is warren's transactional outbox on Postgres: the write
-// side that records an event in the producer's own transaction, the relay
-// that moves recorded events to a RabbitMQ fanout exchange, and the
-// operations that inspect, redrive and trim the table.
-//
-// # Writing
-//
-// A producer writes its business change and the event in one transaction:
-//
-//	tx, _ := pool.Begin(ctx)
-//	// ... INSERT/UPDATE the business rows on tx ...
-//	relay.Publish(ctx, tx, ev) // takes a pgx.Tx, never a pool
-//	tx.Commit(ctx)
-//
-// One commit decides both. A NOTIFY rides in the same transaction, so a
-// running relay hears of the event the moment it commits, and never of one
-// that rolled back. event_id is unique in the table; publishing an event
-// twice stores it once.
+// Package relay is the process of warren's transactional outbox: it moves
+// the events that producers recorded with [outbox.Publish] from the
+// outbox table to a RabbitMQ fanout exchange. Writing events and operating
+// the table (migrate, stats, dead rows, redrive, purge) are package
+// outbox; a producer links only that, and no AMQP client.
 //
 // # Relaying
 //
@@ -34,8 +21,8 @@
 //     cannot overwrite what the next claimant decided.
 //   - A failed publish (nack, return, timeout, lost connection) puts the row
 //     back with an exponential, jittered delay; after MaxAttempts claims it
-//     is dead, visible to [Outbox.Dead] and "warren outbox dead", until
-//     [Outbox.Redrive] gives it another round. A publish that certainly
+//     is dead, visible to [outbox.Table.Dead] and "warren outbox dead", until
+//     [outbox.Table.Redrive] gives it another round. A publish that certainly
 //     never reached the broker (its channel closed first, or no in-flight
 //     slot freed up in time) puts the row back at once, its attempt not
 //     counted.
@@ -78,11 +65,11 @@
 //
 // # Operating
 //
-// [Outbox.Migrate] creates and upgrades the table from embedded, versioned
-// migrations. [Outbox.Stats] reports depth, age, in-flight and dead
-// counts; [Outbox.Redrive] revives dead rows; [Outbox.Purge] trims finished
-// rows in batches and never deletes a batch its archive hook failed to
-// keep.
+// The relay does not migrate: [Relay.Run] refuses a table that is missing
+// or at another schema version, and [outbox.Table.Migrate] creates or
+// upgrades it. The table's
+// operations ([outbox.Table.Stats], Dead, Redrive, Purge) are package
+// outbox's.
 //
 // # Seeing what happens
 //
@@ -94,6 +81,6 @@
 // if it implements [BlockObserver], each block and unblock
 // (package warrenprom/relayprom turns them into Prometheus metrics), and
 // Config.TracerProvider records a span per publish. The trace context of the
-// ctx given to Publish is stored with the row and sent as a traceparent
+// ctx given to outbox.Publish is stored with the row and sent as a traceparent
 // header, so a handler's span joins the producer's trace.
 package relay

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -137,7 +138,7 @@ func TestHealthSeesAStuckWorker(t *testing.T) {
 	e.start(cfg, func(r *relay.Relay) {
 		srv = httptest.NewServer(r.HealthHandler())
 		t.Cleanup(srv.Close)
-		relay.SetAfterClaimHook(r, func([]relay.Row) {
+		relay.SetAfterClaimHook(r, func([]outbox.Row) {
 			held.Do(func() { <-release })
 		})
 	})

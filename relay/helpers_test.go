@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -23,8 +23,9 @@ import (
 // the test and removed when it ends.
 type env struct {
 	t        *testing.T
+	ob       *testenv.OutboxTable
 	pool     *pgxpool.Pool
-	outbox   *relay.Outbox
+	outbox   *outbox.Table
 	table    string
 	exchange string
 	queue    string
@@ -34,17 +35,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	table := testenv.Name(t, "ob")
-	testenv.DropTables(t, table, table+"_migrations")
-	pool := testenv.PgPool(t)
-	ob, err := relay.NewOutbox(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ob.Migrate(context.Background(), pool); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, pool: pool, outbox: ob, table: table, exchange: testenv.Name(t, "ex"), queue: testenv.Name(t, "q")}
+	ob := testenv.NewOutboxTable(t)
+	e := &env{t: t, ob: ob, pool: ob.Pool, outbox: ob.Table, table: ob.Table.Name(), exchange: testenv.Name(t, "ex"), queue: testenv.Name(t, "q")}
 	testenv.CleanupExchanges(t, e.exchange)
 	testenv.CleanupQueues(t, e.queue)
 	e.ch = testenv.Channel(t)
@@ -160,68 +152,19 @@ func (e *env) start(cfg relay.Config, setup ...func(*relay.Relay)) *running {
 	return run
 }
 
-func (e *env) publish(evs ...warren.Event) {
-	e.t.Helper()
-	ctx := context.Background()
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := e.outbox.PublishBatch(ctx, tx, evs); err != nil {
-		e.t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-}
+// publish writes evs in one committed transaction.
+func (e *env) publish(evs ...warren.Event) { e.t.Helper(); e.ob.Publish(evs...) }
 
-// publishN writes n events "<prefix>-<i>" in transactions of up to 1000.
-func (e *env) publishN(prefix string, n int) []string {
-	e.t.Helper()
-	ids := make([]string, 0, n)
-	for start := 0; start < n; start += 1000 {
-		var batch []warren.Event
-		for i := start; i < min(n, start+1000); i++ {
-			ev := event(fmt.Sprintf("%s-%d", prefix, i))
-			batch = append(batch, ev)
-			ids = append(ids, ev.ID)
-		}
-		e.publish(batch...)
-	}
-	return ids
-}
+// publishN writes n events with ids prefix-0 … prefix-(n-1).
+func (e *env) publishN(prefix string, n int) []string { e.t.Helper(); return e.ob.PublishN(prefix, n) }
 
-func event(id string) warren.Event {
-	return warren.Event{
-		ID:            id,
-		Type:          "workitem.updated",
-		EntityType:    "issue",
-		EntityID:      "entity-" + id,
-		WorkspaceID:   "ws-1",
-		InitiatorType: warren.InitiatorUser,
-		Payload:       warren.Payload{Data: json.RawMessage(`{"name":"x"}`)},
-		Version:       "1.0",
-	}
-}
+var event = testenv.OutboxEvent
 
-// count runs SELECT count(*) FROM the table WHERE where.
-func (e *env) count(where string, args ...any) int {
-	e.t.Helper()
-	var n int
-	q := fmt.Sprintf("SELECT count(*) FROM %q WHERE %s", e.table, where)
-	if err := e.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
-		e.t.Fatal(err)
-	}
-	return n
-}
+// count returns how many rows of the test's table match where.
+func (e *env) count(where string, args ...any) int { e.t.Helper(); return e.ob.Count(where, args...) }
 
-func (e *env) exec(sql string, args ...any) {
-	e.t.Helper()
-	if _, err := e.pool.Exec(context.Background(), strings.ReplaceAll(sql, "{table}", fmt.Sprintf("%q", e.table)), args...); err != nil {
-		e.t.Fatal(err)
-	}
-}
+// exec runs sql with {table} replaced by the test's table.
+func (e *env) exec(sql string, args ...any) { e.t.Helper(); e.ob.Exec(sql, args...) }
 
 // collector counts the messages of a queue by message id.
 type collector struct {
@@ -306,7 +249,7 @@ type claimLog struct {
 	attempts map[string]int
 }
 
-func (l *claimLog) record(rows []relay.Row) {
+func (l *claimLog) record(rows []outbox.Row) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.attempts == nil {
@@ -431,19 +374,19 @@ func (e *env) requireDelivered(got *collector, ids []string) {
 // rows, until released (or the test ends).
 type hold struct {
 	t        *testing.T
-	claimed  chan []relay.Row
+	claimed  chan []outbox.Row
 	released chan struct{}
 	once     sync.Once
 }
 
 func newHold(t *testing.T) *hold {
-	return &hold{t: t, claimed: make(chan []relay.Row, 1), released: make(chan struct{})}
+	return &hold{t: t, claimed: make(chan []outbox.Row, 1), released: make(chan struct{})}
 }
 
 // install is an env.start setup function.
 func (h *hold) install(r *relay.Relay) {
 	first := true
-	relay.SetAfterClaimHook(r, func(rows []relay.Row) {
+	relay.SetAfterClaimHook(r, func(rows []outbox.Row) {
 		if !first {
 			return
 		}
@@ -457,7 +400,7 @@ func (h *hold) install(r *relay.Relay) {
 }
 
 // wait returns the rows of the first claim.
-func (h *hold) wait() []relay.Row {
+func (h *hold) wait() []outbox.Row {
 	h.t.Helper()
 	select {
 	case rows := <-h.claimed:

@@ -52,7 +52,7 @@ func (r *Relay) listenOnce(ctx context.Context, cfg *pgx.ConnConfig, connected f
 		defer cancel()
 		conn.Close(cctx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.outbox.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.outbox.Channel()}.Sanitize()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	connected()

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/outbox"
 )
 
 // Observer is told what a relay does, so that metrics can count it
@@ -30,7 +32,7 @@ type Observer interface {
 
 	// OutboxStats is called every Config.StatsInterval with a snapshot
 	// of the whole table (all relays' rows).
-	OutboxStats(outbox string, s Stats)
+	OutboxStats(outbox string, s outbox.Stats)
 }
 
 // BlockObserver is implemented by an Observer that also wants to know

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -15,7 +16,7 @@ type recordingObserver struct {
 	notify, poll        int
 	published, failures int
 	dead                int
-	stats               []relay.Stats
+	stats               []outbox.Stats
 	outboxes            map[string]bool
 }
 
@@ -51,7 +52,7 @@ func (o *recordingObserver) Published(outbox string, p relay.Publication) {
 
 func (o *recordingObserver) Dead(outbox string, n int) { o.note(outbox, func() { o.dead += n }) }
 
-func (o *recordingObserver) OutboxStats(outbox string, s relay.Stats) {
+func (o *recordingObserver) OutboxStats(outbox string, s outbox.Stats) {
 	o.note(outbox, func() { o.stats = append(o.stats, s) })
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -18,13 +19,15 @@ import (
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // Relay moves events from an outbox table to a RabbitMQ exchange. Any
 // number of relays may run on one table at once, in one process or many.
 type Relay struct {
 	cfg      Config
-	outbox   *Outbox
+	outbox   *outbox.Table
+	sql      statements
 	claimSQL string
 	poolCfg  *pgxpool.Config // nil when cfg.Pool is set
 	log      *slog.Logger
@@ -38,11 +41,15 @@ type Relay struct {
 // hooks let tests act at exact points of the relay's work. All are nil
 // outside tests.
 type hooks struct {
-	afterClaim  func(rows []Row) // between a committed claim and the first publish
-	afterSettle func()           // after a claimed batch was settled (or given up on)
-	listening   func()           // after each successful LISTEN
-	connected   func()           // after each broker session is set up
+	afterClaim  func(rows []outbox.Row) // between a committed claim and the first publish
+	afterSettle func()                  // after a claimed batch was settled (or given up on)
+	listening   func()                  // after each successful LISTEN
+	connected   func()                  // after each broker session is set up
 }
+
+// ErrAlreadyRunning is returned by Run when the relay is running or has
+// run: a Relay runs once.
+var ErrAlreadyRunning = errors.New("relay: Run called twice")
 
 // New checks cfg and returns a relay ready to Run. It does no I/O.
 func New(cfg Config) (*Relay, error) {
@@ -50,14 +57,16 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ob, err := NewOutbox(cfg.Table)
+	ob, err := outbox.New(cfg.Table)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	sql := renderStatements(ob.Name())
 	r := &Relay{
 		cfg:      cfg,
 		outbox:   ob,
-		claimSQL: ob.sql.claim,
+		sql:      sql,
+		claimSQL: sql.claim,
 		log:      cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
 		wake:     newWakeup(),
 		health:   newHealth(cfg),
@@ -66,7 +75,7 @@ func New(cfg Config) (*Relay, error) {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	if cfg.OrderByEntity {
-		r.claimSQL = ob.sql.claimOrdered
+		r.claimSQL = sql.claimOrdered
 	}
 	if cfg.Pool == nil {
 		pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
@@ -85,7 +94,7 @@ func New(cfg Config) (*Relay, error) {
 func (r *Relay) Name() string { return r.cfg.Name }
 
 // Outbox returns the table the relay reads.
-func (r *Relay) Outbox() *Outbox { return r.outbox }
+func (r *Relay) Outbox() *outbox.Table { return r.outbox }
 
 // Run relays events until ctx ends, then stops gracefully: publishes
 // already sent are waited for and settled, and rows claimed but not yet
@@ -95,10 +104,11 @@ func (r *Relay) Outbox() *Outbox { return r.outbox }
 // Losing the broker or Postgres does not end Run: it reconnects with
 // backoff, and rows wait in the table meanwhile. Run returns an error
 // only when it cannot work at all: the table is missing or at another
-// schema version (wrapping [ErrSchema]). Run may be called once.
+// schema version (wrapping [outbox.ErrSchema]). Run may be called once;
+// a second call returns [ErrAlreadyRunning].
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
-		return errors.New("relay: Run may be called only once")
+		return ErrAlreadyRunning
 	}
 	r.health.running.Store(true)
 	defer r.health.running.Store(false)
@@ -145,7 +155,7 @@ func (r *Relay) waitForSchema(ctx context.Context, pool *pgxpool.Pool) error {
 	for {
 		err := r.outbox.CheckSchema(ctx, pool)
 		switch {
-		case err == nil || errors.Is(err, ErrSchema):
+		case err == nil || errors.Is(err, outbox.ErrSchema):
 			return err
 		case ctx.Err() != nil:
 			return nil // stopped while starting: a clean stop, not a failure
@@ -330,7 +340,7 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 
 // claimed is a row as the claim returned it.
 type claimed struct {
-	Row
+	outbox.Row
 	exhausted bool // its attempts were spent: the claim made it dead
 }
 
@@ -345,7 +355,7 @@ func (r *Relay) cycle(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publis
 		return 0, err
 	}
 	if r.hooks.afterClaim != nil {
-		plain := make([]Row, len(rows))
+		plain := make([]outbox.Row, len(rows))
 		for i, c := range rows {
 			plain[i] = c.Row
 		}
@@ -371,7 +381,7 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 		for rows.Next() {
 			var c claimed
 			var err error
-			c.Row, err = scanRow(rows, &c.exhausted)
+			c.Row, err = outbox.ScanRow(rows, &c.exhausted)
 			if err != nil {
 				return err
 			}
@@ -573,9 +583,9 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 	var b pgx.Batch
 	queueAsyncCommit(&b)
 	if len(ok.ids) > 0 {
-		q := r.outbox.sql.settleDelete
+		q := r.sql.settleDelete
 		if r.cfg.KeepDelivered {
-			q = r.outbox.sql.settleKeep
+			q = r.sql.settleKeep
 		}
 		b.Queue(q, ok.ids, ok.claims).Exec(func(tag pgconn.CommandTag) error {
 			// After an attempt whose reply was lost, rows it settled
@@ -588,7 +598,7 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 		})
 	}
 	if len(bad.ids) > 0 {
-		b.Queue(r.outbox.sql.settleFailure, bad.ids, bad.claims, bad.errs, bad.delays, bad.permanent, r.cfg.MaxAttempts).Query(func(rows pgx.Rows) error {
+		b.Queue(r.sql.settleFailure, bad.ids, bad.claims, bad.errs, bad.delays, bad.permanent, r.cfg.MaxAttempts).Query(func(rows pgx.Rows) error {
 			var (
 				id       int64
 				eventID  string
@@ -596,7 +606,7 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 				attempts int
 			)
 			_, err := pgx.ForEachRow(rows, []any{&id, &eventID, &state, &attempts}, func() error {
-				if State(state) == Dead {
+				if outbox.State(state) == outbox.Dead {
 					dead++
 					r.log.Error("outbox row is dead", "event_id", eventID, "attempts", attempts, "error", bad.errorOf(id))
 				}
@@ -606,7 +616,7 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 		})
 	}
 	if len(giveBack.ids) > 0 {
-		b.Queue(r.outbox.sql.release, giveBack.ids, giveBack.claims, r.outbox.channel)
+		b.Queue(r.sql.release, giveBack.ids, giveBack.claims, r.outbox.Channel())
 	}
 	err = pool.SendBatch(ctx, &b).Close() // runs the callbacks that count dead
 	return dead, err
@@ -667,4 +677,15 @@ func (f *failures) errorOf(id int64) string {
 		}
 	}
 	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	// Cut on a rune boundary so the result stays valid UTF-8.
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }

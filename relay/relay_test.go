@@ -19,6 +19,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -55,7 +56,7 @@ func runChild(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	relay.SetAfterClaimHook(r, func(rows []relay.Row) {
+	relay.SetAfterClaimHook(r, func(rows []outbox.Row) {
 		fmt.Printf("claimed %d\n", len(rows))
 		time.Sleep(time.Hour) // hang holding the claim until the parent kills us
 	})
@@ -132,7 +133,7 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 		cfg.Lease, cfg.Observer = 2*time.Minute, &obs // no lease lapses: only failed publishes are retried
 		e.start(cfg, func(r *relay.Relay) {
 			relay.SetConnectedHook(r, connected.hook())
-			relay.SetAfterClaimHook(r, func(rows []relay.Row) { claimedBy[i].n.Add(int64(len(rows))) })
+			relay.SetAfterClaimHook(r, func(rows []outbox.Row) { claimedBy[i].n.Add(int64(len(rows))) })
 		})
 	}
 	testenv.WaitFor(t, 60*time.Second, "three relays connected", func() bool { return connected.value() == 3 })
@@ -736,11 +737,42 @@ func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	err = r.Run(ctx)
-	if !errors.Is(err, relay.ErrSchema) || !strings.Contains(err.Error(), "migrate") {
+	if !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), "migrate") {
 		t.Fatalf("got %v, want ErrSchema telling to migrate", err)
 	}
-	if err := r.Run(ctx); err == nil {
-		t.Fatal("a second Run was accepted")
+	if err := r.Run(ctx); !errors.Is(err, relay.ErrAlreadyRunning) {
+		t.Fatalf("a second Run after the first returned: %v, want ErrAlreadyRunning", err)
+	}
+}
+
+// A relay runs once: a second Run, while the first is running, is refused
+// with an error a caller can test for, and the first keeps running.
+func TestRunTwiceIsAnError(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	connected := make(chan struct{}, 1)
+	run := e.start(e.config(testenv.Name(t, "relay")), func(r *relay.Relay) {
+		relay.SetConnectedHook(r, func() {
+			select {
+			case connected <- struct{}{}:
+			default:
+			}
+		})
+	})
+	select {
+	case <-connected:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the relay did not connect to the broker within 60s")
+	}
+	if err := run.relay.Run(context.Background()); !errors.Is(err, relay.ErrAlreadyRunning) {
+		t.Fatalf("second Run = %v, want ErrAlreadyRunning", err)
+	}
+	ids := e.publishN("after-second-run", 3)
+	got.waitDistinct(t, len(ids), 60*time.Second)
+	got.requireAll(t, ids)
+	if err := run.stop(); err != nil {
+		t.Fatalf("first Run ended with %v", err)
 	}
 }
 

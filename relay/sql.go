@@ -1,54 +1,29 @@
 package relay
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
 
-// statements are the queries of one outbox table, rendered once with its
-// quoted name. Every statement that settles a claimed row is fenced on
-// (id, claims): claims grows by one with every claim and is never reset,
-// so a relay whose lease lapsed and whose row was claimed again cannot
-// overwrite what the newer claimant decides.
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+// statements are the relay's queries on one outbox table, rendered once
+// with its quoted name: the claim, and the settles that end a claim. The
+// statements producers and operators run live in package outbox. Every
+// statement that settles a claimed row is fenced on (id, claims): claims
+// grows by one with every claim and is never reset, so a relay whose lease
+// lapsed and whose row was claimed again cannot overwrite what the newer
+// claimant decides.
 type statements struct {
-	insert        string
 	claim         string
 	claimOrdered  string
 	settleDelete  string
 	settleKeep    string
 	settleFailure string
 	release       string
-	stats         string
-	dead          string
-	redrive       string
-	purgeSelect   string
-	purgeDelete   string
-	schemaVersion string
 }
-
-// rowColumns are the columns scanRow reads, in its order.
-const rowColumns = `id, event_id, event_type, entity_type, entity_id, workspace_id, project_id,
-	initiator_id, initiator_type, payload, version, extra, created_at, inserted_at, state,
-	available_at, attempts, claims, claimed_by, last_error, finished_at, traceparent, tracestate`
-
-// The insert takes one array per column so a batch is one statement. The
-// NOTIFY rides in the caller's transaction, so it is delivered when (and
-// only if) the rows commit; pg_notify runs once per inserted row and
-// Postgres folds identical notifications of one transaction into one. The
-// trace context ($14, $15) is the caller's, the same for the whole batch.
-const insertSQL = `
-WITH inserted AS (
-	INSERT INTO {table} (event_id, event_type, entity_type, entity_id, workspace_id, project_id,
-		initiator_id, initiator_type, payload, version, extra, created_at, traceparent, tracestate)
-	SELECT e.event_id, e.event_type, e.entity_type, e.entity_id, e.workspace_id, e.project_id,
-		e.initiator_id, e.initiator_type, e.payload::jsonb, e.version, e.extra::jsonb,
-		coalesce(e.created_at, now()), $14::text, $15::text
-	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-			$7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[])
-		WITH ORDINALITY AS e(event_id, event_type, entity_type, entity_id, workspace_id, project_id,
-			initiator_id, initiator_type, payload, version, extra, created_at, n)
-	ORDER BY e.n
-	ON CONFLICT (event_id) DO NOTHING
-	RETURNING 1
-)
-SELECT count(*) FROM (SELECT pg_notify($13, '') FROM inserted) AS notified`
 
 // The claim locks due rows with SKIP LOCKED inside a LIMITed CTE, so
 // concurrent relays take disjoint batches and each row is locked once, and
@@ -79,7 +54,7 @@ UPDATE {table} AS o SET
 		ELSE o.last_error END
 FROM picked AS p
 WHERE o.id = p.picked_id
-RETURNING p.exhausted, ` + rowColumns
+RETURNING p.exhausted, ` + outbox.Columns
 
 // entityOrderClause makes only the oldest pending row of an entity
 // claimable. A claimed (leased) row is still pending, so the entity's next
@@ -131,59 +106,14 @@ WITH released AS (
 )
 SELECT count(*) FROM (SELECT pg_notify($3, '') FROM released) AS notified`
 
-const statsSQL = `
-SELECT
-	(SELECT count(*) FROM {table} WHERE state = 'pending'),
-	(SELECT count(*) FROM {table} WHERE state = 'pending' AND claimed_by IS NOT NULL AND available_at > now()),
-	(SELECT count(*) FROM {table} WHERE state = 'pending' AND claimed_by IS NULL AND available_at > now()),
-	(SELECT count(*) FROM {table} WHERE state = 'dead'),
-	(SELECT count(*) FROM {table} WHERE state = 'delivered'),
-	(SELECT coalesce(extract(epoch FROM now() - min(inserted_at)), 0)::float8 FROM {table} WHERE state = 'pending')`
-
-// deadFilter is the WHERE clause of Filter; $1 type prefix, $2 entity id,
-// $3 event ids, $4 limit (NULL for none).
-const deadFilter = `state = 'dead'
-	AND ($1 = '' OR starts_with(event_type, $1))
-	AND ($2 = '' OR entity_id = $2)
-	AND (cardinality($3::text[]) = 0 OR event_id = ANY($3::text[]))`
-
-const deadSQL = `SELECT ` + rowColumns + ` FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4`
-
-const redriveSQL = `
-WITH redriven AS (
-	UPDATE {table} SET state = 'pending', attempts = 0, available_at = now(), finished_at = NULL, claimed_by = NULL
-	WHERE id IN (SELECT id FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4 FOR UPDATE)
-	RETURNING 1
-)
-SELECT count(*) FROM (SELECT pg_notify($5, '') FROM redriven) AS notified`
-
-// The purge locks its batch so that a concurrent Redrive cannot turn a row
-// back to pending between the archive and the delete.
-const purgeSelectSQL = `
-SELECT ` + rowColumns + ` FROM {table}
-WHERE state = ANY($1::text[]) AND finished_at < $2
-LIMIT $3
-FOR UPDATE SKIP LOCKED`
-
-const purgeDeleteSQL = `DELETE FROM {table} WHERE id = ANY($1::bigint[])`
-
-const schemaVersionSQL = `SELECT coalesce(max(version), 0) FROM {table_migrations}`
-
 func renderStatements(table string) statements {
-	r := func(q string) string { return render(table, q) }
+	r := func(q string) string { return strings.ReplaceAll(q, "{table}", pgx.Identifier{table}.Sanitize()) }
 	return statements{
-		insert:        r(insertSQL),
 		claim:         r(fmt.Sprintf(claimSQL, "")),
 		claimOrdered:  r(fmt.Sprintf(claimSQL, entityOrderClause)),
 		settleDelete:  r(settleDeleteSQL),
 		settleKeep:    r(settleKeepSQL),
 		settleFailure: r(settleFailureSQL),
 		release:       r(releaseSQL),
-		stats:         r(statsSQL),
-		dead:          r(deadSQL),
-		redrive:       r(redriveSQL),
-		purgeSelect:   r(purgeSelectSQL),
-		purgeDelete:   r(purgeDeleteSQL),
-		schemaVersion: r(schemaVersionSQL),
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // traced runs a BaseConsumer on the env's exchange whose handler reports
@@ -184,7 +184,7 @@ func TestRowKeepsTraceContext(t *testing.T) {
 	e.publishIn(ctx, event("kept-1"))
 	span.End()
 	e.exec(`UPDATE {table} SET state = 'dead', finished_at = now()`)
-	rows, err := e.outbox.Dead(context.Background(), e.pool, relay.Filter{})
+	rows, err := e.outbox.Dead(context.Background(), e.pool, outbox.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,37 +9,6 @@ import (
 	"github.com/warrenmq/warren/relay"
 )
 
-func TestValidateTable(t *testing.T) {
-	for name, ok := range map[string]bool{
-		"warren_outbox":            true,
-		"_x":                       true,
-		"o2":                       true,
-		strings.Repeat("a", 48):    true,
-		strings.Repeat("a", 49):    false,
-		"":                         false,
-		"Outbox":                   false,
-		"2outbox":                  false,
-		"public.outbox":            false,
-		"out box":                  false,
-		`x"; DROP TABLE users; --`: false,
-		"outbox\x00":               false,
-		"ünïcode":                  false,
-	} {
-		if err := relay.ValidateTable(name); (err == nil) != ok {
-			t.Errorf("ValidateTable(%q) = %v, want ok=%v", name, err, ok)
-		}
-		if _, err := relay.NewOutbox(name); name != "" && (err == nil) != ok {
-			t.Errorf("NewOutbox(%q) = %v, want ok=%v", name, err, ok)
-		} else if err != nil && !errors.Is(err, relay.ErrInvalidConfig) {
-			t.Errorf("NewOutbox(%q) error %v does not wrap ErrInvalidConfig", name, err)
-		}
-	}
-	ob, err := relay.NewOutbox("")
-	if err != nil || ob.Table() != relay.DefaultTable || ob.Channel() != "warren."+relay.DefaultTable {
-		t.Errorf("NewOutbox(\"\") = %v, %v", ob, err)
-	}
-}
-
 func TestNewValidatesConfig(t *testing.T) {
 	valid := relay.Config{DatabaseURL: "postgres://u@localhost/db"}
 	if _, err := relay.New(valid); err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // finiteChecks are the constraints of migration 003, by column.
@@ -90,7 +90,7 @@ func TestDeadAndPurgeReportUnreadableRows(t *testing.T) {
 	e.exec(`UPDATE {table} SET created_at = '-infinity' WHERE event_id = 'dead-1'`)
 	e.exec(`UPDATE {table} SET state = 'dead', finished_at = now() - interval '1 hour', last_error = 'broker said no'`)
 
-	requireRows := func(what string, rows []relay.Row) {
+	requireRows := func(what string, rows []outbox.Row) {
 		t.Helper()
 		if len(rows) != 3 {
 			t.Fatalf("%s: %d rows, want 3", what, len(rows))
@@ -109,14 +109,14 @@ func TestDeadAndPurgeReportUnreadableRows(t *testing.T) {
 			}
 		}
 	}
-	rows, err := e.outbox.Dead(ctx, e.pool, relay.Filter{})
+	rows, err := e.outbox.Dead(ctx, e.pool, outbox.Filter{})
 	if err != nil {
 		t.Fatalf("Dead: %v", err)
 	}
 	requireRows("Dead", rows)
 
-	var archived []relay.Row
-	n, err := e.outbox.Purge(ctx, e.pool, relay.PurgeOptions{Before: time.Now(), Archive: func(_ context.Context, rows []relay.Row) error {
+	var archived []outbox.Row
+	n, err := e.outbox.Purge(ctx, e.pool, outbox.PurgeOptions{Before: time.Now(), Archive: func(_ context.Context, rows []outbox.Row) error {
 		archived = append(archived, rows...)
 		return nil
 	}})
@@ -152,8 +152,8 @@ func TestFiniteTimestampMigration(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Migrate over infinite timestamps: %v", err)
 	}
-	if res.From != relay.SchemaVersion()-1 || res.To != relay.SchemaVersion() {
-		t.Fatalf("Migrate went from %d to %d; want the finite-timestamp step, %d to %d", res.From, res.To, relay.SchemaVersion()-1, relay.SchemaVersion())
+	if res.From != outbox.SchemaVersion()-1 || res.To != outbox.SchemaVersion() {
+		t.Fatalf("Migrate went from %d to %d; want the finite-timestamp step, %d to %d", res.From, res.To, outbox.SchemaVersion()-1, outbox.SchemaVersion())
 	}
 	for id, where := range map[string]string{
 		"ev-1": `state = 'dead' AND finished_at IS NOT NULL AND last_error LIKE 'created_at is infinity, not a point in time; made dead%'`,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/dedup/memory"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/warrenprom"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
@@ -42,7 +42,7 @@ func exported(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rm.OutboxStats("o", relay.Stats{})
+	rm.OutboxStats("o", outbox.Stats{})
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

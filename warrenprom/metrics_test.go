@@ -16,6 +16,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/warrenprom"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
@@ -43,7 +44,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 	table := testenv.Name(t, "ob")
 	testenv.DropTables(t, table, table+"_migrations")
 	pool := testenv.PgPool(t)
-	outbox, err := relay.NewOutbox(table)
+	outbox, err := outbox.New(table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren/internal/redact"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // defaultOutboxDatabaseURL is the database when neither --database-url nor
@@ -88,7 +88,7 @@ var outboxSubs = []outboxSub{
 		flags: func(fs *flagSet, o *outboxOptions) {
 			fs.Var(&o.olderThan, "older-than", "AGE", "purge rows that finished at least AGE ago: 36h, 7d; required")
 			fs.String(&o.state, "state", "STATE", "which rows: delivered, dead or all", "all")
-			fs.Int(&o.batch, "batch", "N", "rows per transaction", relay.DefaultPurgeBatchSize)
+			fs.Int(&o.batch, "batch", "N", "rows per transaction", outbox.DefaultPurgeBatchSize)
 			fs.String(&o.archive, "archive", "FILE", "append each batch to FILE (JSON Lines) before deleting it", "")
 			fs.Bool(&o.yes, "yes", "confirm the deletion")
 		},
@@ -115,20 +115,20 @@ type outboxDBFlags struct{ databaseURL, table string }
 
 func (f *outboxDBFlags) register(fs *flagSet) {
 	fs.String(&f.databaseURL, "database-url", "URL", "the Postgres database; default $DATABASE_URL, else "+defaultOutboxDatabaseURL, "")
-	fs.String(&f.table, "table", "NAME", "the outbox table; default $WARREN_OUTBOX_TABLE, else "+relay.DefaultTable, "")
+	fs.String(&f.table, "table", "NAME", "the outbox table; default $WARREN_OUTBOX_TABLE, else "+outbox.DefaultTable, "")
 }
 
 // resolve fills what the flags left empty from the environment and the
 // defaults.
 func (f *outboxDBFlags) resolve(env *cliEnv) {
 	f.databaseURL = cmp.Or(f.databaseURL, env.getenv("DATABASE_URL"), defaultOutboxDatabaseURL)
-	f.table = cmp.Or(f.table, env.getenv("WARREN_OUTBOX_TABLE"), relay.DefaultTable)
+	f.table = cmp.Or(f.table, env.getenv("WARREN_OUTBOX_TABLE"), outbox.DefaultTable)
 }
 
 // open validates the table name and connects, with the password kept out
 // of every error.
-func (f *outboxDBFlags) open(ctx context.Context) (*relay.Outbox, *pgxpool.Pool, error) {
-	ob, err := relay.NewOutbox(f.table)
+func (f *outboxDBFlags) open(ctx context.Context) (*outbox.Table, *pgxpool.Pool, error) {
+	ob, err := outbox.New(f.table)
 	if err != nil {
 		return nil, nil, usagef("--table: %v", err)
 	}
@@ -169,14 +169,14 @@ func (o *outboxOptions) filterFlags(fs *flagSet) {
 	fs.Var(&o.ids, "id", "EVENT_ID", "only this event (repeatable, or comma-separated)")
 }
 
-// filters turns the filter flags into one relay.Filter per --type prefix
+// filters turns the filter flags into one outbox.Filter per --type prefix
 // (a row matches any of them).
-func (o *outboxOptions) filters() []relay.Filter {
-	base := relay.Filter{EntityID: o.entity, EventIDs: o.ids, Limit: o.limit}
+func (o *outboxOptions) filters() []outbox.Filter {
+	base := outbox.Filter{EntityID: o.entity, EventIDs: o.ids, Limit: o.limit}
 	if len(o.types) == 0 {
-		return []relay.Filter{base}
+		return []outbox.Filter{base}
 	}
-	out := make([]relay.Filter, len(o.types))
+	out := make([]outbox.Filter, len(o.types))
 	for i, prefix := range o.types {
 		out[i] = base
 		out[i].EventTypePrefix = prefix
@@ -192,7 +192,7 @@ func (o *outboxOptions) hasFilter() bool {
 type outboxCall struct {
 	env    *cliEnv
 	opts   *outboxOptions
-	outbox *relay.Outbox
+	outbox *outbox.Table
 	pool   *pgxpool.Pool
 }
 
@@ -248,7 +248,7 @@ func (o *outboxOptions) validate(sub string) error {
 		return usagef("purge: --older-than is required")
 	case sub == "purge" && o.batch <= 0:
 		return usagef("purge: --batch must be positive")
-	case sub == "purge" && o.state != "all" && o.state != string(relay.Delivered) && o.state != string(relay.Dead):
+	case sub == "purge" && o.state != "all" && o.state != string(outbox.Delivered) && o.state != string(outbox.Dead):
 		return usagef("purge: --state must be delivered, dead or all, not %q", o.state)
 	case sub == "purge" && !o.yes:
 		return usagef("purge deletes rows: pass --yes to confirm")
@@ -269,7 +269,7 @@ func runOutboxMigrate(ctx context.Context, c *outboxCall) error {
 	return nil
 }
 
-// outboxStatsJSON is the --json form of relay.Stats.
+// outboxStatsJSON is the --json form of outbox.Stats.
 type outboxStatsJSON struct {
 	Table                   string  `json:"table"`
 	Pending                 int64   `json:"pending"`
@@ -287,12 +287,12 @@ func runOutboxStats(ctx context.Context, c *outboxCall) error {
 	}
 	if c.opts.json {
 		return writeJSON(c.env.stdout, outboxStatsJSON{
-			Table: c.outbox.Table(), Pending: s.Pending, InFlight: s.InFlight, Retrying: s.Retrying,
+			Table: c.outbox.Name(), Pending: s.Pending, InFlight: s.InFlight, Retrying: s.Retrying,
 			Dead: s.Dead, Delivered: s.Delivered, OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(),
 		})
 	}
 	w := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "outbox\t%s\n", c.outbox.Table())
+	fmt.Fprintf(w, "outbox\t%s\n", c.outbox.Name())
 	fmt.Fprintf(w, "pending\t%d\t(in flight %d, retrying %d)\n", s.Pending, s.InFlight, s.Retrying)
 	oldest := "-"
 	if s.Pending > 0 {
@@ -305,9 +305,9 @@ func runOutboxStats(ctx context.Context, c *outboxCall) error {
 }
 
 // deadRows lists the rows matching any of the filters, oldest first.
-func (c *outboxCall) deadRows(ctx context.Context) ([]relay.Row, error) {
+func (c *outboxCall) deadRows(ctx context.Context) ([]outbox.Row, error) {
 	seen := map[int64]bool{}
-	var out []relay.Row
+	var out []outbox.Row
 	for _, f := range c.opts.filters() {
 		rows, err := c.outbox.Dead(ctx, c.pool, f)
 		if err != nil {
@@ -320,7 +320,7 @@ func (c *outboxCall) deadRows(ctx context.Context) ([]relay.Row, error) {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b relay.Row) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(out, func(a, b outbox.Row) int { return cmp.Compare(a.ID, b.ID) })
 	if c.opts.limit > 0 && len(out) > c.opts.limit {
 		out = out[:c.opts.limit]
 	}
@@ -369,14 +369,14 @@ func runOutboxRedrive(ctx context.Context, c *outboxCall) error {
 			return fmt.Errorf("%w (after redriving %d rows)", err, total)
 		}
 	}
-	fmt.Fprintf(c.env.stdout, "redrove %d dead rows of outbox %s\n", total, c.outbox.Table())
+	fmt.Fprintf(c.env.stdout, "redrove %d dead rows of outbox %s\n", total, c.outbox.Name())
 	return nil
 }
 
 func runOutboxPurge(ctx context.Context, c *outboxCall) error {
-	opts := relay.PurgeOptions{Before: time.Now().Add(-time.Duration(c.opts.olderThan)), BatchSize: c.opts.batch}
+	opts := outbox.PurgeOptions{Before: time.Now().Add(-time.Duration(c.opts.olderThan)), BatchSize: c.opts.batch}
 	if c.opts.state != "all" {
-		opts.States = []relay.State{relay.State(c.opts.state)}
+		opts.States = []outbox.State{outbox.State(c.opts.state)}
 	}
 	if c.opts.archive != "" {
 		f, err := os.OpenFile(c.opts.archive, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
@@ -387,14 +387,14 @@ func runOutboxPurge(ctx context.Context, c *outboxCall) error {
 		opts.Archive = archiveTo(f)
 	}
 	n, err := c.outbox.Purge(ctx, c.pool, opts)
-	fmt.Fprintf(c.env.stdout, "purged %d rows of outbox %s\n", n, c.outbox.Table())
+	fmt.Fprintf(c.env.stdout, "purged %d rows of outbox %s\n", n, c.outbox.Name())
 	return err
 }
 
 // archiveTo appends each batch to f as JSON Lines and syncs it: the rows are
 // on disk before Purge deletes them.
-func archiveTo(f *os.File) func(context.Context, []relay.Row) error {
-	return func(_ context.Context, rows []relay.Row) error {
+func archiveTo(f *os.File) func(context.Context, []outbox.Row) error {
+	return func(_ context.Context, rows []outbox.Row) error {
 		enc := json.NewEncoder(f)
 		enc.SetEscapeHTML(false)
 		for _, r := range rows {
@@ -417,7 +417,7 @@ func archiveTo(f *os.File) func(context.Context, []relay.Row) error {
 // in its wire form, and the relay's bookkeeping.
 type outboxRowJSON struct {
 	ID         int64           `json:"id"`
-	State      relay.State     `json:"state"`
+	State      outbox.State    `json:"state"`
 	Attempts   int             `json:"attempts"`
 	LastError  string          `json:"last_error,omitempty"`
 	InsertedAt time.Time       `json:"inserted_at"`
@@ -425,7 +425,7 @@ type outboxRowJSON struct {
 	Event      json.RawMessage `json:"event"`
 }
 
-func newOutboxRowJSON(r relay.Row) (outboxRowJSON, error) {
+func newOutboxRowJSON(r outbox.Row) (outboxRowJSON, error) {
 	event, err := json.Marshal(r.Event)
 	if err != nil {
 		return outboxRowJSON{}, fmt.Errorf("encode row %d: %w", r.ID, err)
@@ -455,5 +455,5 @@ Common flags:
 Passwords are never printed. Exit status: 0 success; 1 the operation failed;
 2 the command line was wrong.
 Run 'warren outbox <subcommand> --help' for a subcommand's flags.
-`, defaultOutboxDatabaseURL, relay.DefaultTable)
+`, defaultOutboxDatabaseURL, outbox.DefaultTable)
 }

@@ -16,7 +16,7 @@ import (
 
 	warrenpkg "github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // outboxCLIResult is what one in-process run of the command produced.
@@ -35,23 +35,23 @@ func runOutboxCLI(ctx context.Context, environ map[string]string, args ...string
 
 // outboxCLITable creates a migrated outbox table for the test through the
 // command itself and returns its environment and a pool on it.
-func outboxCLITable(t *testing.T) (map[string]string, *relay.Outbox, *pgxpool.Pool) {
+func outboxCLITable(t *testing.T) (map[string]string, *outbox.Table, *pgxpool.Pool) {
 	t.Helper()
 	table := testenv.Name(t, "ob")
 	testenv.DropTables(t, table, table+"_migrations")
 	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": table, "AMQP_URL": testenv.AMQPURL(t)}
 	r := runOutboxCLI(context.Background(), environ, "outbox", "migrate")
-	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("migrated from schema version 0 to %d", relay.SchemaVersion())) {
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("migrated from schema version 0 to %d", outbox.SchemaVersion())) {
 		t.Fatalf("outbox migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	ob, err := relay.NewOutbox(table)
+	ob, err := outbox.New(table)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return environ, ob, testenv.PgPool(t)
 }
 
-func outboxCLIPublish(t *testing.T, pool *pgxpool.Pool, ob *relay.Outbox, evs ...warrenpkg.Event) {
+func outboxCLIPublish(t *testing.T, pool *pgxpool.Pool, ob *outbox.Table, evs ...warrenpkg.Event) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -67,17 +67,17 @@ func outboxCLIPublish(t *testing.T, pool *pgxpool.Pool, ob *relay.Outbox, evs ..
 	}
 }
 
-func outboxCLIExec(t *testing.T, pool *pgxpool.Pool, ob *relay.Outbox, sql string) {
+func outboxCLIExec(t *testing.T, pool *pgxpool.Pool, ob *outbox.Table, sql string) {
 	t.Helper()
-	if _, err := pool.Exec(context.Background(), strings.ReplaceAll(sql, "{table}", fmt.Sprintf("%q", ob.Table()))); err != nil {
+	if _, err := pool.Exec(context.Background(), strings.ReplaceAll(sql, "{table}", fmt.Sprintf("%q", ob.Name()))); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func outboxCLICount(t *testing.T, pool *pgxpool.Pool, ob *relay.Outbox, where string) int {
+func outboxCLICount(t *testing.T, pool *pgxpool.Pool, ob *outbox.Table, where string) int {
 	t.Helper()
 	var n int
-	if err := pool.QueryRow(context.Background(), fmt.Sprintf("SELECT count(*) FROM %q WHERE %s", ob.Table(), where)).Scan(&n); err != nil {
+	if err := pool.QueryRow(context.Background(), fmt.Sprintf("SELECT count(*) FROM %q WHERE %s", ob.Name(), where)).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -103,7 +103,7 @@ func TestOutboxCLIOperations(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &stats); r.code != 0 || err != nil {
 		t.Fatalf("stats --json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
-	if stats.Pending != 2 || stats.Dead != 3 || stats.Delivered != 1 || stats.Table != ob.Table() {
+	if stats.Pending != 2 || stats.Dead != 3 || stats.Delivered != 1 || stats.Table != ob.Name() {
 		t.Errorf("stats %+v", stats)
 	}
 	if r := runOutboxCLI(ctx, environ, "outbox", "stats"); r.code != 0 || !strings.Contains(r.stdout, "dead              3") {
@@ -124,7 +124,7 @@ func TestOutboxCLIOperations(t *testing.T) {
 	}
 	for i, row := range rows {
 		ev, err := warrenpkg.DecodeEvent(row.Event)
-		if err != nil || ev.ID != fmt.Sprintf("ev-%d", i) || row.State != relay.Dead || row.Attempts != 20 {
+		if err != nil || ev.ID != fmt.Sprintf("ev-%d", i) || row.State != outbox.Dead || row.Attempts != 20 {
 			t.Errorf("dead --json row %d: %+v (%v)", i, row, err)
 		}
 	}
@@ -268,7 +268,7 @@ func TestRelayRunCLI(t *testing.T) {
 	}
 	cancel() // what SIGTERM does to the command's context
 	<-finished
-	if r.code != 0 || !strings.Contains(r.stderr, "relay stopped") || !strings.Contains(r.stdout, fmt.Sprintf("schema version %d", relay.SchemaVersion())) {
+	if r.code != 0 || !strings.Contains(r.stderr, "relay stopped") || !strings.Contains(r.stdout, fmt.Sprintf("schema version %d", outbox.SchemaVersion())) {
 		t.Fatalf("relay run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if n := outboxCLICount(t, pool, ob, "true"); n != 0 {

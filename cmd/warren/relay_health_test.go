@@ -11,7 +11,7 @@ import (
 
 	warrenpkg "github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // freeAddr returns a loopback address nothing listens on.
@@ -43,7 +43,7 @@ func TestRelayRunHealthAddr(t *testing.T) {
 	table := testenv.Name(t, "ob")
 	testenv.DropTables(t, table, table+"_migrations")
 	pool := testenv.PgPool(t)
-	ob, err := relay.NewOutbox(table)
+	ob, err := outbox.New(table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ const (
 func latencyScenario() scenario {
 	return scenario{
 		name: "commit → publish latency",
-		about: fmt.Sprintf("Producers commit one event per transaction (`relay.Publish`) on a steady schedule; a consumer on a queue bound "+
+		about: fmt.Sprintf("Producers commit one event per transaction (`outbox.Publish`) on a steady schedule; a consumer on a queue bound "+
 			"to the exchange notes when each event arrives. The latency is from the producer's COMMIT returning to the event's delivery. "+
 			"The baseline is Plane's poller shape on bare pgx and amqp091-go: every %v it claims what is due (up to %d rows at a time, "+
 			"`FOR UPDATE SKIP LOCKED`), publishes with confirms and deletes. warren is `relay.Run` at its defaults, woken by LISTEN/NOTIFY. "+
@@ -92,7 +92,7 @@ func runPoller(ctx context.Context, e *env, ob *outboxBench) error {
 }
 
 func runWarrenRelay(ctx context.Context, e *env, ob *outboxBench) error {
-	r, err := relay.New(relay.Config{Pool: ob.pool, AMQPURL: e.amqpURL, Exchange: ob.exchange, Table: ob.outbox.Table(),
+	r, err := relay.New(relay.Config{Pool: ob.pool, AMQPURL: e.amqpURL, Exchange: ob.exchange, Table: ob.outbox.Name(),
 		Name: "warren-bench-latency", Logger: discardLogger})
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -141,7 +142,7 @@ func prepareOutbox(ctx context.Context, e *env) ([]string, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return []string{"-name", ob.outbox.Table(), "-exchange", ob.exchange}, ob.close, nil
+	return []string{"-name", ob.outbox.Name(), "-exchange", ob.exchange}, ob.close, nil
 }
 
 // runChild is the subprocess: it drains the backlog side's way and prints
@@ -226,7 +227,7 @@ func childRelay(ctx context.Context, e *env, table, exchange string) error {
 	}
 	defer pool.Close()
 	ob := &outboxBench{pool: pool}
-	if ob.outbox, err = relay.NewOutbox(table); err != nil {
+	if ob.outbox, err = outbox.New(table); err != nil {
 		return err
 	}
 	r, err := relay.New(relay.Config{Pool: pool, AMQPURL: e.amqpURL, Exchange: exchange, Table: table, Name: "warren-bench-rss", Logger: discardLogger})

@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -21,7 +22,7 @@ const rawClaimBatch = 500
 func relayScenario() scenario {
 	return scenario{
 		name: "relay",
-		about: fmt.Sprintf("Move a backlog of pre-inserted outbox rows (written by relay.PublishBatch) to a fanout exchange, with publisher confirms. "+
+		about: fmt.Sprintf("Move a backlog of pre-inserted outbox rows (written by outbox.PublishBatch) to a fanout exchange, with publisher confirms. "+
 			"The raw loop uses bare pgx and amqp091-go: it claims %d due rows with `FOR UPDATE SKIP LOCKED` (setting a lease, as any relay "+
 			"that can crash must), publishes them all with confirms pipelined, waits for the confirms and deletes the batch with one statement. "+
 			"warren is `relay.Run` at its defaults (batches of %d, %d claim–publish–settle loops). Both sides publish the same envelope "+
@@ -43,7 +44,7 @@ func relayScenario() scenario {
 // publishes to, with one queue bound so that mandatory publishes route.
 type outboxBench struct {
 	pool     *pgxpool.Pool
-	outbox   *relay.Outbox
+	outbox   *outbox.Table
 	conn     *amqp.Connection
 	exchange string
 	queue    string
@@ -60,7 +61,7 @@ func newOutboxBench(ctx context.Context, e *env, maxLength int) (*outboxBench, e
 	}
 	ob := &outboxBench{pool: pool}
 	name := uniqueName("outbox")
-	if ob.outbox, err = relay.NewOutbox(name); err != nil {
+	if ob.outbox, err = outbox.New(name); err != nil {
 		ob.close()
 		return nil, err
 	}
@@ -138,12 +139,12 @@ func (ob *outboxBench) pending(ctx context.Context) (bool, error) {
 	return found, err
 }
 
-func (ob *outboxBench) table() string { return pgx.Identifier{ob.outbox.Table()}.Sanitize() }
+func (ob *outboxBench) table() string { return pgx.Identifier{ob.outbox.Name()}.Sanitize() }
 
 func (ob *outboxBench) close() {
 	ctx := context.Background()
 	if ob.outbox != nil {
-		ob.pool.Exec(ctx, `DROP TABLE IF EXISTS `+ob.table()+`, `+pgx.Identifier{ob.outbox.Table() + "_migrations"}.Sanitize())
+		ob.pool.Exec(ctx, `DROP TABLE IF EXISTS `+ob.table()+`, `+pgx.Identifier{ob.outbox.Name() + "_migrations"}.Sanitize())
 	}
 	ob.pool.Close()
 	if ob.conn != nil {
@@ -164,7 +165,7 @@ func warrenRelay(tweak func(*relay.Config)) func(ctx context.Context, e *env) (f
 			return nil, err
 		}
 		defer ob.close()
-		cfg := relay.Config{Pool: ob.pool, AMQPURL: e.amqpURL, Exchange: ob.exchange, Table: ob.outbox.Table(),
+		cfg := relay.Config{Pool: ob.pool, AMQPURL: e.amqpURL, Exchange: ob.exchange, Table: ob.outbox.Name(),
 			Name: "warren-bench-relay", Logger: discardLogger}
 		if tweak != nil {
 			tweak(&cfg)

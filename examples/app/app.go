@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // WorkItem is the business row.
@@ -37,7 +37,7 @@ var ErrNotFound = errors.New("work item not found")
 // App writes work items in Table and their events to Outbox.
 type App struct {
 	Table  string // the work items table
-	Outbox *relay.Outbox
+	Outbox *outbox.Table
 }
 
 // New returns an App on the given tables ("" for the defaults
@@ -46,7 +46,7 @@ func New(table, outboxTable string) (*App, error) {
 	if table == "" {
 		table = "work_items"
 	}
-	ob, err := relay.NewOutbox(outboxTable)
+	ob, err := outbox.New(outboxTable)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func (a *App) ident() string { return pgx.Identifier{a.Table}.Sanitize() }
 
 // Migrate creates the work items table and the outbox. Replicas starting
 // together may all call it: see CreateTables.
-func (a *App) Migrate(ctx context.Context, db relay.DB) error {
+func (a *App) Migrate(ctx context.Context, db outbox.DB) error {
 	if _, err := a.Outbox.Migrate(ctx, db); err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (a *App) Migrate(ctx context.Context, db relay.DB) error {
 // safe against a concurrent session creating the same table (two replicas
 // starting at once: one fails on pg_type's unique index), so replicas take
 // turns.
-func CreateTables(ctx context.Context, db relay.DB, ddl string) error {
+func CreateTables(ctx context.Context, db outbox.DB, ddl string) error {
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren examples: create tables'))`); err != nil {
 			return err
@@ -131,7 +131,7 @@ func (a *App) Set(ctx context.Context, tx pgx.Tx, by Actor, id, field, value str
 }
 
 // Get reads a work item.
-func (a *App) Get(ctx context.Context, db relay.DB, id string) (WorkItem, error) {
+func (a *App) Get(ctx context.Context, db outbox.DB, id string) (WorkItem, error) {
 	var w WorkItem
 	err := db.QueryRow(ctx, `SELECT id, workspace_id, project_id, name, state, priority FROM `+a.ident()+` WHERE id = $1`, id).
 		Scan(&w.ID, &w.WorkspaceID, &w.ProjectID, &w.Name, &w.State, &w.Priority)

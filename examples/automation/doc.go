@@ -5,7 +5,7 @@
 // It shows the strongest guarantee warren offers. The handler runs inside
 // the Postgres transaction of the dedup store's transactional mode: the rule
 // ledger, the work item's change, the follow-up event (written to the
-// outbox through relay.Publish) and the event's done-mark all commit
+// outbox through outbox.Publish) and the event's done-mark all commit
 // together. A crash after the commit and before the ack redelivers the
 // event, which then finds its done-mark and is acknowledged as a duplicate:
 // the rule's effects happen exactly once.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/warrenprom/internal/promreg"
 )
@@ -141,7 +142,7 @@ func (m *RelayMetrics) Dead(outbox string, n int) {
 }
 
 // OutboxStats implements [relay.Observer].
-func (m *RelayMetrics) OutboxStats(outbox string, st relay.Stats) {
+func (m *RelayMetrics) OutboxStats(outbox string, st outbox.Stats) {
 	m.series(outbox)
 	m.pending.WithLabelValues(outbox).Set(float64(st.Pending))
 	m.inFlight.WithLabelValues(outbox).Set(float64(st.InFlight))

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
@@ -29,7 +30,7 @@ func TestObserverMapsEvents(t *testing.T) {
 	rm.Woken("t1", true)
 	rm.Woken("t1", false)
 	rm.Woken("t1", false)
-	rm.OutboxStats("t1", relay.Stats{Pending: 7, InFlight: 2, Retrying: 1, Dead: 3, Delivered: 4, OldestPendingAge: 90 * time.Second})
+	rm.OutboxStats("t1", outbox.Stats{Pending: 7, InFlight: 2, Retrying: 1, Dead: 3, Delivered: 4, OldestPendingAge: 90 * time.Second})
 
 	want := `
 # HELP warren_relay_published_total Rows whose message the broker confirmed and routed.

@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 import (
 	"context"
@@ -19,7 +19,7 @@ type Stats struct {
 
 // Stats counts the table's rows by state. The counts run on the partial
 // indexes, so they stay cheap while the pending set is small.
-func (o *Outbox) Stats(ctx context.Context, db DB) (Stats, error) {
+func (o *Table) Stats(ctx context.Context, db DB) (Stats, error) {
 	var s Stats
 	var oldest float64
 	err := db.QueryRow(ctx, o.sql.stats).Scan(&s.Pending, &s.InFlight, &s.Retrying, &s.Dead, &s.Delivered, &oldest)
@@ -30,7 +30,7 @@ func (o *Outbox) Stats(ctx context.Context, db DB) (Stats, error) {
 	return s, nil
 }
 
-// Filter selects dead rows for [Outbox.Dead] and [Outbox.Redrive]. Its
+// Filter selects dead rows for [Table.Dead] and [Table.Redrive]. Its
 // conditions are combined with AND; the zero Filter selects every dead row.
 type Filter struct {
 	EventTypePrefix string   // event_type starts with this
@@ -54,7 +54,7 @@ func (f Filter) args() []any {
 // Dead lists dead rows matching f, oldest first. A row holding a value
 // that Row cannot represent is listed with its DecodeErr set rather than
 // failing the listing.
-func (o *Outbox) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
+func (o *Table) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
 	rows, err := db.Query(ctx, o.sql.dead, f.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
@@ -70,7 +70,7 @@ func (o *Outbox) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
 // reset, wakes the relays, and returns how many it changed. Their claims
 // counter is kept, so a relay still holding an old claim on one stays
 // fenced off.
-func (o *Outbox) Redrive(ctx context.Context, db DB, f Filter) (int64, error) {
+func (o *Table) Redrive(ctx context.Context, db DB, f Filter) (int64, error) {
 	var n int64
 	if err := db.QueryRow(ctx, o.sql.redrive, append(f.args(), o.channel)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox %s: redrive: %w", o.table, err)
@@ -78,7 +78,7 @@ func (o *Outbox) Redrive(ctx context.Context, db DB, f Filter) (int64, error) {
 	return n, nil
 }
 
-// PurgeOptions say which finished rows [Outbox.Purge] deletes.
+// PurgeOptions say which finished rows [Table.Purge] deletes.
 type PurgeOptions struct {
 	// Before is the cutoff: rows that became delivered or dead before it
 	// are deleted. Required.
@@ -113,7 +113,7 @@ var ErrArchiveFailed = errors.New("archive failed; nothing of that batch was del
 // transaction, archiving each batch first when an Archive hook is set. It
 // returns how many rows it deleted, including those of batches committed
 // before an error.
-func (o *Outbox) Purge(ctx context.Context, db DB, opts PurgeOptions) (int64, error) {
+func (o *Table) Purge(ctx context.Context, db DB, opts PurgeOptions) (int64, error) {
 	if opts.Before.IsZero() {
 		return 0, fmt.Errorf("%w: PurgeOptions.Before (the cutoff) is required", ErrInvalidConfig)
 	}
@@ -142,7 +142,7 @@ func (o *Outbox) Purge(ctx context.Context, db DB, opts PurgeOptions) (int64, er
 	}
 }
 
-func (o *Outbox) purgeBatch(ctx context.Context, db DB, states []string, before time.Time, batch int, archive func(context.Context, []Row) error) (int64, error) {
+func (o *Table) purgeBatch(ctx context.Context, db DB, states []string, before time.Time, batch int, archive func(context.Context, []Row) error) (int64, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("outbox %s: purge: %w", o.table, err)

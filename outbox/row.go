@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 import (
 	"encoding/json"
@@ -54,13 +54,14 @@ type Row struct {
 	DecodeErr error
 }
 
-// scanRow reads rowColumns, after any leading columns given in prefix. A
+// ScanRow reads one row of a query that selects [Columns], after any
+// leading columns whose destinations are given in prefix. A
 // value the row cannot represent is reported in the row's DecodeErr, not as
 // an error: pgx ends the whole result at the first column it fails to scan,
 // so one such row would fail a claim, listing or purge of many. The
 // timestamps are therefore scanned into pgtype.Timestamptz, which holds
 // the infinities that time.Time cannot.
-func scanRow(rows pgx.Rows, prefix ...any) (Row, error) {
+func ScanRow(rows pgx.Rows, prefix ...any) (Row, error) {
 	var (
 		r                                                     Row
 		projectID, initiatorID, version, claimedBy, lastError *string
@@ -125,7 +126,7 @@ func collectRows(rows pgx.Rows) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
-		r, err := scanRow(rows)
+		r, err := ScanRow(rows)
 		if err != nil {
 			return nil, err
 		}

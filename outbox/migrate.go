@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func SchemaVersion() int { return len(migrations) }
 // newer (this binary is older than the database).
 var ErrSchema = errors.New("outbox schema mismatch")
 
-// MigrateResult says what [Outbox.Migrate] did.
+// MigrateResult says what [Table.Migrate] did.
 type MigrateResult struct {
 	Table    string
 	From, To int // schema versions before and after; equal when nothing was applied
@@ -77,13 +77,15 @@ type MigrateResult struct {
 // with its version record in one transaction. The versions applied are
 // recorded in a table named after the outbox with the suffix
 // "_migrations".
-func (o *Outbox) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
+func (o *Table) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
 	res := MigrateResult{Table: o.table}
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("migrate %s: %w", o.table, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
+	// The lock key keeps the name it had when this code lived in package
+	// relay, so an older binary migrating at the same time is serialised too.
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "warren.relay.migrate:"+o.table); err != nil {
 		return res, fmt.Errorf("migrate %s: lock: %w", o.table, err)
 	}
@@ -119,17 +121,17 @@ func (o *Outbox) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
 
 // CheckSchema returns nil when the table is at [SchemaVersion], and an
 // error wrapping [ErrSchema] that says what to do when it is not.
-func (o *Outbox) CheckSchema(ctx context.Context, db DB) error {
+func (o *Table) CheckSchema(ctx context.Context, db DB) error {
 	var version int
 	err := db.QueryRow(ctx, o.sql.schemaVersion).Scan(&version)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-		return fmt.Errorf("outbox %s: %w: the table does not exist; run `warren outbox migrate` or Outbox.Migrate", o.table, ErrSchema)
+		return fmt.Errorf("outbox %s: %w: the table does not exist; run `warren outbox migrate` or Table.Migrate", o.table, ErrSchema)
 	case err != nil:
 		return fmt.Errorf("outbox %s: read schema version: %w", o.table, err)
 	case version < SchemaVersion():
-		return fmt.Errorf("outbox %s: %w: the table is at version %d, this build needs %d; run `warren outbox migrate` or Outbox.Migrate", o.table, ErrSchema, version, SchemaVersion())
+		return fmt.Errorf("outbox %s: %w: the table is at version %d, this build needs %d; run `warren outbox migrate` or Table.Migrate", o.table, ErrSchema, version, SchemaVersion())
 	case version > SchemaVersion():
 		return fmt.Errorf("outbox %s: %w: the table is at version %d, newer than this build of warren knows (%d)", o.table, ErrSchema, version, SchemaVersion())
 	}

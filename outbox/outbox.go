@@ -1,7 +1,8 @@
-package relay
+package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 
@@ -10,7 +11,7 @@ import (
 )
 
 // DB is what the outbox operations need from Postgres. *pgxpool.Pool,
-// *pgx.Conn and pgx.Tx all satisfy it. [Outbox.Publish] deliberately does
+// *pgx.Conn and pgx.Tx all satisfy it. [Table.Publish] deliberately does
 // not take a DB: it takes a pgx.Tx.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
@@ -19,13 +20,20 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Outbox is one outbox table: the statements that write, claim, inspect and
-// trim it. It holds no connection, so it is cheap and safe to share.
-type Outbox struct {
+// Table is one outbox table: the statements that write, inspect and trim
+// it. It holds no connection, so it is cheap and safe to share.
+type Table struct {
 	table   string
 	channel string
 	sql     statements
 }
+
+// DefaultTable is the outbox table's name when none is given.
+const DefaultTable = "warren_outbox"
+
+// ErrInvalidConfig is wrapped by the errors [New] and [Table.Purge]
+// return for a bad table name or bad options.
+var ErrInvalidConfig = errors.New("invalid outbox config")
 
 // maxTableLen leaves room under Postgres's 63-byte identifier limit for the
 // suffixes of the indexes, constraints and migrations table named after
@@ -34,10 +42,10 @@ const maxTableLen = 48
 
 var tableNameRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 
-// validateTable accepts a plain lower-case identifier. Anything else —
-// upper case, quotes, dots, spaces — is refused rather than quoted into
-// a name nobody can type back in psql.
-func validateTable(name string) error {
+// ValidateTable accepts a plain lower-case identifier of at most 48
+// bytes. Anything else — upper case, quotes, dots, spaces — is refused
+// rather than quoted into a name nobody can type back in psql.
+func ValidateTable(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("table name is empty")
@@ -49,21 +57,21 @@ func validateTable(name string) error {
 	return nil
 }
 
-// NewOutbox returns the outbox stored in table ("" means [DefaultTable]).
+// New returns the outbox stored in table ("" means [DefaultTable]).
 // The name is validated and every statement quotes it.
-func NewOutbox(table string) (*Outbox, error) {
+func New(table string) (*Table, error) {
 	if table == "" {
 		table = DefaultTable
 	}
-	if err := validateTable(table); err != nil {
+	if err := ValidateTable(table); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	o := &Outbox{table: table, channel: "warren." + table}
+	o := &Table{table: table, channel: "warren." + table}
 	o.sql = renderStatements(table)
 	return o, nil
 }
 
-var defaultOutbox = must(NewOutbox(DefaultTable))
+var defaultTable = must(New(DefaultTable))
 
 func must[T any](v T, err error) T {
 	if err != nil {
@@ -72,12 +80,12 @@ func must[T any](v T, err error) T {
 	return v
 }
 
-// Table returns the table's name.
-func (o *Outbox) Table() string { return o.table }
+// Name returns the table's name.
+func (o *Table) Name() string { return o.table }
 
 // Channel returns the LISTEN/NOTIFY channel that Publish signals and the
 // relay listens on: "warren." followed by the table name.
-func (o *Outbox) Channel() string { return o.channel }
+func (o *Table) Channel() string { return o.channel }
 
 var placeholderRE = regexp.MustCompile(`\{table(_[a-z_]+)?\}`)
 

@@ -1,4 +1,4 @@
-package relay_test
+package outbox_test
 
 import (
 	"context"
@@ -7,14 +7,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 // Publish must take a transaction and nothing that autocommits: the
@@ -23,10 +21,10 @@ import (
 func TestPublishAcceptsOnlyATransaction(t *testing.T) {
 	txType := reflect.TypeFor[pgx.Tx]()
 	for name, fn := range map[string]any{
-		"relay.Publish":          relay.Publish,
-		"relay.PublishBatch":     relay.PublishBatch,
-		"(*Outbox).Publish":      (*relay.Outbox).Publish,
-		"(*Outbox).PublishBatch": (*relay.Outbox).PublishBatch,
+		"outbox.Publish":         outbox.Publish,
+		"outbox.PublishBatch":    outbox.PublishBatch,
+		"(*Outbox).Publish":      (*outbox.Table).Publish,
+		"(*Outbox).PublishBatch": (*outbox.Table).PublishBatch,
 	} {
 		ft := reflect.TypeOf(fn)
 		found := false
@@ -43,14 +41,14 @@ func TestPublishAcceptsOnlyATransaction(t *testing.T) {
 		reflect.TypeFor[*pgxpool.Pool](),
 		reflect.TypeFor[*pgxpool.Conn](),
 		reflect.TypeFor[*pgx.Conn](),
-		reflect.TypeFor[relay.DB](),
+		reflect.TypeFor[outbox.DB](),
 	} {
 		if notTx.Implements(txType) {
 			t.Errorf("%v satisfies pgx.Tx, so Publish would accept it", notTx)
 		}
 	}
 	var nilTx pgx.Tx
-	if _, err := relay.Publish(context.Background(), nilTx, event("x")); err == nil {
+	if _, err := outbox.Publish(context.Background(), nilTx, event("x")); err == nil {
 		t.Error("Publish accepted a nil transaction")
 	}
 }
@@ -136,85 +134,8 @@ func TestStorableJSON(t *testing.T) {
 		`"\\\\u0000"`: true,
 		`"\u000"`:     true, // not valid JSON, but not the escape either
 	} {
-		if err := relay.StorableJSON("x", []byte(in)); (err == nil) != ok {
+		if err := outbox.StorableJSON("x", []byte(in)); (err == nil) != ok {
 			t.Errorf("StorableJSON(%s) = %v, want ok=%v", in, err, ok)
 		}
-	}
-}
-
-// The event the consumer receives is the event the producer wrote:
-// envelope, payload, unknown fields, and the AMQP properties routing
-// relies on.
-func TestRelayedEventKeepsEnvelopeAndUnknownFields(t *testing.T) {
-	e := newEnv(t)
-	e.bindQueue()
-	got := consume(t, e.queue)
-	created := time.Date(2024, 5, 6, 7, 8, 9, 123456000, time.UTC)
-	in := warren.Event{
-		ID: "ev-1", Type: "workitem.created", EntityType: "issue", EntityID: "iss-1",
-		WorkspaceID: "ws", ProjectID: "proj", InitiatorID: "user-1", InitiatorType: warren.InitiatorSystemImport,
-		Payload: warren.Payload{
-			Data:               json.RawMessage(`{"name":"n","n":1.5e300,"nested":{"z":1,"a":[true,null]}}`),
-			PreviousAttributes: json.RawMessage(`{"name":"old"}`),
-			Extra:              map[string]json.RawMessage{"changed_by": json.RawMessage(`"api"`)},
-		},
-		CreatedAt: created,
-		Version:   "1.0",
-		Extra:     map[string]json.RawMessage{"trace_id": json.RawMessage(`"abc"`), "shard": json.RawMessage(`7`)},
-	}
-	e.publish(in)
-	// A row with no created_at and no optional fields.
-	bare := warren.Event{ID: "ev-2", Type: "label.deleted"}
-	e.publish(bare)
-	e.start(e.config(testenv.Name(t, "relay")))
-	got.waitDistinct(t, 2, 60*time.Second)
-
-	for _, d := range got.deliveries() {
-		out, err := warren.DecodeEvent(d.Body)
-		if err != nil {
-			t.Fatalf("body does not decode: %v\n%s", err, d.Body)
-		}
-		if d.MessageId != out.ID || d.Type != out.Type || d.DeliveryMode != 2 || d.ContentType != "application/json" {
-			t.Errorf("properties message_id=%q type=%q mode=%d content_type=%q do not match event %s", d.MessageId, d.Type, d.DeliveryMode, d.ContentType, out.ID)
-		}
-		if d.RoutingKey != out.Type {
-			t.Errorf("routing key %q, want the event type %q", d.RoutingKey, out.Type)
-		}
-		if d.Headers[warren.HeaderInitiatorType] != out.InitiatorType {
-			t.Errorf("initiator header %v, want %q", d.Headers[warren.HeaderInitiatorType], out.InitiatorType)
-		}
-		switch out.ID {
-		case "ev-1":
-			if !d.Timestamp.Equal(created.Truncate(time.Second)) { // AMQP timestamps are whole seconds
-				t.Errorf("timestamp %v, want %v", d.Timestamp, created)
-			}
-			requireSameEvent(t, in, out)
-		case "ev-2":
-			if out.CreatedAt.IsZero() || time.Since(out.CreatedAt) > time.Minute {
-				t.Errorf("an event without created_at gets the insert time, got %v", out.CreatedAt)
-			}
-			out.CreatedAt = time.Time{}
-			requireSameEvent(t, bare, out)
-		}
-	}
-}
-
-// requireSameEvent compares two events by their JSON encodings (JSON
-// values compared semantically, since jsonb does not keep key order).
-func requireSameEvent(t *testing.T, want, got warren.Event) {
-	t.Helper()
-	norm := func(ev warren.Event) any {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v any
-		if err := json.Unmarshal(b, &v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	if w, g := norm(want), norm(got); !reflect.DeepEqual(w, g) {
-		t.Errorf("event changed on the way:\nwant %v\ngot  %v", w, g)
 	}
 }

@@ -1,4 +1,4 @@
-package relay
+package outbox
 
 import (
 	"context"
@@ -16,15 +16,15 @@ import (
 )
 
 // Publish writes ev to the default outbox table ([DefaultTable]) in tx.
-// See [Outbox.Publish].
+// See [Table.Publish].
 func Publish(ctx context.Context, tx pgx.Tx, ev warren.Event) (inserted bool, err error) {
-	return defaultOutbox.Publish(ctx, tx, ev)
+	return defaultTable.Publish(ctx, tx, ev)
 }
 
 // PublishBatch writes evs to the default outbox table in tx. See
-// [Outbox.PublishBatch].
+// [Table.PublishBatch].
 func PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event) (inserted int, err error) {
-	return defaultOutbox.PublishBatch(ctx, tx, evs)
+	return defaultTable.PublishBatch(ctx, tx, evs)
 }
 
 // Publish writes ev to the outbox inside tx, the transaction that writes
@@ -48,18 +48,18 @@ func PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event) (inserted 
 // A zero CreatedAt is stored as the transaction's time. When ctx carries
 // an OpenTelemetry span, its W3C trace context is stored with the event,
 // and the relay and the consumer continue that trace.
-func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, ev warren.Event) (inserted bool, err error) {
+func (o *Table) Publish(ctx context.Context, tx pgx.Tx, ev warren.Event) (inserted bool, err error) {
 	n, err := o.PublishBatch(ctx, tx, []warren.Event{ev})
 	return n == 1, err
 }
 
 // PublishBatch writes evs in one statement, in order, inside tx, like
-// [Outbox.Publish], and returns how many were new (events whose event_id
+// [Table.Publish], and returns how many were new (events whose event_id
 // was already stored, or repeats an earlier event of evs, are skipped). If
 // any event is invalid, nothing is written.
-func (o *Outbox) PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event) (inserted int, err error) {
+func (o *Table) PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event) (inserted int, err error) {
 	if tx == nil {
-		return 0, errors.New("relay: Publish needs a transaction, got a nil pgx.Tx")
+		return 0, errors.New("outbox: Publish needs a transaction, got a nil pgx.Tx")
 	}
 	if len(evs) == 0 {
 		return 0, nil
@@ -67,13 +67,13 @@ func (o *Outbox) PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event
 	var cols insertColumns
 	for i, ev := range evs {
 		if err := cols.add(ev); err != nil {
-			return 0, fmt.Errorf("relay: event %d of %d (event_id %q): %w", i+1, len(evs), truncate(ev.ID, 80), err)
+			return 0, fmt.Errorf("outbox: event %d of %d (event_id %.80q): %w", i+1, len(evs), ev.ID, err)
 		}
 	}
 	traceParent, traceState := tracecontext.FromContext(ctx)
 	args := append(cols.args(o.channel), nullable(traceParent), nullable(traceState))
 	if err := tx.QueryRow(ctx, o.sql.insert, args...).Scan(&inserted); err != nil {
-		return 0, fmt.Errorf("relay: write %d events to outbox %s: %w", len(evs), o.table, err)
+		return 0, fmt.Errorf("outbox: write %d events to outbox %s: %w", len(evs), o.table, err)
 	}
 	return inserted, nil
 }
@@ -218,15 +218,4 @@ func nullable(s string) *string {
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", warren.ErrInvalidEvent, fmt.Sprintf(format, args...))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary so the result stays valid UTF-8.
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

@@ -1,4 +1,4 @@
-package relay_test
+package outbox_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/outbox"
 )
 
 func TestStats(t *testing.T) {
@@ -20,7 +20,7 @@ func TestStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s != (relay.Stats{}) {
+	if s != (outbox.Stats{}) {
 		t.Fatalf("stats of an empty table: %+v", s)
 	}
 	e.publishN("ev", 6)
@@ -35,65 +35,12 @@ func TestStats(t *testing.T) {
 	}
 	age := s.OldestPendingAge
 	s.OldestPendingAge = 0
-	if want := (relay.Stats{Pending: 3, InFlight: 1, Retrying: 1, Dead: 2, Delivered: 1}); s != want {
+	if want := (outbox.Stats{Pending: 3, InFlight: 1, Retrying: 1, Dead: 2, Delivered: 1}); s != want {
 		t.Errorf("stats %+v, want %+v", s, want)
 	}
 	if age < 10*time.Minute || age > 11*time.Minute {
 		t.Errorf("oldest pending age %v, want about 10m", age)
 	}
-}
-
-func TestDeadAndRedrive(t *testing.T) {
-	e := newEnv(t)
-	e.bindQueue()
-	got := consume(t, e.queue)
-	ctx := context.Background()
-	var evs = []struct{ id, typ, entity string }{
-		{"w1", "workitem.created", "e1"}, {"w2", "workitem.updated", "e2"}, {"w3", "workitem.deleted", "e3"},
-		{"l1", "label.created", "e4"}, {"l2", "label.deleted", "e5"},
-	}
-	for _, x := range evs {
-		ev := event(x.id)
-		ev.Type, ev.EntityID = x.typ, x.entity
-		e.publish(ev)
-	}
-	e.exec(`UPDATE {table} SET state = 'dead', finished_at = now(), attempts = 5, claims = 5, last_error = 'broker said no'`)
-
-	check := func(f relay.Filter, want ...string) {
-		t.Helper()
-		rows, err := e.outbox.Dead(ctx, e.pool, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, r := range rows {
-			ids = append(ids, r.Event.ID)
-			if r.State != relay.Dead || r.LastError != "broker said no" || r.Attempts != 5 || r.FinishedAt.IsZero() {
-				t.Errorf("dead row %+v", r)
-			}
-		}
-		if !slices.Equal(ids, want) {
-			t.Errorf("Dead(%+v) = %v, want %v", f, ids, want)
-		}
-	}
-	check(relay.Filter{}, "w1", "w2", "w3", "l1", "l2")
-	check(relay.Filter{EventTypePrefix: "workitem."}, "w1", "w2", "w3")
-	check(relay.Filter{EntityID: "e2"}, "w2")
-	check(relay.Filter{EventIDs: []string{"w3", "l2", "nope"}}, "w3", "l2")
-	check(relay.Filter{Limit: 2}, "w1", "w2")
-	check(relay.Filter{EventTypePrefix: "%"}) // a literal prefix, not a pattern
-	check(relay.Filter{EventTypePrefix: "workitem.", EntityID: "e4"})
-
-	e.start(e.config(testenv.Name(t, "relay")))
-	n, err := e.outbox.Redrive(ctx, e.pool, relay.Filter{EventTypePrefix: "label."})
-	if err != nil || n != 2 {
-		t.Fatalf("Redrive: %d, %v; want 2", n, err)
-	}
-	got.waitDistinct(t, 2, 60*time.Second)
-	if !got.has("l1") || !got.has("l2") {
-		t.Fatalf("redriven rows did not arrive: %v", got.deliveries())
-	}
-	check(relay.Filter{}, "w1", "w2", "w3")
 }
 
 func TestPurge(t *testing.T) {
@@ -111,11 +58,11 @@ func TestPurge(t *testing.T) {
 
 	// A failing archive deletes nothing.
 	var offered int
-	n, err := e.outbox.Purge(ctx, e.pool, relay.PurgeOptions{Before: cutoff, Archive: func(_ context.Context, rows []relay.Row) error {
+	n, err := e.outbox.Purge(ctx, e.pool, outbox.PurgeOptions{Before: cutoff, Archive: func(_ context.Context, rows []outbox.Row) error {
 		offered += len(rows)
 		return errors.New("archive store is down")
 	}})
-	if !errors.Is(err, relay.ErrArchiveFailed) || n != 0 {
+	if !errors.Is(err, outbox.ErrArchiveFailed) || n != 0 {
 		t.Fatalf("Purge with a failing archive: %d, %v; want 0 and ErrArchiveFailed", n, err)
 	}
 	if offered == 0 {
@@ -127,7 +74,7 @@ func TestPurge(t *testing.T) {
 
 	var mu sync.Mutex
 	var archived [][]string
-	archive := func(_ context.Context, rows []relay.Row) error {
+	archive := func(_ context.Context, rows []outbox.Row) error {
 		var ids []string
 		for _, r := range rows {
 			if r.Event.Type != "workitem.updated" || r.FinishedAt.IsZero() {
@@ -140,11 +87,11 @@ func TestPurge(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	n, err = e.outbox.Purge(ctx, e.pool, relay.PurgeOptions{Before: cutoff, States: []relay.State{relay.Dead}, Archive: archive})
+	n, err = e.outbox.Purge(ctx, e.pool, outbox.PurgeOptions{Before: cutoff, States: []outbox.State{outbox.Dead}, Archive: archive})
 	if err != nil || n != 2 {
 		t.Fatalf("purge dead: %d, %v; want 2", n, err)
 	}
-	n, err = e.outbox.Purge(ctx, e.pool, relay.PurgeOptions{Before: cutoff, BatchSize: 2, Archive: archive})
+	n, err = e.outbox.Purge(ctx, e.pool, outbox.PurgeOptions{Before: cutoff, BatchSize: 2, Archive: archive})
 	if err != nil || n != 5 {
 		t.Fatalf("purge: %d, %v; want 5", n, err)
 	}
@@ -159,11 +106,11 @@ func TestPurge(t *testing.T) {
 		t.Errorf("purge removed rows newer than the cutoff or pending rows")
 	}
 
-	for name, opts := range map[string]relay.PurgeOptions{
+	for name, opts := range map[string]outbox.PurgeOptions{
 		"no cutoff":     {},
-		"pending state": {Before: cutoff, States: []relay.State{relay.Pending}},
+		"pending state": {Before: cutoff, States: []outbox.State{outbox.Pending}},
 	} {
-		if _, err := e.outbox.Purge(ctx, e.pool, opts); !errors.Is(err, relay.ErrInvalidConfig) {
+		if _, err := e.outbox.Purge(ctx, e.pool, opts); !errors.Is(err, outbox.ErrInvalidConfig) {
 			t.Errorf("%s: got %v, want ErrInvalidConfig", name, err)
 		}
 	}
@@ -174,16 +121,16 @@ func TestMigrate(t *testing.T) {
 	ctx := context.Background()
 	table := testenv.Name(t, "ob")
 	testenv.DropTables(t, table, table+"_migrations")
-	ob, err := relay.NewOutbox(table)
+	ob, err := outbox.New(table)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.CheckSchema(ctx, pool); !errors.Is(err, relay.ErrSchema) {
+	if err := ob.CheckSchema(ctx, pool); !errors.Is(err, outbox.ErrSchema) {
 		t.Fatalf("CheckSchema before Migrate: %v, want ErrSchema", err)
 	}
 
 	// Several processes starting at once all succeed; one of them creates.
-	results := make([]relay.MigrateResult, 4)
+	results := make([]outbox.MigrateResult, 4)
 	errs := make([]error, 4)
 	var wg sync.WaitGroup
 	for i := range results {
@@ -195,8 +142,8 @@ func TestMigrate(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("concurrent Migrate: %v", errs[i])
 		}
-		if res.To != relay.SchemaVersion() {
-			t.Errorf("Migrate ended at version %d, want %d", res.To, relay.SchemaVersion())
+		if res.To != outbox.SchemaVersion() {
+			t.Errorf("Migrate ended at version %d, want %d", res.To, outbox.SchemaVersion())
 		}
 		if res.From == 0 {
 			created++
@@ -213,10 +160,10 @@ func TestMigrate(t *testing.T) {
 	if _, err := pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %q (version, name) VALUES (99, 'future')`, table+"_migrations")); err != nil {
 		t.Fatal(err)
 	}
-	if err := ob.CheckSchema(ctx, pool); !errors.Is(err, relay.ErrSchema) {
+	if err := ob.CheckSchema(ctx, pool); !errors.Is(err, outbox.ErrSchema) {
 		t.Errorf("CheckSchema on a newer schema: %v", err)
 	}
-	if _, err := ob.Migrate(ctx, pool); !errors.Is(err, relay.ErrSchema) {
+	if _, err := ob.Migrate(ctx, pool); !errors.Is(err, outbox.ErrSchema) {
 		t.Errorf("Migrate on a newer schema: %v", err)
 	}
 }

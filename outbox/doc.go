@@ -1,0 +1,41 @@
+// Package outbox is the write side of warren's transactional outbox on
+// Postgres: what a producer needs to record an event in its own
+// transaction, and what an operator needs to create, inspect, redrive and
+// trim the table. It links pgx and package warren, never an AMQP client:
+// writing a row is not publishing. Package relay is the process that
+// moves the rows to RabbitMQ.
+//
+// # Writing
+//
+// A producer writes its business change and the event in one transaction:
+//
+//	tx, _ := pool.Begin(ctx)
+//	// ... INSERT/UPDATE the business rows on tx ...
+//	outbox.Publish(ctx, tx, ev) // takes a pgx.Tx, never a pool
+//	tx.Commit(ctx)
+//
+// One commit decides both. A NOTIFY rides in the same transaction, so a
+// running relay hears of the event the moment it commits, and never of one
+// that rolled back. event_id is unique in the table; publishing an event
+// twice stores it once. [PublishBatch] writes many events in one
+// statement. The relay publishes each row at least once, so consumers must
+// be idempotent on event_id (warren's dedup middleware is).
+//
+// [Publish] and [PublishBatch] write to [DefaultTable]; [New] returns a
+// [Table] for any other name, whose methods do the same and more.
+//
+// # Operating
+//
+// [Table.Migrate] creates and upgrades the table from embedded, versioned
+// migrations, and [Table.CheckSchema] says whether it is at this build's
+// [SchemaVersion]. [Table.Stats] reports depth, age, in-flight and dead
+// counts; [Table.Dead] lists the rows the relay gave up on and
+// [Table.Redrive] gives them another round; [Table.Purge] trims finished
+// rows in batches and never deletes a batch its archive hook failed to
+// keep. "warren outbox" runs the same operations from the command line.
+//
+// # Testing
+//
+// Package outbox/outboxtest asserts, inside a test's transaction, what the
+// code under test wrote to the outbox.
+package outbox

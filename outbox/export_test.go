@@ -1,0 +1,3 @@
+package outbox
+
+var StorableJSON = storableJSON

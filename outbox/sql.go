@@ -1,0 +1,93 @@
+package outbox
+
+// statements are the queries that producers and operators run on one
+// outbox table, rendered once with its quoted name. The relay's claim and
+// settle statements live in package relay.
+type statements struct {
+	insert        string
+	stats         string
+	dead          string
+	redrive       string
+	purgeSelect   string
+	purgeDelete   string
+	schemaVersion string
+}
+
+// Columns are the columns [ScanRow] reads, in its order, for a query that
+// selects whole rows (SELECT outbox.Columns FROM …).
+const Columns = `id, event_id, event_type, entity_type, entity_id, workspace_id, project_id,
+	initiator_id, initiator_type, payload, version, extra, created_at, inserted_at, state,
+	available_at, attempts, claims, claimed_by, last_error, finished_at, traceparent, tracestate`
+
+// The insert takes one array per column so a batch is one statement. The
+// NOTIFY rides in the caller's transaction, so it is delivered when (and
+// only if) the rows commit; pg_notify runs once per inserted row and
+// Postgres folds identical notifications of one transaction into one. The
+// trace context ($14, $15) is the caller's, the same for the whole batch.
+const insertSQL = `
+WITH inserted AS (
+	INSERT INTO {table} (event_id, event_type, entity_type, entity_id, workspace_id, project_id,
+		initiator_id, initiator_type, payload, version, extra, created_at, traceparent, tracestate)
+	SELECT e.event_id, e.event_type, e.entity_type, e.entity_id, e.workspace_id, e.project_id,
+		e.initiator_id, e.initiator_type, e.payload::jsonb, e.version, e.extra::jsonb,
+		coalesce(e.created_at, now()), $14::text, $15::text
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+			$7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::timestamptz[])
+		WITH ORDINALITY AS e(event_id, event_type, entity_type, entity_id, workspace_id, project_id,
+			initiator_id, initiator_type, payload, version, extra, created_at, n)
+	ORDER BY e.n
+	ON CONFLICT (event_id) DO NOTHING
+	RETURNING 1
+)
+SELECT count(*) FROM (SELECT pg_notify($13, '') FROM inserted) AS notified`
+
+const statsSQL = `
+SELECT
+	(SELECT count(*) FROM {table} WHERE state = 'pending'),
+	(SELECT count(*) FROM {table} WHERE state = 'pending' AND claimed_by IS NOT NULL AND available_at > now()),
+	(SELECT count(*) FROM {table} WHERE state = 'pending' AND claimed_by IS NULL AND available_at > now()),
+	(SELECT count(*) FROM {table} WHERE state = 'dead'),
+	(SELECT count(*) FROM {table} WHERE state = 'delivered'),
+	(SELECT coalesce(extract(epoch FROM now() - min(inserted_at)), 0)::float8 FROM {table} WHERE state = 'pending')`
+
+// deadFilter is the WHERE clause of Filter; $1 type prefix, $2 entity id,
+// $3 event ids, $4 limit (NULL for none).
+const deadFilter = `state = 'dead'
+	AND ($1 = '' OR starts_with(event_type, $1))
+	AND ($2 = '' OR entity_id = $2)
+	AND (cardinality($3::text[]) = 0 OR event_id = ANY($3::text[]))`
+
+const deadSQL = `SELECT ` + Columns + ` FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4`
+
+const redriveSQL = `
+WITH redriven AS (
+	UPDATE {table} SET state = 'pending', attempts = 0, available_at = now(), finished_at = NULL, claimed_by = NULL
+	WHERE id IN (SELECT id FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4 FOR UPDATE)
+	RETURNING 1
+)
+SELECT count(*) FROM (SELECT pg_notify($5, '') FROM redriven) AS notified`
+
+// The purge locks its batch so that a concurrent Redrive cannot turn a row
+// back to pending between the archive and the delete.
+const purgeSelectSQL = `
+SELECT ` + Columns + ` FROM {table}
+WHERE state = ANY($1::text[]) AND finished_at < $2
+LIMIT $3
+FOR UPDATE SKIP LOCKED`
+
+const purgeDeleteSQL = `DELETE FROM {table} WHERE id = ANY($1::bigint[])`
+
+const schemaVersionSQL = `SELECT coalesce(max(version), 0) FROM {table_migrations}`
+
+func renderStatements(table string) statements {
+	r := func(q string) string { return render(table, q) }
+	return statements{
+		insert:        r(insertSQL),
+		stats:         r(statsSQL),
+		dead:          r(deadSQL),
+		redrive:       r(redriveSQL),
+		purgeSelect:   r(purgeSelectSQL),
+		purgeDelete:   r(purgeDeleteSQL),
+		schemaVersion: r(schemaVersionSQL),
+	}
+}
