@@ -69,7 +69,7 @@ func (c *BaseConsumer) dispose(hctx context.Context, h warren.Handler, j job) Se
 		// The shutdown grace ran out under this handler. Its failure is
 		// ours, not the message's: put it back as it was.
 		c.stats.requeued.Add(1)
-		j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: false})
+		j.acker.settle(ackVerdict{tag: j.d.DeliveryTag, ack: false})
 		s.Disposition = Requeued
 		return s
 	}
@@ -121,7 +121,7 @@ func (c *BaseConsumer) ack(j job, d Disposition) Disposition {
 	case Duplicate:
 		c.stats.duplicates.Add(1)
 	}
-	j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: true})
+	j.acker.settle(ackVerdict{tag: j.d.DeliveryTag, ack: true})
 	return d
 }
 
@@ -236,13 +236,13 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 			}
 		}
 		c.stats.requeued.Add(1)
-		j.acker.settle(settlement{tag: d.DeliveryTag, ack: false})
+		j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: false})
 		return Requeued
 	}
 	c.stats.moved(kind).Add(1)
 	c.log.LogAttrs(hctx, kind.level(), kind.String(),
 		append([]slog.Attr{slog.String("message_id", d.MessageId), slog.String("event_type", d.Type), slog.String("to", queue)}, attrs...)...)
-	j.acker.settle(settlement{tag: d.DeliveryTag, ack: true})
+	j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: true})
 	return kind.disposition()
 }
 
