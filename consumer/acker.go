@@ -7,8 +7,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
-// settlement is a worker's verdict on one delivery of a channel.
-type settlement struct {
+// ackVerdict is a worker's verdict on one delivery of a channel: ack or
+// nack with requeue. (Settlement, exported, is what the observer is told.)
+type ackVerdict struct {
 	tag uint64
 	ack bool // false: nack with requeue
 }
@@ -31,7 +32,7 @@ type settlement struct {
 type acker struct {
 	ch    ackSender
 	log   *slog.Logger
-	in    chan settlement
+	in    chan ackVerdict
 	batch int           // send once this many acks wait (a quarter of the prefetch window)
 	stop  chan struct{} // closed to make run send what is pending and return
 	done  chan struct{} // closed when run returns
@@ -63,7 +64,7 @@ func newAcker(ch ackSender, buffer int, log *slog.Logger) *acker {
 	return &acker{
 		ch:        ch,
 		log:       log,
-		in:        make(chan settlement, buffer),
+		in:        make(chan ackVerdict, buffer),
 		batch:     max(1, buffer/4),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -75,14 +76,14 @@ func newAcker(ch ackSender, buffer int, log *slog.Logger) *acker {
 // settle hands a verdict to the acker. It never blocks once the acker has
 // stopped: a delivery whose channel is gone cannot be settled anyway, and
 // the broker requeues it.
-func (a *acker) settle(s settlement) {
+func (a *acker) settle(s ackVerdict) {
 	select {
 	case a.in <- s:
 	case <-a.done:
 	}
 }
 
-// run applies settlements until stop is closed, then sends what is
+// run applies verdicts until stop is closed, then sends what is
 // pending.
 func (a *acker) run() {
 	defer close(a.done)
@@ -118,7 +119,7 @@ func (a *acker) run() {
 	}
 }
 
-// drain applies every settlement already waiting.
+// drain applies every verdict already waiting.
 func (a *acker) drain() {
 	for {
 		select {
@@ -130,7 +131,7 @@ func (a *acker) drain() {
 	}
 }
 
-// stopAndFlush sends the pending acks and stops the acker. Settlements
+// stopAndFlush sends the pending acks and stops the acker. Verdicts
 // handed over before it is called are sent; later ones are dropped, and
 // their deliveries requeued by the broker when the channel closes.
 func (a *acker) stopAndFlush() {
@@ -138,7 +139,7 @@ func (a *acker) stopAndFlush() {
 	<-a.done
 }
 
-func (a *acker) apply(s settlement) {
+func (a *acker) apply(s ackVerdict) {
 	if s.tag > a.maxSeen {
 		for t := a.maxSeen + 1; t < s.tag; t++ {
 			a.unsettled[t] = struct{}{}

@@ -103,7 +103,7 @@ func runAckerScenario(t *testing.T, n, window, workers int, slow func(tag uint64
 				if ok {
 					b.finished(tag)
 				}
-				a.settle(settlement{tag: tag, ack: ok})
+				a.settle(ackVerdict{tag: tag, ack: ok})
 			}
 		})
 	}
@@ -170,7 +170,7 @@ func TestAckerDoesNotLetASlowMessageHoldTheWindow(t *testing.T) {
 	go func() {
 		<-release
 		b.finished(first)
-		a.settle(settlement{tag: first, ack: true})
+		a.settle(ackVerdict{tag: first, ack: true})
 		close(slowDone)
 	}()
 	// 500 more messages flow through a 32-message window while tag 1 waits.
@@ -180,7 +180,7 @@ func TestAckerDoesNotLetASlowMessageHoldTheWindow(t *testing.T) {
 			t.Fatalf("window stuck behind the slow message: %v", err)
 		}
 		b.finished(tag)
-		a.settle(settlement{tag: tag, ack: true})
+		a.settle(ackVerdict{tag: tag, ack: true})
 	}
 	close(release)
 	<-slowDone

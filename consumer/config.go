@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -175,35 +176,26 @@ var DefaultRetryDelays = []time.Duration{time.Second, 10 * time.Second, time.Min
 var ErrInvalidConfig = errors.New("invalid consumer config")
 
 func (c Config) withDefaults() Config {
-	setDefault(&c.URL, amqpx.DefaultURL)
-	setDefault(&c.Exchange, DefaultExchange)
-	setDefault(&c.Channels, DefaultChannels)
-	setDefault(&c.Prefetch, DefaultPrefetch)
-	setDefault(&c.Workers, DefaultWorkers)
-	setDefault(&c.MessageTTL, DefaultMessageTTL)
-	setDefault(&c.DLQTTL, DefaultDLQTTL)
-	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
-	setDefault(&c.QueueType, Classic)
-	setDefault(&c.ShutdownGrace, DefaultShutdownGrace)
-	setDefault(&c.StuckAfter, DefaultStuckAfter)
-	setDefault(&c.PublishTimeout, DefaultPublishTimeout)
-	setDefault(&c.MaxBodyBytes, DefaultMaxBodyBytes)
-	setDefault(&c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
+	c.URL = cmp.Or(c.URL, amqpx.DefaultURL)
+	c.Exchange = cmp.Or(c.Exchange, DefaultExchange)
+	c.Channels = cmp.Or(c.Channels, DefaultChannels)
+	c.Prefetch = cmp.Or(c.Prefetch, DefaultPrefetch)
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.MessageTTL = cmp.Or(c.MessageTTL, DefaultMessageTTL)
+	c.DLQTTL = cmp.Or(c.DLQTTL, DefaultDLQTTL)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.QueueType = cmp.Or(c.QueueType, Classic)
+	c.ShutdownGrace = cmp.Or(c.ShutdownGrace, DefaultShutdownGrace)
+	c.StuckAfter = cmp.Or(c.StuckAfter, DefaultStuckAfter)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.MaxBodyBytes = cmp.Or(c.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.ReconnectMaxDelay = cmp.Or(c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
 	if len(c.RetryDelays) == 0 {
 		c.RetryDelays = DefaultRetryDelays
 	}
 	c.RetryDelays = slices.Clone(c.RetryDelays)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
-}
-
-func setDefault[T comparable](field *T, value T) {
-	var zero T
-	if *field == zero {
-		*field = value
-	}
 }
 
 func (c Config) validate() error {

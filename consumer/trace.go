@@ -5,7 +5,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
@@ -22,30 +21,19 @@ const tracerName = "github.com/warrenmq/warren/consumer"
 // handler's outcome. Without a traceparent header and a tracer it costs
 // one map lookup.
 func (c *BaseConsumer) traceHandler(ctx context.Context, d amqp.Delivery, m *warren.Message) (_ context.Context, end func(warren.Outcome, error)) {
-	if traceParent, _ := d.Headers[tracecontext.TraceParentHeader].(string); traceParent != "" {
-		traceState, _ := d.Headers[tracecontext.TraceStateHeader].(string)
-		ctx = tracecontext.ContextWithRemote(ctx, traceParent, traceState)
-	}
+	ctx = tracecontext.Extract(ctx, d.Headers)
 	if c.tracer == nil {
 		return ctx, func(warren.Outcome, error) {}
 	}
-	ctx, span := c.tracer.Start(ctx, "process "+c.topo.Queue,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "rabbitmq"),
-			attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", c.topo.Queue),
-			attribute.String("messaging.rabbitmq.destination.routing_key", d.RoutingKey),
-			attribute.String("messaging.message.id", m.Event.ID),
-			attribute.String("warren.event.type", m.Event.Type),
-			attribute.Int("warren.attempt", m.Attempt),
-		))
+	ctx, span := tracecontext.StartSpan(ctx, c.tracer, "process", trace.SpanKindConsumer,
+		tracecontext.Messaging{Operation: "process", Destination: c.topo.Queue, RoutingKey: d.RoutingKey, MessageID: m.Event.ID},
+		attribute.String("warren.event.type", m.Event.Type),
+		attribute.Int("warren.attempt", m.Attempt))
 	return ctx, func(outcome warren.Outcome, err error) {
 		span.SetAttributes(attribute.String("warren.outcome", outcome.String()))
-		if outcome == warren.OutcomeRetry || outcome == warren.OutcomePermanent {
-			span.RecordError(err)
-			span.SetStatus(codes.Error, err.Error())
+		if outcome != warren.OutcomeRetry && outcome != warren.OutcomePermanent {
+			err = nil // a skip or a duplicate is no failure
 		}
-		span.End()
+		tracecontext.EndSpan(span, err)
 	}
 }

@@ -153,7 +153,7 @@ func (c *BaseConsumer) act(hctx context.Context, j job, v decision) Settlement {
 		c.ack(j, v.Disposition)
 	case Requeued:
 		c.stats.requeued.Add(1)
-		j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: false})
+		j.acker.settle(ackVerdict{tag: j.d.DeliveryTag, ack: false})
 	case Retried:
 		s.Disposition = c.republish(hctx, j, v.queue, v.headers, movedRetry,
 			slog.Duration("delay", v.delay), slog.Int("attempt", v.attempt), slog.Any("error", v.err))
@@ -182,7 +182,7 @@ func (c *BaseConsumer) ack(j job, d Disposition) Disposition {
 	case Duplicate:
 		c.stats.duplicates.Add(1)
 	}
-	j.acker.settle(settlement{tag: j.d.DeliveryTag, ack: true})
+	j.acker.settle(ackVerdict{tag: j.d.DeliveryTag, ack: true})
 	return d
 }
 
@@ -287,13 +287,13 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 			}
 		}
 		c.stats.requeued.Add(1)
-		j.acker.settle(settlement{tag: d.DeliveryTag, ack: false})
+		j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: false})
 		return Requeued
 	}
 	c.stats.moved(kind).Add(1)
 	c.log.LogAttrs(hctx, kind.level(), kind.String(),
 		append([]slog.Attr{slog.String("message_id", d.MessageId), slog.String("event_type", d.Type), slog.String("to", queue)}, attrs...)...)
-	j.acker.settle(settlement{tag: d.DeliveryTag, ack: true})
+	j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: true})
 	return kind.disposition()
 }
 

@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/warrenmq/warren/dedup"
@@ -14,7 +15,10 @@ import (
 // middleware.Dedup does this for each message.
 func Example() {
 	ctx := context.Background()
-	store := memory.New(memory.Config{Retention: 7 * 24 * time.Hour})
+	store, err := memory.New(memory.Config{Retention: 7 * 24 * time.Hour})
+	if err != nil {
+		log.Fatal(err)
+	}
 
 	first, _ := store.Claim(ctx, "webhook:evt-1", time.Minute)
 	second, _ := store.Claim(ctx, "webhook:evt-1", time.Minute)

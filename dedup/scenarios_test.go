@@ -11,7 +11,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dedup"
-	"github.com/warrenmq/warren/dedup/memory"
 	"github.com/warrenmq/warren/dedup/postgres"
 	"github.com/warrenmq/warren/dedup/redis"
 	"github.com/warrenmq/warren/internal/testenv"
@@ -28,7 +27,7 @@ type backend struct {
 var backends = []backend{
 	{"memory", func(t *testing.T, n int) []dedup.Store {
 		// One process's memory: the replicas share the store.
-		s := memory.New(memory.Config{})
+		s := testenv.MemoryStore(t)
 		stores := make([]dedup.Store, n)
 		for i := range stores {
 			stores[i] = s

@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,18 +131,10 @@ func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
 	if _, ok := store.(dedup.Transactor); opts.Transactional && !ok {
 		panic(fmt.Sprintf("middleware: Dedup: Transactional needs a store that implements dedup.Transactor; %T does not", store))
 	}
-	if d.opts.Lease == 0 {
-		d.opts.Lease = DefaultLease
-	}
-	if d.opts.BusyDelay == 0 {
-		d.opts.BusyDelay = DefaultBusyDelay
-	}
-	if d.opts.StoreTimeout == 0 {
-		d.opts.StoreTimeout = DefaultStoreTimeout
-	}
-	if d.opts.UnavailableDelay == 0 {
-		d.opts.UnavailableDelay = DefaultUnavailableDelay
-	}
+	d.opts.Lease = cmp.Or(d.opts.Lease, DefaultLease)
+	d.opts.BusyDelay = cmp.Or(d.opts.BusyDelay, DefaultBusyDelay)
+	d.opts.StoreTimeout = cmp.Or(d.opts.StoreTimeout, DefaultStoreTimeout)
+	d.opts.UnavailableDelay = cmp.Or(d.opts.UnavailableDelay, DefaultUnavailableDelay)
 	if d.opts.Key == nil {
 		d.opts.Key = DefaultKey
 	}
@@ -299,10 +292,7 @@ func (d *deduper) release(ctx context.Context, m *warren.Message, c dedup.Claim)
 }
 
 func (d *deduper) log(ctx context.Context, level slog.Level, msg string, m *warren.Message, key string, err error) {
-	logger := d.opts.Logger
-	if logger == nil {
-		logger = slog.Default()
-	}
+	logger := cmp.Or(d.opts.Logger, slog.Default())
 	logger.LogAttrs(ctx, level, msg,
 		slog.String("event_id", m.Event.ID),
 		slog.String("consumer", m.Consumer),

@@ -13,6 +13,7 @@ import (
 	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/dedup/deduptest"
 	"github.com/warrenmq/warren/dedup/memory"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
 )
 
@@ -26,7 +27,7 @@ func outcomeOf(err error) warren.Outcome {
 }
 
 func TestDedupNamespacesKeysByConsumer(t *testing.T) {
-	store := memory.New(memory.Config{})
+	store := testenv.MemoryStore(t)
 	runs := map[string]int{}
 	h := middleware.Dedup(store, middleware.DedupOptions{})(warren.HandlerFunc(func(_ context.Context, m *warren.Message) error {
 		runs[m.Consumer]++
@@ -44,7 +45,7 @@ func TestDedupNamespacesKeysByConsumer(t *testing.T) {
 }
 
 func TestDedupCustomKey(t *testing.T) {
-	store := memory.New(memory.Config{})
+	store := testenv.MemoryStore(t)
 	byEventOnly := middleware.DedupOptions{Key: func(m *warren.Message) string { return "global:" + m.Event.ID }}
 	h := middleware.Dedup(store, byEventOnly)(returning(nil))
 	if err := h.Handle(context.Background(), msg("webhook", "e1")); err != nil {
@@ -60,7 +61,7 @@ func TestDedupCustomKey(t *testing.T) {
 }
 
 func TestDedupWithoutConsumerOrEventIDFailsPermanently(t *testing.T) {
-	h := middleware.Dedup(memory.New(memory.Config{}), middleware.DedupOptions{})(returning(nil))
+	h := middleware.Dedup(testenv.MemoryStore(t), middleware.DedupOptions{})(returning(nil))
 	for _, m := range []*warren.Message{msg("", "e1"), msg("webhook", "")} {
 		err := h.Handle(context.Background(), m)
 		if outcomeOf(err) != warren.OutcomePermanent || !strings.Contains(err.Error(), "no key") {
@@ -84,7 +85,7 @@ func TestDedupSettlesByOutcome(t *testing.T) {
 		{warren.Permanent(errors.New("400")), dedup.Acquired},
 		{warren.Defer(time.Second, "later"), dedup.Acquired},
 	} {
-		store := memory.New(memory.Config{})
+		store := testenv.MemoryStore(t)
 		err := middleware.Dedup(store, middleware.DedupOptions{})(returning(tc.err)).Handle(context.Background(), msg("c", "e"))
 		if err != tc.err {
 			t.Errorf("Dedup changed the handler's error %v into %v", tc.err, err)
@@ -96,7 +97,7 @@ func TestDedupSettlesByOutcome(t *testing.T) {
 }
 
 func TestDedupBusyDefersWithoutRunning(t *testing.T) {
-	store := memory.New(memory.Config{})
+	store := testenv.MemoryStore(t)
 	if _, err := store.Claim(context.Background(), "c:e", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,7 @@ func TestDedupBusyDefersWithoutRunning(t *testing.T) {
 // A panicking handler's key is freed on the way out, so its retry runs at
 // once instead of waiting out the lease.
 func TestDedupReleasesOnPanic(t *testing.T) {
-	store := memory.New(memory.Config{})
+	store := testenv.MemoryStore(t)
 	h := middleware.Chain(middleware.Recover(), middleware.Dedup(store, middleware.DedupOptions{}))(panicking("bug"))
 	if err := h.Handle(context.Background(), msg("c", "e")); outcomeOf(err) != warren.OutcomeRetry {
 		t.Fatalf("panic = %v, want retry", err)
@@ -127,7 +128,7 @@ func TestDedupReleasesOnPanic(t *testing.T) {
 // The consumer's context ends (shutdown) while the handler runs: the key is
 // still released, on a context of its own.
 func TestDedupReleasesAfterCancellation(t *testing.T) {
-	store := memory.New(memory.Config{})
+	store := testenv.MemoryStore(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	h := middleware.Dedup(store, middleware.DedupOptions{})(warren.HandlerFunc(func(ctx context.Context, _ *warren.Message) error {
 		cancel()
@@ -184,7 +185,7 @@ func TestDedupStoreErrors(t *testing.T) {
 
 	t.Run("claim fails closed", func(t *testing.T) {
 		ran = 0
-		s := &faultyStore{Store: memory.New(memory.Config{}), claimErr: down}
+		s := &faultyStore{Store: testenv.MemoryStore(t), claimErr: down}
 		health := warren.NewDependency("dedup")
 		mw := middleware.Dedup(s, middleware.DedupOptions{UnavailableDelay: time.Minute, Health: health})
 		err := mw(counting).Handle(context.Background(), msg("c", "e"))
@@ -207,7 +208,7 @@ func TestDedupStoreErrors(t *testing.T) {
 	})
 	t.Run("claim fails open when told", func(t *testing.T) {
 		ran = 0
-		s := &faultyStore{Store: memory.New(memory.Config{}), claimErr: down}
+		s := &faultyStore{Store: testenv.MemoryStore(t), claimErr: down}
 		logger, logs := jsonLogger()
 		err := middleware.Dedup(s, middleware.DedupOptions{FailOpen: true, Logger: logger})(counting).Handle(context.Background(), msg("c", "e"))
 		if err != nil || ran != 1 || !strings.Contains(logs.String(), `"level":"WARN"`) {
@@ -216,7 +217,7 @@ func TestDedupStoreErrors(t *testing.T) {
 	})
 	t.Run("complete fails", func(t *testing.T) {
 		for _, completeErr := range []error{down, dedup.ErrLeaseLost} {
-			s := &faultyStore{Store: memory.New(memory.Config{}), completeErr: completeErr}
+			s := &faultyStore{Store: testenv.MemoryStore(t), completeErr: completeErr}
 			logger, logs := jsonLogger()
 			err := middleware.Dedup(s, middleware.DedupOptions{Logger: logger})(returning(nil)).Handle(context.Background(), msg("c", "e"))
 			if err != nil {
@@ -228,7 +229,7 @@ func TestDedupStoreErrors(t *testing.T) {
 		}
 	})
 	t.Run("release fails", func(t *testing.T) {
-		s := &faultyStore{Store: memory.New(memory.Config{}), releaseErr: down}
+		s := &faultyStore{Store: testenv.MemoryStore(t), releaseErr: down}
 		logger, logs := jsonLogger()
 		handlerErr := errors.New("503")
 		err := middleware.Dedup(s, middleware.DedupOptions{Logger: logger})(returning(handlerErr)).Handle(context.Background(), msg("c", "e"))
@@ -238,7 +239,7 @@ func TestDedupStoreErrors(t *testing.T) {
 	})
 	t.Run("unknown result", func(t *testing.T) {
 		ran = 0
-		s := &faultyStore{Store: memory.New(memory.Config{}), claimResult: 42}
+		s := &faultyStore{Store: testenv.MemoryStore(t), claimResult: 42}
 		err := middleware.Dedup(s, middleware.DedupOptions{})(counting).Handle(context.Background(), msg("c", "e"))
 		if outcomeOf(err) != warren.OutcomeRetry || ran != 0 {
 			t.Errorf("unknown claim result: %v, ran %d; want a retry without running", err, ran)
@@ -266,14 +267,14 @@ func (s *txStore) WithinTx(ctx context.Context, c dedup.Claim, fn func(context.C
 
 func TestDedupTransactional(t *testing.T) {
 	t.Run("skip commits", func(t *testing.T) {
-		s := &txStore{Store: memory.New(memory.Config{})}
+		s := &txStore{Store: testenv.MemoryStore(t)}
 		err := middleware.Dedup(s, middleware.DedupOptions{Transactional: true})(returning(warren.Skip("no"))).Handle(context.Background(), msg("c", "e"))
 		if outcomeOf(err) != warren.OutcomeSkipped || deduptest.State(t, s, "c:e") != dedup.Done {
 			t.Errorf("skip in a transaction: %v, key %v; want skipped and done", err, deduptest.State(t, s, "c:e"))
 		}
 	})
 	t.Run("failure releases", func(t *testing.T) {
-		s := &txStore{Store: memory.New(memory.Config{})}
+		s := &txStore{Store: testenv.MemoryStore(t)}
 		handlerErr := warren.Permanent(errors.New("400"))
 		err := middleware.Dedup(s, middleware.DedupOptions{Transactional: true})(returning(handlerErr)).Handle(context.Background(), msg("c", "e"))
 		if err != handlerErr || deduptest.State(t, s, "c:e") != dedup.Acquired {
@@ -281,14 +282,14 @@ func TestDedupTransactional(t *testing.T) {
 		}
 	})
 	t.Run("lease lost is a retry", func(t *testing.T) {
-		s := &txStore{Store: memory.New(memory.Config{}), commitErr: dedup.ErrLeaseLost}
+		s := &txStore{Store: testenv.MemoryStore(t), commitErr: dedup.ErrLeaseLost}
 		err := middleware.Dedup(s, middleware.DedupOptions{Transactional: true})(returning(nil)).Handle(context.Background(), msg("c", "e"))
 		if outcomeOf(err) != warren.OutcomeRetry || !errors.Is(err, dedup.ErrLeaseLost) {
 			t.Errorf("lease lost at commit: %v, want a retry matching ErrLeaseLost", err)
 		}
 	})
 	t.Run("commit failure releases and retries", func(t *testing.T) {
-		s := &txStore{Store: memory.New(memory.Config{}), commitErr: errors.New("connection reset during COMMIT")}
+		s := &txStore{Store: testenv.MemoryStore(t), commitErr: errors.New("connection reset during COMMIT")}
 		err := middleware.Dedup(s, middleware.DedupOptions{Transactional: true})(returning(nil)).Handle(context.Background(), msg("c", "e"))
 		if outcomeOf(err) != warren.OutcomeRetry || deduptest.State(t, s, "c:e") != dedup.Acquired {
 			t.Errorf("commit failure: %v; want a retry and a free key", err)
@@ -298,16 +299,16 @@ func TestDedupTransactional(t *testing.T) {
 
 func TestDedupRejectsMisconfiguration(t *testing.T) {
 	mustPanic(t, "nil store", func() { middleware.Dedup(nil, middleware.DedupOptions{}) })
-	mustPanic(t, "negative duration", func() { middleware.Dedup(memory.New(memory.Config{}), middleware.DedupOptions{Lease: -time.Second}) })
+	mustPanic(t, "negative duration", func() { middleware.Dedup(testenv.MemoryStore(t), middleware.DedupOptions{Lease: -time.Second}) })
 	mustPanic(t, "does not", func() {
-		middleware.Dedup(memory.New(memory.Config{}), middleware.DedupOptions{Transactional: true})
+		middleware.Dedup(testenv.MemoryStore(t), middleware.DedupOptions{Transactional: true})
 	})
 }
 
 // Consumer "billing:eu" with event "42" and consumer "billing" with event
 // "eu:42" are different events of different consumers: both must run.
 func TestDedupKeysOfAmbiguousNamesDoNotCollide(t *testing.T) {
-	store := memory.New(memory.Config{})
+	store := testenv.MemoryStore(t)
 	ran := 0
 	h := middleware.Dedup(store, middleware.DedupOptions{})(warren.HandlerFunc(func(context.Context, *warren.Message) error {
 		ran++

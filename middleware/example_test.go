@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
 	"time"
@@ -16,7 +17,10 @@ import (
 // The stock middleware in the recommended order, around a handler. Every
 // delivery's outcome comes back as an error warren.Classify understands.
 func ExampleChain() {
-	store := memory.New(memory.Config{}) // dedup/postgres or dedup/redis in a service with replicas
+	store, err := memory.New(memory.Config{}) // dedup/postgres or dedup/redis in a service with replicas
+	if err != nil {
+		log.Fatal(err)
+	}
 	handler := middleware.Chain(
 		middleware.Recover(),
 		middleware.PrefixFilter("workitem."),
@@ -126,7 +130,10 @@ func ExampleLogging() {
 // Dedup with a handler that fails once: the failure frees the event's key,
 // so the retry runs the handler, and a later redelivery is a duplicate.
 func ExampleDedup() {
-	store := memory.New(memory.Config{})
+	store, err := memory.New(memory.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
 	handler := middleware.Dedup(store, middleware.DedupOptions{})(warren.HandlerFunc(func(_ context.Context, m *warren.Message) error {
 		if m.Attempt == 1 {
 			return errors.New("downstream unavailable")

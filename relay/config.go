@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -166,34 +167,25 @@ const MaxBatchSize = 10000
 var ErrInvalidConfig = errors.New("invalid relay config")
 
 func (c Config) withDefaults() Config {
-	setDefault(&c.AMQPURL, amqpx.DefaultURL)
-	setDefault(&c.Exchange, DefaultExchange)
-	setDefault(&c.Table, outbox.DefaultTable)
-	setDefault(&c.Name, defaultName())
-	setDefault(&c.BatchSize, DefaultBatchSize)
-	setDefault(&c.Workers, DefaultWorkers)
-	setDefault(&c.Lease, DefaultLease)
-	setDefault(&c.PublishTimeout, DefaultPublishTimeout)
-	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
-	setDefault(&c.RetryMin, DefaultRetryMin)
-	setDefault(&c.RetryMax, DefaultRetryMax)
-	setDefault(&c.PollMin, DefaultPollMin)
-	setDefault(&c.PollMax, DefaultPollMax)
-	setDefault(&c.MaxInFlight, c.BatchSize*c.Workers)
-	setDefault(&c.MaxMessageBytes, DefaultMaxMessageBytes)
-	setDefault(&c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
-	setDefault(&c.StatsInterval, DefaultStatsInterval)
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.AMQPURL = cmp.Or(c.AMQPURL, amqpx.DefaultURL)
+	c.Exchange = cmp.Or(c.Exchange, DefaultExchange)
+	c.Table = cmp.Or(c.Table, outbox.DefaultTable)
+	c.Name = cmp.Or(c.Name, defaultName())
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.Lease = cmp.Or(c.Lease, DefaultLease)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.RetryMin = cmp.Or(c.RetryMin, DefaultRetryMin)
+	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
+	c.PollMin = cmp.Or(c.PollMin, DefaultPollMin)
+	c.PollMax = cmp.Or(c.PollMax, DefaultPollMax)
+	c.MaxInFlight = cmp.Or(c.MaxInFlight, c.BatchSize*c.Workers)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
+	c.ReconnectMaxDelay = cmp.Or(c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
+	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
-}
-
-func setDefault[T comparable](field *T, value T) {
-	var zero T
-	if *field == zero {
-		*field = value
-	}
 }
 
 func defaultName() string {

@@ -37,8 +37,8 @@ type Health struct {
 	StuckWorkers int `json:"stuck_workers,omitempty"`
 }
 
-// health is the state Health reads, written by the relay's goroutines.
-type health struct {
+// healthState is the state Health reads, written by the relay's goroutines.
+type healthState struct {
 	running    atomic.Bool
 	brokerUp   atomic.Bool
 	block      amqpx.BlockState // of the current broker connection
@@ -48,8 +48,8 @@ type health struct {
 	stuckAfter time.Duration
 }
 
-func newHealth(cfg Config) *health {
-	return &health{
+func newHealth(cfg Config) *healthState {
+	return &healthState{
 		beats: make([]atomic.Int64, cfg.Workers),
 		// The longest a healthy loop can take: a claim (Lease/2), a
 		// publish (PublishTimeout) and a settle that retries until the
@@ -58,7 +58,7 @@ func newHealth(cfg Config) *health {
 	}
 }
 
-func (h *health) claimed(ok bool) {
+func (h *healthState) claimed(ok bool) {
 	h.claimOK.Store(ok)
 	if ok {
 		h.lastClaim.Store(time.Now().UnixNano())

@@ -34,7 +34,7 @@ type Relay struct {
 	wake     wakeup
 	running  atomic.Bool
 	hooks    hooks
-	health   *health
+	health   *healthState
 	tracer   trace.Tracer // nil without Config.TracerProvider
 }
 

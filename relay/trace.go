@@ -5,7 +5,6 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren/internal/tracecontext"
@@ -25,33 +24,12 @@ func (r *Relay) traceMessage(ctx context.Context, c claimed, msg *amqp.Publishin
 	end = func(error) {}
 	if r.tracer != nil {
 		parent := tracecontext.ContextWithRemote(ctx, traceParent, traceState)
-		_, span := r.tracer.Start(parent, "publish "+r.cfg.Exchange,
-			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(
-				attribute.String("messaging.system", "rabbitmq"),
-				attribute.String("messaging.operation.type", "send"),
-				attribute.String("messaging.destination.name", r.cfg.Exchange),
-				attribute.String("messaging.rabbitmq.destination.routing_key", c.Event.Type),
-				attribute.String("messaging.message.id", c.Event.ID),
-				attribute.Int("warren.outbox.attempt", c.Attempts),
-			))
+		_, span := tracecontext.StartSpan(parent, r.tracer, "publish", trace.SpanKindProducer,
+			tracecontext.Messaging{Operation: "send", Destination: r.cfg.Exchange, RoutingKey: c.Event.Type, MessageID: c.Event.ID},
+			attribute.Int("warren.outbox.attempt", c.Attempts))
 		traceParent, traceState = tracecontext.Format(span.SpanContext())
-		end = func(err error) {
-			if err != nil {
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
-			}
-			span.End()
-		}
+		end = func(err error) { tracecontext.EndSpan(span, err) }
 	}
-	if traceParent != "" {
-		if msg.Headers == nil {
-			msg.Headers = amqp.Table{}
-		}
-		msg.Headers[tracecontext.TraceParentHeader] = traceParent
-		if traceState != "" {
-			msg.Headers[tracecontext.TraceStateHeader] = traceState
-		}
-	}
+	msg.Headers = tracecontext.Inject(msg.Headers, traceParent, traceState)
 	return end
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warrenmq/warren/dedup"
-	"github.com/warrenmq/warren/dedup/memory"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/warrenprom"
 )
 
@@ -25,11 +25,11 @@ func TestInstrumentKeepsTransactor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := dm.Instrument(memory.New(memory.Config{}), "c1")
+	plain := dm.Instrument(testenv.MemoryStore(t), "c1")
 	if _, ok := plain.(dedup.Transactor); ok {
 		t.Error("an instrumented memory store claims to be a Transactor")
 	}
-	tx := dm.Instrument(txStore{memory.New(memory.Config{})}, "c2")
+	tx := dm.Instrument(txStore{testenv.MemoryStore(t)}, "c2")
 	if _, ok := tx.(dedup.Transactor); !ok {
 		t.Error("an instrumented Transactor store lost WithinTx")
 	}
@@ -43,7 +43,7 @@ func TestDedupClaimResults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := dm.Instrument(memory.New(memory.Config{}), "c1")
+	store := dm.Instrument(testenv.MemoryStore(t), "c1")
 	ctx := context.Background()
 	first, err := store.Claim(ctx, "k1", time.Minute) // acquired
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warrenmq/warren/consumer"
-	"github.com/warrenmq/warren/dedup/memory"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/warrenprom"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
@@ -34,7 +34,7 @@ func exported(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dm.Instrument(memory.New(memory.Config{}), "c")
+	dm.Instrument(testenv.MemoryStore(t), "c")
 	if _, err := warrenprom.NewQueueDepths(reg, warrenprom.QueueDepthOptions{}, consumer.TopologyFor(consumer.Config{Name: "c"})); err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	c.Use(middleware.Dedup(dm.Instrument(memory.New(memory.Config{}), "webhook"), middleware.DedupOptions{}))
+	store, err := memory.New(memory.Config{}) // dedup/postgres or dedup/redis in a service with replicas
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Use(middleware.Dedup(dm.Instrument(store, "webhook"), middleware.DedupOptions{}))
 	c.HandleFunc("workitem.", func(ctx context.Context, m *warren.Message) error { return nil })
 
 	depths, err := warrenprom.NewQueueDepths(reg, warrenprom.QueueDepthOptions{}, c.Topology())
@@ -59,7 +63,11 @@ func ExampleDedupMetrics_Instrument() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	store := dm.Instrument(memory.New(memory.Config{}), "webhook")
+	mem, err := memory.New(memory.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	store := dm.Instrument(mem, "webhook")
 	ctx := context.Background()
 	first, _ := store.Claim(ctx, "webhook:ev-1", time.Minute)
 	store.Complete(ctx, first)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
-	"github.com/warrenmq/warren/dedup/memory"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/middleware"
@@ -74,7 +73,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Use(middleware.Dedup(dm.Instrument(memory.New(memory.Config{}), name), middleware.DedupOptions{}))
+	c.Use(middleware.Dedup(dm.Instrument(testenv.MemoryStore(t), name), middleware.DedupOptions{}))
 	c.HandleFunc("ok.", func(context.Context, *warren.Message) error { return nil })
 	c.HandleFunc("bad.", func(context.Context, *warren.Message) error {
 		return warren.Permanent(errors.New("refused by the test"))

@@ -1,6 +1,7 @@
 package warrenprom
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,21 +66,13 @@ func NewQueueDepths(reg prometheus.Registerer, opts QueueDepthOptions, topologie
 	if len(topologies) == 0 {
 		return nil, errors.New("warrenprom: NewQueueDepths: no topology to poll")
 	}
-	if opts.URL == "" {
-		opts.URL = amqpx.DefaultURL
-	}
-	if opts.Interval == 0 {
-		opts.Interval = DefaultPollInterval
-	}
+	opts.URL = cmp.Or(opts.URL, amqpx.DefaultURL)
+	opts.Interval = cmp.Or(opts.Interval, DefaultPollInterval)
 	if opts.Interval < 0 {
 		return nil, fmt.Errorf("warrenprom: NewQueueDepths: negative Interval %v", opts.Interval)
 	}
-	if opts.Name == "" {
-		opts.Name = "warren queue depths@" + amqpx.Hostname()
-	}
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
+	opts.Name = cmp.Or(opts.Name, "warren queue depths@"+amqpx.Hostname())
+	opts.Logger = cmp.Or(opts.Logger, slog.Default())
 	q := &QueueDepths{
 		opts: opts,
 		messages: promreg.GaugeVec("warren_queue_messages",

@@ -4,12 +4,14 @@ package main
 // printing for humans and scripts.
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -275,25 +277,105 @@ func when(t, now time.Time) string {
 	return fmt.Sprintf("%s (%s)", t.UTC().Format(time.RFC3339), age(t, now))
 }
 
-// pickSub finds the subcommand args[0] names among subs. With no arguments
-// or an unknown name it returns a usage error listing the names; for a help
-// request it prints the verb's usage and returns flag.ErrHelp.
-func pickSub[S any](env *cliEnv, args []string, subs []S, name func(*S) string, usage func(io.Writer)) (*S, error) {
-	names := make([]string, len(subs))
-	for i := range subs {
-		names[i] = name(&subs[i])
+// subcommand is one verb of a command that has several (warren dlq ls,
+// warren outbox stats): its help, its flags, which fill the command's
+// options O, and its run, which gets the command's call C once the command
+// has connected.
+type subcommand[O, C any] struct {
+	name     string
+	args     string // what follows the flags in the synopsis
+	summary  string
+	about    string // the help's description paragraph
+	examples []string
+	flags    func(fs *flagSet, o *O) // nil: the command's common flags only
+	// changes marks subcommands that alter what they operate on: the
+	// command asks for confirmation first.
+	changes bool
+	run     func(ctx context.Context, c C) error
+}
+
+// subcommands is a command made of verbs: the table each command declares,
+// and the one way every such command picks a verb and parses its flags.
+type subcommands[O, C any] struct {
+	command  string                  // the command's name, as in "warren dlq"
+	synopsis string                  // what every verb's usage line shows before [flags]
+	common   func(fs *flagSet, o *O) // the flags every verb takes
+	usage    func(w io.Writer)       // the command's help, listing the verbs; nil: the plain list
+	verbs    []subcommand[O, C]
+}
+
+// parsedVerb is a verb with its flags parsed.
+type parsedVerb[O, C any] struct {
+	verb *subcommand[O, C]
+	opts *O
+	fs   *flagSet // to ask which flags were set
+	args []string // the positional arguments
+}
+
+// parse finds the verb args[0] names and parses the rest of args into its
+// options. With no arguments or an unknown verb it returns a usage error
+// listing the verbs; for a help request it prints the command's or the
+// verb's usage and returns flag.ErrHelp.
+func (s *subcommands[O, C]) parse(env *cliEnv, args []string) (*parsedVerb[O, C], error) {
+	names := make([]string, len(s.verbs))
+	for i := range s.verbs {
+		names[i] = s.verbs[i].name
 	}
 	if len(args) == 0 {
 		return nil, usagef("missing subcommand (%s)", strings.Join(names, ", "))
 	}
 	if isHelp(args[0]) {
-		usage(env.stdout)
+		s.printUsage(env.stdout)
 		return nil, flag.ErrHelp
 	}
-	for i := range subs {
-		if names[i] == args[0] {
-			return &subs[i], nil
-		}
+	i := slices.Index(names, args[0])
+	if i < 0 {
+		return nil, usagef("unknown subcommand %q (want %s)", args[0], strings.Join(names, ", "))
 	}
-	return nil, usagef("unknown subcommand %q (want %s)", args[0], strings.Join(names, ", "))
+	p := &parsedVerb[O, C]{verb: &s.verbs[i], opts: new(O), fs: newFlagSet()}
+	if s.common != nil {
+		s.common(p.fs, p.opts)
+	}
+	if p.verb.flags != nil {
+		p.verb.flags(p.fs, p.opts)
+	}
+	var err error
+	p.args, err = p.fs.parse(args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		s.printVerbUsage(env.stdout, p.verb, p.fs)
+		return nil, err
+	}
+	if err != nil {
+		return nil, usagef("%s: %v", p.verb.name, err)
+	}
+	return p, nil
+}
+
+func (s *subcommands[O, C]) printUsage(w io.Writer) {
+	if s.usage != nil {
+		s.usage(w)
+		return
+	}
+	fmt.Fprintf(w, "Usage: warren %s <subcommand> [flags]\n\nSubcommands:\n", s.command)
+	for _, v := range s.verbs {
+		fmt.Fprintf(w, "  %-8s %s\n", v.name, v.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'warren %s <subcommand> --help' for a subcommand's flags.\n", s.command)
+}
+
+func (s *subcommands[O, C]) printVerbUsage(w io.Writer, v *subcommand[O, C], fs *flagSet) {
+	fmt.Fprintf(w, "Usage: warren %s %s", s.command, v.name)
+	if s.synopsis != "" {
+		fmt.Fprintf(w, " %s", s.synopsis)
+	}
+	fmt.Fprint(w, " [flags]")
+	if v.args != "" {
+		fmt.Fprintf(w, " %s", v.args)
+	}
+	fmt.Fprintf(w, "\n\n%s\n\nFlags:\n", wrap(v.about, 78))
+	fs.printDefaults(w)
+	fmt.Fprintln(w, "\nExamples:")
+	for _, e := range v.examples {
+		fmt.Fprintf(w, "  %s\n", e)
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -19,16 +18,11 @@ import (
 )
 
 // dlqSub is one `warren dlq` subcommand.
-type dlqSub struct {
-	name     string
-	args     string // what follows the flags in the synopsis
-	summary  string
-	about    string // the help's description paragraph
-	examples []string
-	flags    func(fs *flagSet, o *dlqOptions)
-	// changes marks subcommands that alter queues: they confirm first.
-	changes bool
-	run     func(ctx context.Context, c *dlqCall) error
+type dlqSub = subcommand[dlqOptions, *dlqCall]
+
+// dlqVerbs are `warren dlq`'s subcommands: each names the dead-letter queue.
+var dlqVerbs = &subcommands[dlqOptions, *dlqCall]{
+	command: "dlq", synopsis: "--queue NAME", common: func(fs *flagSet, o *dlqOptions) { o.commonFlags(fs) }, usage: printDLQUsage, verbs: dlqSubs,
 }
 
 var dlqSubs = []dlqSub{
@@ -208,23 +202,12 @@ type dlqCall struct {
 }
 
 func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
-	sub, err := pickSub(env, args, dlqSubs, func(s *dlqSub) string { return s.name }, printDLQUsage)
+	p, err := dlqVerbs.parse(env, args)
 	if err != nil {
 		return err
 	}
-	o := &dlqOptions{}
-	fs := newFlagSet()
-	o.commonFlags(fs)
-	sub.flags(fs, o)
-	positional, err := fs.parse(args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		printSubUsage(env.stdout, sub, fs)
-		return err
-	}
-	if err != nil {
-		return usagef("%s: %v", sub.name, err)
-	}
-	call := &dlqCall{env: env, sub: sub, opts: o, fs: fs, args: positional}
+	o := p.opts
+	call := &dlqCall{env: env, sub: p.verb, opts: o, fs: p.fs, args: p.args}
 	if err := call.validate(); err != nil {
 		return err
 	}

@@ -53,16 +53,3 @@ command line was wrong.
 Run 'warren dlq <subcommand> --help' for a subcommand's flags.
 `, redact.URL(amqpx.DefaultURL), classNames())
 }
-
-func printSubUsage(w io.Writer, s *dlqSub, fs *flagSet) {
-	fmt.Fprintf(w, "Usage: warren dlq %s --queue NAME [flags]", s.name)
-	if s.args != "" {
-		fmt.Fprintf(w, " %s", s.args)
-	}
-	fmt.Fprintf(w, "\n\n%s\n\nFlags:\n", wrap(s.about, 78))
-	fs.printDefaults(w)
-	fmt.Fprintln(w, "\nExamples:")
-	for _, e := range s.examples {
-		fmt.Fprintf(w, "  %s\n", e)
-	}
-}

@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,11 +24,12 @@ const defaultOutboxDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmod
 var outboxCommand = command{name: "outbox", summary: "migrate, inspect, redrive and purge the outbox table", run: runOutbox}
 
 // outboxSub is one `warren outbox` subcommand.
-type outboxSub struct {
-	name, summary, about string
-	examples             []string
-	flags                func(fs *flagSet, o *outboxOptions)
-	run                  func(ctx context.Context, c *outboxCall) error
+type outboxSub = subcommand[outboxOptions, *outboxCall]
+
+// outboxVerbs are `warren outbox`'s subcommands: each names the database
+// and the table.
+var outboxVerbs = &subcommands[outboxOptions, *outboxCall]{
+	command: "outbox", common: func(fs *flagSet, o *outboxOptions) { o.db.register(fs) }, usage: printOutboxUsage, verbs: outboxSubs,
 }
 
 var outboxSubs = []outboxSub{
@@ -197,31 +196,13 @@ type outboxCall struct {
 }
 
 func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
-	sub, err := pickSub(env, args, outboxSubs, func(s *outboxSub) string { return s.name }, printOutboxUsage)
+	p, err := outboxVerbs.parse(env, args)
 	if err != nil {
 		return err
 	}
-	o := &outboxOptions{}
-	fs := newFlagSet()
-	o.db.register(fs)
-	if sub.flags != nil {
-		sub.flags(fs, o)
-	}
-	rest, err := fs.parse(args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintf(env.stdout, "Usage: warren outbox %s [flags]\n\n%s\n\nFlags:\n", sub.name, wrap(sub.about, 78))
-		fs.printDefaults(env.stdout)
-		fmt.Fprintln(env.stdout, "\nExamples:")
-		for _, ex := range sub.examples {
-			fmt.Fprintf(env.stdout, "  %s\n", ex)
-		}
-		return err
-	}
-	if err != nil {
-		return usagef("%s: %v", sub.name, err)
-	}
-	if len(rest) > 0 {
-		return usagef("%s: unexpected argument %q", sub.name, rest[0])
+	sub, o := p.verb, p.opts
+	if len(p.args) > 0 {
+		return usagef("%s: unexpected argument %q", sub.name, p.args[0])
 	}
 	if err := o.validate(sub.name); err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -83,31 +82,41 @@ func (o *relayRunOptions) config(env *cliEnv) relay.Config {
 	}
 }
 
+// relayVerbs are `warren relay`'s subcommands: run, for now.
+var relayVerbs = &subcommands[relayRunOptions, *relayRun]{
+	command: "relay", common: func(fs *flagSet, o *relayRunOptions) { o.register(fs) },
+	verbs: []subcommand[relayRunOptions, *relayRun]{{
+		name: "run", summary: "move events from the outbox table to the broker until stopped",
+		about: "Move events from the outbox table to the broker until SIGINT or SIGTERM: claim due rows (FOR UPDATE SKIP LOCKED, with a lease), publish them with publisher confirms and mandatory routing, and delete each row (or mark it delivered) only after the broker confirmed it. Run as many relays on one table as you like. On a stop, publishes in flight finish and unpublished claims are released. Losing the broker or the database is waited out with backoff; rows wait. With --health-addr, /healthz answers 200 while the relay runs and no worker is stuck, /readyz 200 while it can claim and publish, and /metrics serves the relay and outbox metrics (docs/alerts.md).\n\nPasswords are never printed. Exit status: 0 after a graceful stop; 1 the relay could not run (e.g. the table is missing: run 'warren outbox migrate'); 2 the command line was wrong.",
+		examples: []string{
+			"warren relay run --migrate",
+			"DATABASE_URL=postgres://app@db/app AMQP_URL=amqp://app@mq/ warren relay run --exchange app.events",
+			"warren relay run --table orders_outbox --keep-delivered --order-by-entity",
+			"warren relay run --health-addr :9464     (probes and Prometheus scrape it)",
+		},
+		run: runRelayRun,
+	}},
+}
+
+// relayRun is one run of 'warren relay run', with flags parsed.
+type relayRun struct {
+	env  *cliEnv
+	opts *relayRunOptions
+}
+
 func runRelay(ctx context.Context, env *cliEnv, args []string) error {
-	if len(args) == 0 {
-		return usagef("missing subcommand (run)")
-	}
-	if isHelp(args[0]) {
-		printRelayUsage(env.stdout, nil)
-		return flag.ErrHelp
-	}
-	if args[0] != "run" {
-		return usagef("unknown subcommand %q (want run)", args[0])
-	}
-	var o relayRunOptions
-	fs := newFlagSet()
-	o.register(fs)
-	rest, err := fs.parse(args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		printRelayUsage(env.stdout, fs)
+	p, err := relayVerbs.parse(env, args)
+	if err != nil {
 		return err
 	}
-	if err != nil {
-		return usagef("run: %v", err)
+	if len(p.args) > 0 {
+		return usagef("%s: unexpected argument %q", p.verb.name, p.args[0])
 	}
-	if len(rest) > 0 {
-		return usagef("run: unexpected argument %q", rest[0])
-	}
+	return p.verb.run(ctx, &relayRun{env: env, opts: p.opts})
+}
+
+func runRelayRun(ctx context.Context, c *relayRun) error {
+	o, env := c.opts, c.env
 	cfg := o.config(env)
 	var reg *prometheus.Registry
 	if o.healthAddr != "" {
@@ -182,37 +191,4 @@ func migrateBeforeRun(ctx context.Context, db *outboxDBFlags, out io.Writer) err
 	}
 	fmt.Fprintf(out, "outbox %s at schema version %d\n", res.Table, res.To)
 	return nil
-}
-
-func printRelayUsage(w io.Writer, fs *flagSet) {
-	fmt.Fprint(w, `Usage: warren relay run [flags]
-
-Move events from the outbox table to the broker until SIGINT or SIGTERM: claim
-due rows (FOR UPDATE SKIP LOCKED, with a lease), publish them with publisher
-confirms and mandatory routing, and delete each row (or mark it delivered) only
-after the broker confirmed it. Run as many relays on one table as you like.
-On a stop, publishes in flight finish and unpublished claims are released.
-Losing the broker or the database is waited out with backoff; rows wait.
-With --health-addr, /healthz answers 200 while the relay runs and no worker
-is stuck, /readyz 200 while it can claim and publish, and /metrics serves
-the relay and outbox metrics (docs/alerts.md).
-
-`)
-	if fs == nil {
-		fs = newFlagSet()
-		new(relayRunOptions).register(fs)
-	}
-	fmt.Fprintln(w, "Flags:")
-	fs.printDefaults(w)
-	fmt.Fprint(w, `
-Examples:
-  warren relay run --migrate
-  DATABASE_URL=postgres://app@db/app AMQP_URL=amqp://app@mq/ warren relay run --exchange app.events
-  warren relay run --table orders_outbox --keep-delivered --order-by-entity
-  warren relay run --health-addr :9464     (probes and Prometheus scrape it)
-
-Passwords are never printed. Exit status: 0 after a graceful stop; 1 the relay
-could not run (e.g. the table is missing: run 'warren outbox migrate'); 2 the
-command line was wrong.
-`)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/warrenmq/warren"
@@ -61,7 +62,11 @@ func ExampleDeliver_skip() {
 func ExampleDeliver_duplicate() {
 	calls := 0
 	c := newBilling(func(ctx context.Context, m *warren.Message) error { calls++; return nil })
-	c.Use(middleware.Dedup(memory.New(memory.Config{}), middleware.DedupOptions{}))
+	store, err := memory.New(memory.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.Use(middleware.Dedup(store, middleware.DedupOptions{}))
 
 	ctx := context.Background()
 	first := consumertest.Deliver(ctx, c, consumertest.Delivery{Event: invoicePaid})

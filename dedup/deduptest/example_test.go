@@ -14,7 +14,11 @@ import (
 func ExampleRun() {
 	_ = func(t *testing.T) {
 		deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
-			return memory.New(memory.Config{Retention: retention})
+			s, err := memory.New(memory.Config{Retention: retention})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -43,15 +44,13 @@ type entry struct {
 
 var _ dedup.Store = (*Store)(nil)
 
-// New returns an empty store. It panics if cfg.Retention is negative.
-func New(cfg Config) *Store {
+// New returns an empty store, or an error if cfg.Retention is negative.
+func New(cfg Config) (*Store, error) {
 	if cfg.Retention < 0 {
-		panic(fmt.Sprintf("dedup/memory: negative retention %v", cfg.Retention))
+		return nil, fmt.Errorf("dedup/memory: negative retention %v", cfg.Retention)
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
-	return &Store{retention: cfg.Retention, entries: map[string]entry{}}
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
+	return &Store{retention: cfg.Retention, entries: map[string]entry{}}, nil
 }
 
 // Claim implements [dedup.Store].

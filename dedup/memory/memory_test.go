@@ -11,15 +11,16 @@ import (
 
 func TestConformance(t *testing.T) {
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
-		return memory.New(memory.Config{Retention: retention})
+		s, err := memory.New(memory.Config{Retention: retention})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
 	})
 }
 
 func TestNewRejectsNegativeRetention(t *testing.T) {
-	defer func() {
-		if recover() == nil {
-			t.Error("New with a negative retention did not panic")
-		}
-	}()
-	memory.New(memory.Config{Retention: -time.Second})
+	if s, err := memory.New(memory.Config{Retention: -time.Second}); err == nil || s != nil {
+		t.Errorf("New with a negative retention = %v, %v; want an error", s, err)
+	}
 }

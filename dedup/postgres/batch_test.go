@@ -30,7 +30,7 @@ func newBatchStore(t *testing.T) batchStore {
 	t.Helper()
 	table := testenv.Name(t, "dd")
 	testenv.DropTables(t, table)
-	s, err := New(testenv.PgPool(t), Config{Table: table, MaxBatchesInFlight: 1})
+	s, err := New(testenv.PgPool(t), Config{Table: table, Batching: dedup.Batching{MaxBatchesInFlight: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestConformanceUnbatched(t *testing.T) {
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
 		table := testenv.Name(t, "dd")
 		testenv.DropTables(t, table)
-		s, err := New(testenv.PgPool(t), Config{Table: table, Retention: retention, MaxBatch: 1})
+		s, err := New(testenv.PgPool(t), Config{Table: table, Retention: retention, Batching: dedup.Batching{MaxBatch: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -495,10 +495,10 @@ CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[2]s FOR EACH ROW EXECUTE FUNC
 // session of the server shares: MaxBatch is bounded.
 func TestMaxBatchIsBounded(t *testing.T) {
 	pool := testenv.PgPool(t)
-	if _, err := New(pool, Config{MaxBatch: maxBatchLimit}); err != nil {
+	if _, err := New(pool, Config{Batching: dedup.Batching{MaxBatch: maxBatchLimit}}); err != nil {
 		t.Errorf("New rejected MaxBatch %d: %v", maxBatchLimit, err)
 	}
-	for _, bad := range []Config{{MaxBatch: maxBatchLimit + 1}, {MaxBatch: -1}, {MaxBatchesInFlight: -1}} {
+	for _, bad := range []Config{{Batching: dedup.Batching{MaxBatch: maxBatchLimit + 1}}, {Batching: dedup.Batching{MaxBatch: -1}}, {Batching: dedup.Batching{MaxBatchesInFlight: -1}}} {
 		if _, err := New(pool, bad); err == nil {
 			t.Errorf("New accepted %+v", bad)
 		}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -37,23 +38,15 @@ type Config struct {
 	// Default 1000.
 	PurgeBatch int
 
-	// MaxBatch is how many calls (claims, completions, releases) from
-	// concurrent goroutines one batch may carry. Calls that arrive while
-	// batches are in flight wait and go out together in the next one: one
-	// round trip and one transaction, which commits once for all of them.
-	// A call that finds the store idle goes out at once, alone. 1 turns
-	// batching off: every call is its own statement, sent at once, as many
-	// at a time as the pool allows. Default 128, at most 1024: a batch
-	// takes a transaction-level advisory lock per key, and Postgres's
-	// shared lock table (max_locks_per_transaction × max_connections,
-	// 6,400 by default) must hold them beside every other session's.
-	MaxBatch int
-
-	// MaxBatchesInFlight is how many batches may be in flight at once,
-	// each on a connection of the pool; unused when MaxBatch is 1. One
-	// batch in flight lets the next grow while the last commits, which
-	// measured fastest. Default 1.
-	MaxBatchesInFlight int
+	// Batching: a batch is one round trip and one transaction, which
+	// commits once for all its calls. Default MaxBatch 128, at most 1024:
+	// a batch takes a transaction-level advisory lock per key, and
+	// Postgres's shared lock table (max_locks_per_transaction ×
+	// max_connections, 6,400 by default) must hold them beside every other
+	// session's. Each batch in flight takes a connection of the pool;
+	// default MaxBatchesInFlight 1: one batch in flight lets the next grow
+	// while the last commits, which measured fastest.
+	dedup.Batching
 
 	// CallTimeout bounds each statement [Store.WithinTx] runs of its own —
 	// the begin, the done-mark with the commit, a rollback — so that a
@@ -127,33 +120,20 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("dedup/postgres: nil pool")
 	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
+	cfg.Table = cmp.Or(cfg.Table, DefaultTable)
+	if cfg.Retention < 0 || cfg.PurgeBatch < 0 || cfg.CallTimeout < 0 {
+		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v), PurgeBatch (%d) or CallTimeout (%v)",
+			cfg.Retention, cfg.PurgeBatch, cfg.CallTimeout)
 	}
-	if cfg.Retention < 0 || cfg.PurgeBatch < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 || cfg.CallTimeout < 0 {
-		return nil, fmt.Errorf("dedup/postgres: negative Retention (%v), PurgeBatch (%d), MaxBatch (%d), MaxBatchesInFlight (%d) or CallTimeout (%v)",
-			cfg.Retention, cfg.PurgeBatch, cfg.MaxBatch, cfg.MaxBatchesInFlight, cfg.CallTimeout)
-	}
-	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = DefaultCallTimeout
-	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
+	cfg.CallTimeout = cmp.Or(cfg.CallTimeout, DefaultCallTimeout)
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	if cfg.Retention < time.Millisecond {
 		return nil, fmt.Errorf("dedup/postgres: retention %v is below the store's 1ms resolution", cfg.Retention)
 	}
-	if cfg.PurgeBatch == 0 {
-		cfg.PurgeBatch = DefaultPurgeBatch
-	}
-	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	if cfg.MaxBatch > maxBatchLimit {
-		return nil, fmt.Errorf("dedup/postgres: MaxBatch %d is above %d", cfg.MaxBatch, maxBatchLimit)
-	}
-	if cfg.MaxBatchesInFlight == 0 {
-		cfg.MaxBatchesInFlight = DefaultMaxBatchesInFlight
+	cfg.PurgeBatch = cmp.Or(cfg.PurgeBatch, DefaultPurgeBatch)
+	batching, err := coalesce.Configure("dedup/postgres", cfg.Batching, dedup.Batching{MaxBatch: DefaultMaxBatch, MaxBatchesInFlight: DefaultMaxBatchesInFlight}, maxBatchLimit)
+	if err != nil {
+		return nil, err
 	}
 	table, index, err := quoteTable(cfg.Table)
 	if err != nil {
@@ -190,8 +170,7 @@ ON CONFLICT (key) DO UPDATE SET` + completeSet
 	SELECT key FROM ` + table + ` WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
 	s.renderBatchSQL(table)
 	s.lockClass = lockClass(table)
-	if cfg.MaxBatch > 1 {
-		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendBatch)
+	if s.batcher = coalesce.NewFor(batching, s.sendBatch); s.batcher != nil {
 		s.batcher.Abandoned = coalesce.Undo(s.sendBatch, s.releaseOfAbandoned)
 	}
 	return s, nil

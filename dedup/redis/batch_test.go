@@ -99,7 +99,7 @@ func newRecordedStore(t *testing.T, rec *pipelineRecorder) (*Store, *goredis.Cli
 	testenv.DeleteRedisKeysOnCleanup(t, prefix)
 	rdb := testenv.RedisClient(t, "dedup-batch")
 	rdb.AddHook(rec)
-	s, err := New(rdb, Config{Prefix: prefix, MaxBatchesInFlight: 1})
+	s, err := New(rdb, Config{Prefix: prefix, Batching: dedup.Batching{MaxBatchesInFlight: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestConformanceUnbatched(t *testing.T) {
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
 		prefix := testenv.Name(t, "dd") + ":"
 		testenv.DeleteRedisKeysOnCleanup(t, prefix)
-		s, err := New(testenv.RedisClient(t, "dedup-unbatched"), Config{Prefix: prefix, Retention: retention, MaxBatch: 1})
+		s, err := New(testenv.RedisClient(t, "dedup-unbatched"), Config{Prefix: prefix, Retention: retention, Batching: dedup.Batching{MaxBatch: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -133,7 +133,7 @@ func testClusterPipelineAcrossSlots(t *testing.T, client *goredis.ClusterClient)
 	ctx := context.Background()
 	rec := &pipelineRecorder{hold: make(chan struct{}), held: make(chan struct{})}
 	client.AddHook(rec)
-	s, err := New(client, Config{MaxBatchesInFlight: 1})
+	s, err := New(client, Config{Batching: dedup.Batching{MaxBatchesInFlight: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

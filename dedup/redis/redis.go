@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -24,18 +25,9 @@ type Config struct {
 	// Retention is how long a completed key stays done. Default 7 days.
 	Retention time.Duration
 
-	// MaxBatch is how many calls (claims, completions, releases) from
-	// concurrent goroutines one pipeline may carry. Calls that arrive
-	// while pipelines are in flight wait and go out together in the next
-	// one, so many workers share round trips; a call that finds the store
-	// idle goes out at once, alone. 1 turns batching off: every call is
-	// sent at once on its own, as many at a time as the client's pool
-	// allows. Default 128.
-	MaxBatch int
-
-	// MaxBatchesInFlight is how many pipelines may be in flight at once;
-	// unused when MaxBatch is 1. Default 2.
-	MaxBatchesInFlight int
+	// Batching: a batch is one pipeline, each call in it still its own
+	// atomic script. Default MaxBatch 128, MaxBatchesInFlight 2.
+	dedup.Batching
 }
 
 // Defaults of [Config].
@@ -61,30 +53,23 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("dedup/redis: nil client")
 	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
+	cfg.Prefix = cmp.Or(cfg.Prefix, DefaultPrefix)
 	if strings.ContainsAny(cfg.Prefix, "{}") {
 		return nil, fmt.Errorf("dedup/redis: prefix %q contains a brace; the hash tag is the store's", cfg.Prefix)
 	}
-	if cfg.Retention < 0 || cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 {
-		return nil, fmt.Errorf("dedup/redis: negative Retention (%v), MaxBatch (%d) or MaxBatchesInFlight (%d)", cfg.Retention, cfg.MaxBatch, cfg.MaxBatchesInFlight)
+	if cfg.Retention < 0 {
+		return nil, fmt.Errorf("dedup/redis: negative Retention (%v)", cfg.Retention)
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
+	cfg.Retention = cmp.Or(cfg.Retention, DefaultRetention)
 	if cfg.Retention < time.Millisecond {
 		return nil, fmt.Errorf("dedup/redis: retention %v is below Redis's 1ms resolution", cfg.Retention)
 	}
-	if cfg.MaxBatch == 0 {
-		cfg.MaxBatch = DefaultMaxBatch
-	}
-	if cfg.MaxBatchesInFlight == 0 {
-		cfg.MaxBatchesInFlight = DefaultMaxBatchesInFlight
+	batching, err := coalesce.Configure("dedup/redis", cfg.Batching, dedup.Batching{MaxBatch: DefaultMaxBatch, MaxBatchesInFlight: DefaultMaxBatchesInFlight}, 0)
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{client: client, prefix: cfg.Prefix, retention: cfg.Retention}
-	if cfg.MaxBatch > 1 {
-		s.batcher = coalesce.New(cfg.MaxBatch, cfg.MaxBatchesInFlight, s.sendPipeline)
+	if s.batcher = coalesce.NewFor(batching, s.sendPipeline); s.batcher != nil {
 		s.batcher.Abandoned = coalesce.Undo(s.sendPipeline, releaseOfAbandoned)
 	}
 	return s, nil

@@ -51,6 +51,8 @@ func TestNewValidates(t *testing.T) {
 		"negative retention":  {Retention: -time.Second},
 		"sub-ms retention":    {Retention: time.Microsecond},
 		"closing brace alone": {Prefix: "app}:"},
+		"negative MaxBatch":   {Batching: dedup.Batching{MaxBatch: -1}},
+		"negative in flight":  {Batching: dedup.Batching{MaxBatchesInFlight: -1}},
 	} {
 		if _, err := redis.New(rdb, cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)

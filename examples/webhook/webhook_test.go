@@ -11,7 +11,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
-	"github.com/warrenmq/warren/dedup/memory"
 	dedupredis "github.com/warrenmq/warren/dedup/redis"
 	"github.com/warrenmq/warren/internal/testenv"
 )
@@ -66,7 +65,7 @@ func newService(t *testing.T, urls ...string) *Service {
 	for _, u := range urls {
 		eps = append(eps, Endpoint{URL: u})
 	}
-	s, err := New(Config{Consumer: consumer.Config{Name: "hooks"}, Endpoints: eps, Secret: []byte("k"), Timeout: time.Second, Lease: time.Minute}, memory.New(memory.Config{}))
+	s, err := New(Config{Consumer: consumer.Config{Name: "hooks"}, Endpoints: eps, Secret: []byte("k"), Timeout: time.Second, Lease: time.Minute}, testenv.MemoryStore(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +122,7 @@ func TestDeliverDeadLettersWhenOnlyRefusalsRemain(t *testing.T) {
 
 func TestDeliverSkipsEventsNoEndpointWants(t *testing.T) {
 	e := &endpoint{}
-	s, err := New(Config{Endpoints: []Endpoint{{URL: e.server(t).URL, Prefixes: []string{"label."}}}, Secret: []byte("k")}, memory.New(memory.Config{}))
+	s, err := New(Config{Endpoints: []Endpoint{{URL: e.server(t).URL, Prefixes: []string{"label."}}}, Secret: []byte("k")}, testenv.MemoryStore(t))
 	if err != nil {
 		t.Fatal(err)
 	}

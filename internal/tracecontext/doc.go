@@ -6,6 +6,7 @@
 // It depends on OpenTelemetry's trace API only, not on the otel package
 // with its global providers nor on its propagation package (which pulls
 // net/http in), so the relay and the consumer carry trace context at the
-// cost of a few string operations. See
+// cost of a few string operations. It also starts and ends the relay's
+// and the consumer's messaging spans, so both describe a message alike. See
 // docs/adr/observability-trace-propagation.md.
 package tracecontext

@@ -109,3 +109,22 @@ func FuzzAgreesWithOpenTelemetry(f *testing.F) {
 		}
 	})
 }
+
+// Inject writes what Extract reads, and leaves headers alone when there is
+// no trace to carry.
+func TestInjectExtract(t *testing.T) {
+	if h := tracecontext.Inject(nil, "", "k=v"); h != nil {
+		t.Errorf("Inject without a traceparent made headers %v", h)
+	}
+	h := tracecontext.Inject(nil, validParent, "")
+	if _, ok := h[tracecontext.TraceStateHeader]; ok || h[tracecontext.TraceParentHeader] != validParent {
+		t.Fatalf("Inject = %v, want the traceparent alone", h)
+	}
+	sc := trace.SpanContextFromContext(tracecontext.Extract(context.Background(), h))
+	if got, _ := tracecontext.Format(sc); got != validParent || !sc.IsRemote() {
+		t.Errorf("Extract found %q (remote %v), want %q", got, sc.IsRemote(), validParent)
+	}
+	if sc := trace.SpanContextFromContext(tracecontext.Extract(context.Background(), map[string]any{"traceparent": 42})); sc.IsValid() {
+		t.Errorf("Extract took a non-string traceparent: %v", sc)
+	}
+}

@@ -1,6 +1,7 @@
 package coalesce
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/warrenmq/warren/dedup"
 )
 
 // Send answers one batch: it must set the answer of every item (the items
@@ -54,6 +57,30 @@ type waiter[T any] struct {
 // maxInFlight below 1 count as 1; maxBatch 1 turns batching off.
 func New[T any](maxBatch, maxInFlight int, send Send[T]) *Batcher[T] {
 	return &Batcher[T]{send: send, maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1)}
+}
+
+// Configure fills cfg's zero fields from def and checks it: no field may be
+// negative, nor MaxBatch above limit (0: no limit). The error names the
+// store (its package, e.g. "dedup/redis"). The stores call it from New.
+func Configure(store string, cfg, def dedup.Batching, limit int) (dedup.Batching, error) {
+	if cfg.MaxBatch < 0 || cfg.MaxBatchesInFlight < 0 {
+		return cfg, fmt.Errorf("%s: negative MaxBatch (%d) or MaxBatchesInFlight (%d)", store, cfg.MaxBatch, cfg.MaxBatchesInFlight)
+	}
+	cfg.MaxBatch = cmp.Or(cfg.MaxBatch, def.MaxBatch)
+	cfg.MaxBatchesInFlight = cmp.Or(cfg.MaxBatchesInFlight, def.MaxBatchesInFlight)
+	if limit > 0 && cfg.MaxBatch > limit {
+		return cfg, fmt.Errorf("%s: MaxBatch %d is above %d", store, cfg.MaxBatch, limit)
+	}
+	return cfg, nil
+}
+
+// NewFor returns the batcher cfg (filled by Configure) asks for, or nil
+// when cfg.MaxBatch is 1: batching is off and each call goes out alone.
+func NewFor[T any](cfg dedup.Batching, send Send[T]) *Batcher[T] {
+	if cfg.MaxBatch <= 1 {
+		return nil
+	}
+	return New(cfg.MaxBatch, cfg.MaxBatchesInFlight, send)
 }
 
 // Do adds item to the next batch and returns once the batch has been

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -396,4 +397,25 @@ func equalBatches(got, want [][]int) bool {
 		}
 	}
 	return true
+}
+
+// Configure fills the store's defaults into the zero fields and refuses
+// negative sizes and a MaxBatch above the store's bound.
+func TestConfigure(t *testing.T) {
+	def := dedup.Batching{MaxBatch: 128, MaxBatchesInFlight: 2}
+	got, err := Configure("dedup/test", dedup.Batching{MaxBatchesInFlight: 5}, def, 1024)
+	if want := (dedup.Batching{MaxBatch: 128, MaxBatchesInFlight: 5}); err != nil || got != want {
+		t.Errorf("Configure = %+v, %v; want %+v", got, err, want)
+	}
+	for _, bad := range []dedup.Batching{{MaxBatch: -1}, {MaxBatchesInFlight: -1}, {MaxBatch: 1025}} {
+		if _, err := Configure("dedup/test", bad, def, 1024); err == nil || !strings.HasPrefix(err.Error(), "dedup/test: ") {
+			t.Errorf("Configure(%+v) = %v, want an error naming the store", bad, err)
+		}
+	}
+	if _, err := Configure("dedup/test", dedup.Batching{MaxBatch: 5000}, def, 0); err != nil {
+		t.Errorf("Configure with no limit refused MaxBatch 5000: %v", err)
+	}
+	if NewFor(dedup.Batching{MaxBatch: 1}, func(context.Context, []*call) {}) != nil {
+		t.Error("NewFor made a batcher for MaxBatch 1 (batching off)")
+	}
 }
