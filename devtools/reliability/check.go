@@ -508,10 +508,11 @@ func (h *harness) faultTimes(kind faultKind) []time.Time {
 // a delivery at-least-once across these, by design: the POST and the
 // done-mark cannot be one atomic step.
 const (
-	causeRedisRestart = "Redis restart between the deliveries forgot the done-mark"
-	causePosterKilled = "the replica was killed after the receiver's 200 and before the done-mark; the redelivery re-posted once the lease ended"
-	causePosterFrozen = "the replica was frozen past its lease after the receiver's 200; another replica took the event over"
-	causeRedisStalled = "Redis was stalled or down when the done-mark was due after the receiver's 200"
+	causeRedisRestart  = "Redis restart between the deliveries forgot the done-mark"
+	causePosterKilled  = "the replica was killed after the receiver's 200 and before the done-mark; the redelivery re-posted once the lease ended"
+	causeSenderTimeout = "the slow receiver accepted just as the sender's timeout fired; the sender saw a failure and retried"
+	causePosterFrozen  = "the replica was frozen past its lease after the receiver's 200; another replica took the event over"
+	causeRedisStalled  = "Redis was stalled or down when the done-mark was due after the receiver's 200"
 )
 
 // explainDuplicate finds, for each repeated acceptance, a fault that
@@ -534,6 +535,13 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 				found = append(found, causeRedisRestart)
 				break
 			}
+		}
+		if prev.held >= senderTimeout-time.Second {
+			// The receiver counts a delivery only if the request is still
+			// open when it answers, but it learns of the client's timeout
+			// only once the closed connection is read: an answer held to
+			// about the timeout can be counted though the sender gave up.
+			found = append(found, causeSenderTimeout)
 		}
 		for _, k := range killsOf(kills, prev.poster) {
 			// Complete follows the 200 within milliseconds, or within its

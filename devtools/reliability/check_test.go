@@ -53,6 +53,21 @@ func TestExplainDuplicate(t *testing.T) {
 	}
 }
 
+// A receiver that held its answer to about the sender's timeout may count
+// a delivery the sender saw time out and retried; one answered in time
+// explains nothing.
+func TestExplainDuplicateOfAnAnswerHeldToTheSendersTimeout(t *testing.T) {
+	for _, c := range []struct {
+		held time.Duration
+		want string
+	}{{10*time.Second + 40*time.Millisecond, causeSenderTimeout}, {9500 * time.Millisecond, causeSenderTimeout}, {3 * time.Second, ""}} {
+		twice := []acceptance{{at: at(10), poster: "webhook-a", held: c.held}, {at: at(11), poster: "webhook-b"}}
+		if got, _ := explainDuplicate(twice, nil, nil, nil, nil); got != c.want {
+			t.Errorf("held %v: cause %q, want %q", c.held, got, c.want)
+		}
+	}
+}
+
 func TestExplainDuplicateNeedsEveryRepeatExplained(t *testing.T) {
 	thrice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}, {at: at(80), poster: "webhook-a"}}
 	kills := map[string][]time.Time{"webhook-a": {at(10.01)}}

@@ -39,6 +39,9 @@ const (
 	// automationLease is the automation's dedup lease (middleware's
 	// DefaultLease; the command does not change it).
 	automationLease = 5 * time.Minute
+	// senderTimeout is the webhook's timeout for one POST (webhook.Config's
+	// default; the command does not change it).
+	senderTimeout = 10 * time.Second
 	// longestRetryTier is how long an event that failed its first attempts
 	// (a receiver answering 503 through several faults) may wait in the
 	// consumers' last retry tier; the examples keep the default tiers. The

@@ -14,7 +14,8 @@ import (
 // acceptance is one delivery the receiver answered 2xx.
 type acceptance struct {
 	at     time.Time
-	poster string // the webhook replica that posted it
+	poster string        // the webhook replica that posted it
+	held   time.Duration // how long a slow receiver held the answer back
 }
 
 // receiver is the webhook endpoint and the ledger of the webhook's effect:
@@ -130,7 +131,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	at := time.Now()
 	r.mu.Lock()
-	r.accepted[id] = append(r.accepted[id], acceptance{at: at, poster: posterFrom(req.Context())})
+	r.accepted[id] = append(r.accepted[id], acceptance{at: at, poster: posterFrom(req.Context()), held: delay})
 	if _, ok := r.events[id]; !ok && decodeErr == nil {
 		r.events[id] = ev
 	}
