@@ -30,6 +30,7 @@ services:
 # Short fuzzing of the decoders that read hostile input.
 fuzz:
 	go test -run='^$$' -fuzz=FuzzDecodeEvent -fuzztime=30s .
+	go test -run='^$$' -fuzz=FuzzParseMetadata -fuzztime=30s ./dlq/
 
 # Fault injection on private RabbitMQ, Postgres and Redis instances (never
 # the shared ones): kills, broker and database faults and stalls, a memory
