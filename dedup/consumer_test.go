@@ -88,15 +88,7 @@ func runReplicated(t *testing.T, b backend, transactional bool) {
 				return nil
 			})
 			running = append(running, c)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- c.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("consumer: %v", err)
-				}
-			})
+			testenv.RunInBackground(t, c.Run)
 		}
 	}
 	testenv.WaitFor(t, 60*time.Second, "every replica to consume", func() bool {

@@ -61,15 +61,7 @@ func startOutageConsumer(t *testing.T, store dedup.Store, opts middleware.DedupO
 		o.mu.Unlock()
 		return nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	})
+	testenv.RunInBackground(t, c.Run)
 	testenv.WaitFor(t, 15*time.Second, "the consumer to be ready", func() bool { return c.Health().Ready })
 	return o
 }

@@ -27,19 +27,7 @@ func TestTransactionalBeginOnStalledPostgresIsBounded(t *testing.T) {
 		Transactional: true, StoreTimeout: time.Second, Health: health,
 	})(warren.HandlerFunc(func(context.Context, *warren.Message) error { ran = true; return nil }))
 
-	result := make(chan error, 1)
-	go func() {
-		result <- h.Handle(context.Background(), &warren.Message{Consumer: "c", Event: warren.Event{ID: testenv.Name(t, "evt")}})
-	}()
-	var err error
-	testenv.WaitFor(t, 30*time.Second, "the delivery to return on the stalled store", func() bool {
-		select {
-		case err = <-result:
-			return true
-		default:
-			return false
-		}
-	})
+	err := handleOnStalledStore(t, h)
 	if outcome, delay := warren.Classify(err); outcome != warren.OutcomeDeferred || !errors.Is(err, warren.ErrUnavailable) || delay == 0 {
 		t.Errorf("delivery = %v after %v (%v), want deferred as unavailable", outcome, delay, err)
 	}
@@ -81,6 +69,20 @@ func TestTransactionalCommitOnStalledPostgresIsBounded(t *testing.T) {
 		return nil
 	}))
 
+	err := handleOnStalledStore(t, h)
+	if outcome, _ := warren.Classify(err); outcome != warren.OutcomeRetry {
+		t.Errorf("delivery = %v (%v), want a retry", outcome, err)
+	}
+	if st := health.State(); st.Up {
+		t.Errorf("health %+v while the store stalls, want down", st)
+	}
+}
+
+// handleOnStalledStore runs one delivery through h and returns its error,
+// failing t if it has not returned within 30s: a store call without a
+// deadline hangs there.
+func handleOnStalledStore(t *testing.T, h warren.Handler) error {
+	t.Helper()
 	result := make(chan error, 1)
 	go func() {
 		result <- h.Handle(context.Background(), &warren.Message{Consumer: "c", Event: warren.Event{ID: testenv.Name(t, "evt")}})
@@ -94,10 +96,5 @@ func TestTransactionalCommitOnStalledPostgresIsBounded(t *testing.T) {
 			return false
 		}
 	})
-	if outcome, _ := warren.Classify(err); outcome != warren.OutcomeRetry {
-		t.Errorf("delivery = %v (%v), want a retry", outcome, err)
-	}
-	if st := health.State(); st.Up {
-		t.Errorf("health %+v while the store stalls, want down", st)
-	}
+	return err
 }

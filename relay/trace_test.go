@@ -34,15 +34,7 @@ func traced(t *testing.T, e *env, tp trace.TracerProvider) (<-chan trace.SpanCon
 		seen <- trace.SpanContextFromContext(ctx)
 		return nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("consumer: %v", err)
-		}
-	})
+	testenv.RunInBackground(t, c.Run)
 	testenv.WaitFor(t, 60*time.Second, "the consumer to be ready", func() bool { return c.Health().Ready })
 	return seen, c
 }

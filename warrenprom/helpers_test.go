@@ -1,14 +1,12 @@
 package warrenprom_test
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -137,23 +135,6 @@ func startConsumer(t *testing.T, c *consumer.BaseConsumer) {
 	topo := c.Topology()
 	testenv.CleanupQueues(t, topo.Queues()...)
 	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
-	runInBackground(t, c.Run)
+	testenv.RunInBackground(t, c.Run)
 	testenv.WaitFor(t, 60*time.Second, "the consumer to be ready", func() bool { return c.Health().Ready })
-}
-
-// runInBackground runs run until t ends, then cancels it, waits for it and
-// reports its error.
-func runInBackground(t *testing.T, run func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	var err error
-	wg.Go(func() { err = run(ctx) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		if err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
 }

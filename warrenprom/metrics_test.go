@@ -87,7 +87,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runInBackground(t, queues.Run)
+	testenv.RunInBackground(t, queues.Run)
 
 	r, err := relay.New(relay.Config{
 		Pool: pool, AMQPURL: testenv.AMQPURL(t), Exchange: exchange, Table: table, Name: testenv.Name(t, "relay"),
@@ -100,7 +100,7 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runInBackground(t, r.Run)
+	testenv.RunInBackground(t, r.Run)
 
 	var evs []warren.Event
 	for i := range done {

@@ -225,3 +225,19 @@ func CloseConnections(t testing.TB, match string) int {
 	}
 	return closed
 }
+
+// RunInBackground runs run (a consumer's or a relay's Run) until t ends,
+// then cancels its context, waits for it to return and fails t if it
+// returned an error.
+func RunInBackground(t testing.TB, run func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+}
