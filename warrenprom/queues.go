@@ -138,17 +138,17 @@ func (q *QueueDepths) pollUntilLost(ctx context.Context, conn *amqp.Connection) 
 	defer t.Stop()
 	for {
 		for _, w := range q.queues {
-			if ch == nil {
-				var err error
-				if ch, err = conn.Channel(); err != nil {
-					return fmt.Errorf("open channel: %w", err)
-				}
-			}
-			// Bounded by ctx and the interval: a broker that stops
-			// answering must neither hang Run's stop nor freeze the gauges.
+			// Bounded by ctx and the interval, the channel's opening too: a
+			// broker that stops answering must neither hang Run's stop nor
+			// freeze the gauges.
 			var info amqp.Queue
 			pctx, cancel := context.WithTimeout(ctx, max(q.opts.Interval, amqpx.CloseTimeout))
 			err := amqpx.Bound(pctx, conn, func() (err error) {
+				if ch == nil {
+					if ch, err = conn.Channel(); err != nil {
+						return fmt.Errorf("open channel: %w", err)
+					}
+				}
 				info, err = ch.QueueDeclarePassive(w.queue, false, false, false, false, nil)
 				return err
 			})
@@ -156,8 +156,10 @@ func (q *QueueDepths) pollUntilLost(ctx context.Context, conn *amqp.Connection) 
 			if err != nil {
 				// A missing queue closes the channel: open a new one for
 				// the next queue.
-				ch.Close()
-				ch = nil
+				if ch != nil {
+					ch.Close()
+					ch = nil
+				}
 				q.errors.WithLabelValues(w.consumer).Inc()
 				q.forget(w)
 				q.opts.Logger.Debug("queue depth poll failed", "queue", w.queue, "error", err)

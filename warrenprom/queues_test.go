@@ -3,6 +3,7 @@ package warrenprom_test
 import (
 	"context"
 	"net/url"
+	"runtime"
 	"testing"
 	"time"
 
@@ -54,6 +55,8 @@ func TestQueueDepthsStopWhileTheBrokerStopsReading(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(limit):
+		buf := make([]byte, 1<<20)
+		t.Logf("goroutines:\n%s", buf[:runtime.Stack(buf, true)])
 		proxy.StopReading(false) // let the hung Run end before the test's cleanup
 		t.Fatalf("QueueDepths.Run did not return within %v of its stop while the broker was not reading", limit)
 	}
