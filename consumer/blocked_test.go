@@ -2,7 +2,6 @@ package consumer_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -103,19 +102,7 @@ func TestBlockedConnectionIsReported(t *testing.T) {
 	start(t, c)
 	srv := httptest.NewServer(c.HealthHandler())
 	t.Cleanup(srv.Close)
-	status := func(path string) (int, consumer.Health) {
-		t.Helper()
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var h consumer.Health
-		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, h
-	}
+	status := func(path string) (int, consumer.Health) { return getHealth(t, srv.URL+path) }
 
 	pub, err := amqpx.NewPublisher(context.Background(), conn, 1)
 	if err != nil {

@@ -2,9 +2,11 @@ package consumer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -196,3 +198,19 @@ func getOne(t *testing.T, ch *amqp.Channel, queue string, timeout time.Duration)
 }
 
 var errBoom = errors.New("boom")
+
+// getHealth asks a consumer's health endpoint at url and returns its status
+// code and the Health it reported.
+func getHealth(t *testing.T, url string) (int, consumer.Health) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h consumer.Health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, h
+}

@@ -233,18 +233,7 @@ func TestHealthzReportsStuckHandlers(t *testing.T) {
 	})
 	srv := httptest.NewServer(c.HealthHandler())
 	defer srv.Close()
-	healthz := func() (int, consumer.Health) {
-		resp, err := http.Get(srv.URL + "/healthz")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var h consumer.Health
-		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, h
-	}
+	healthz := func() (int, consumer.Health) { return getHealth(t, srv.URL+"/healthz") }
 	start(t, c)
 	unblock := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(unblock) // before the consumer's stop, which waits for the handler
