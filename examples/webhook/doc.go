@@ -14,6 +14,20 @@
 // other 4xx dead-letters the event at once, with the status and the start
 // of the response body in its metadata.
 //
+// Redirects are not followed, whatever http.Client the service is given: a
+// 3xx dead-letters the event at once ("endpoint answered 307 redirect to
+// …; webhooks do not follow redirects"). Following one would re-send the
+// signed body to wherever the endpoint points, internal addresses
+// included, and a 301 would turn the POST into a body-less GET whose 200
+// looks like a delivery. It is permanent, not retried, because the
+// configured URL is wrong and stays wrong until the operator configures
+// the final one and replays the dead letters.
+//
+// Errors (and so logs and dead-letter headers) name an endpoint without
+// its userinfo and with every query value masked, and keep at most 200
+// bytes of the response body, on one line, with the endpoint's secrets
+// masked.
+//
 // Deduplication is per endpoint (a Redis dedup store in the runnable
 // service): when one endpoint fails and another succeeds, the retry goes
 // only to the one that failed, and a DLQ replay after a fix reaches only

@@ -37,7 +37,7 @@ func TestSendSignsAndVerifies(t *testing.T) {
 	defer srv.Close()
 	m := message(t)
 	s := &Sender{Client: srv.Client(), Secret: secret}
-	if err := s.Send(context.Background(), srv.URL, m); err != nil {
+	if err := s.Send(context.Background(), Endpoint{URL: srv.URL}, m); err != nil {
 		t.Fatal(err)
 	}
 	if string(gotBody) != string(m.Body) {
@@ -113,14 +113,14 @@ func TestSendClassifiesResponses(t *testing.T) {
 			w.WriteHeader(tc.status)
 			io.WriteString(w, strings.Repeat("why ", 300))
 		}))
-		err := (&Sender{Client: srv.Client(), Secret: secret}).Send(context.Background(), srv.URL, message(t))
+		err := (&Sender{Client: srv.Client(), Secret: secret}).Send(context.Background(), Endpoint{URL: srv.URL}, message(t))
 		srv.Close()
 		outcome, delay := warren.Classify(err)
 		if outcome != tc.outcome || delay != tc.delay {
 			t.Errorf("status %d: %v %v (%v), want %v %v", tc.status, outcome, delay, err, tc.outcome, tc.delay)
 		}
 		var se *StatusError
-		if tc.status >= 300 && (!errors.As(err, &se) || se.StatusCode != tc.status || len(se.Body) > maxErrorBody+3 || !strings.HasPrefix(se.Body, "why")) {
+		if tc.status >= 300 && (!errors.As(err, &se) || se.StatusCode != tc.status || len(se.Body) > maxErrorSnippet || !strings.HasPrefix(se.Body, "why")) {
 			t.Errorf("status %d: error %v does not carry the status and a truncated body", tc.status, err)
 		}
 	}
@@ -135,11 +135,11 @@ func TestSendNetworkErrorsAreTransient(t *testing.T) {
 	defer close(release)
 	client := srv.Client()
 	client.Timeout = 50 * time.Millisecond
-	err := (&Sender{Client: client, Secret: secret}).Send(context.Background(), srv.URL, message(t))
+	err := (&Sender{Client: client, Secret: secret}).Send(context.Background(), Endpoint{URL: srv.URL}, message(t))
 	if outcome, _ := warren.Classify(err); err == nil || outcome != warren.OutcomeRetry {
 		t.Errorf("timeout gave %v (%v), want a retry", outcome, err)
 	}
-	err = (&Sender{Client: http.DefaultClient, Secret: secret}).Send(context.Background(), "http://127.0.0.1:1/", message(t))
+	err = (&Sender{Client: http.DefaultClient, Secret: secret}).Send(context.Background(), Endpoint{URL: "http://127.0.0.1:1/"}, message(t))
 	if outcome, _ := warren.Classify(err); err == nil || outcome != warren.OutcomeRetry {
 		t.Errorf("connection refused gave %v (%v), want a retry", outcome, err)
 	}

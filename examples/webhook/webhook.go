@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -64,8 +65,9 @@ func ParseEndpoints(s string) ([]Endpoint, error) {
 			}
 			entry = entry[eq+1:]
 		}
-		if !strings.HasPrefix(entry, "http://") && !strings.HasPrefix(entry, "https://") {
-			return nil, fmt.Errorf("webhook endpoint %q is not an http(s) URL", entry)
+		// The entry is not quoted in the error: its URL may hold a token.
+		if u, err := url.Parse(entry); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("webhook endpoint %s is not an http(s) URL", redactedURL(entry))
 		}
 		ep.URL = entry
 		out = append(out, ep)
@@ -186,7 +188,7 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 			busy = true
 			continue
 		}
-		err = s.sender.Send(ctx, ep.URL, m)
+		err = s.sender.Send(ctx, ep, m)
 		if err != nil {
 			// Free the endpoint's key so the retry posts again.
 			if rerr := s.store.Release(ctx, claim); rerr != nil {
