@@ -55,18 +55,22 @@ type Sender struct {
 	// sender never follows redirects, whatever Client.CheckRedirect says
 	// (see Send).
 	Client *http.Client
+	// Secret signs deliveries to endpoints without their own
+	// Endpoint.Secret.
 	Secret []byte
 	// Now is the clock used for timestamps; nil means time.Now.
 	Now func() time.Time
 }
 
-// Send delivers the event in m to ep and says what the outcome means:
+// Send delivers the event in m to ep, signed with ep.Secret (s.Secret when
+// it has none), and says what the outcome means:
 //
 //	2xx                                   nil
 //	timeout, network error, 408, 5xx      transient: retried through the tiers
 //	429                                   transient, after Retry-After if given
 //	3xx                                   warren.Permanent: redirects are not followed
 //	any other status                      warren.Permanent: dead-lettered now
+//	an id or type Sign refuses            warren.Permanent
 //
 // The body is the event exactly as it arrived, so fields warren does not
 // know reach the receiver too.
@@ -83,7 +87,19 @@ func (s *Sender) Send(ctx context.Context, ep Endpoint, m *warren.Message) error
 		now = s.Now
 	}
 	shown := redactedURL(ep.URL)
+	secret := ep.Secret
+	if len(secret) == 0 {
+		secret = s.Secret
+	}
+	if len(secret) == 0 {
+		return warren.Permanent(fmt.Errorf("webhook %s: no signing secret (neither the endpoint's nor the sender's)", shown))
+	}
 	ts := strconv.FormatInt(now().Unix(), 10)
+	signature, err := Sign(secret, m.Event.ID, m.Event.Type, ts, m.Body)
+	if err != nil {
+		// The event itself is at fault: no retry can sign it.
+		return warren.Permanent(err)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ep.URL, bytes.NewReader(m.Body))
 	if err != nil {
 		return warren.Permanent(fmt.Errorf("webhook URL %s: %w", shown, withoutURL(err)))
@@ -93,7 +109,7 @@ func (s *Sender) Send(ctx context.Context, ep Endpoint, m *warren.Message) error
 	req.Header.Set(HeaderEventID, m.Event.ID)
 	req.Header.Set(HeaderEventType, m.Event.Type)
 	req.Header.Set(HeaderTimestamp, ts)
-	req.Header.Set(HeaderSignature, Sign(s.Secret, ts, m.Body))
+	req.Header.Set(HeaderSignature, signature)
 
 	resp, err := s.client().Do(req)
 	if err != nil {
@@ -107,7 +123,7 @@ func (s *Sender) Send(ctx context.Context, ep Endpoint, m *warren.Message) error
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	serr := &StatusError{URL: shown, StatusCode: resp.StatusCode, Body: snippet(head, endpointSecrets(ep.URL, s.Secret))}
+	serr := &StatusError{URL: shown, StatusCode: resp.StatusCode, Body: snippet(head, endpointSecrets(ep.URL, secret))}
 	if loc, err := resp.Location(); err == nil {
 		serr.Location = redactedURL(loc.String())
 	}

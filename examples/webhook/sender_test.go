@@ -58,8 +58,14 @@ func TestVerifyRejects(t *testing.T) {
 	body := []byte(`{"event_id":"x"}`)
 	signed := func(ts string, b []byte, key []byte) http.Header {
 		h := http.Header{}
+		h.Set(HeaderEventID, "x")
+		h.Set(HeaderEventType, "t")
 		h.Set(HeaderTimestamp, ts)
-		h.Set(HeaderSignature, Sign(key, ts, b))
+		sig, err := Sign(key, "x", "t", ts, b)
+		if err != nil { // the garbage timestamp
+			sig = SchemeV2 + "00"
+		}
+		h.Set(HeaderSignature, sig)
 		return h
 	}
 	cases := []struct {
@@ -79,11 +85,18 @@ func TestVerifyRejects(t *testing.T) {
 			t.Errorf("%s: Verify = %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	// A timestamp edited after signing breaks the signature.
+	// A timestamp, id or type edited after signing breaks the signature.
+	for name, value := range map[string]string{HeaderTimestamp: "1800000001", HeaderEventID: "y", HeaderEventType: "u"} {
+		h := signed("1800000000", body, secret)
+		h.Set(name, value)
+		if err := Verify(secret, h, body, 5*time.Minute, now); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("%s edited after signing: %v", name, err)
+		}
+	}
 	h := signed("1800000000", body, secret)
-	h.Set(HeaderTimestamp, "1800000001")
+	h.Add(HeaderEventID, "y")
 	if err := Verify(secret, h, body, 5*time.Minute, now); !errors.Is(err, ErrBadSignature) {
-		t.Errorf("re-timestamped delivery: %v", err)
+		t.Errorf("a second id header: %v", err)
 	}
 }
 

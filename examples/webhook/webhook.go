@@ -22,6 +22,10 @@ import (
 // Endpoint is one receiver and the event types it wants.
 type Endpoint struct {
 	URL string
+	// Secret signs the deliveries to this endpoint; empty means
+	// Config.Secret. A secret per endpoint keeps a delivery captured at
+	// one endpoint (or a leaked secret) from being accepted by another.
+	Secret []byte
 	// Prefixes limits the endpoint to event types starting with one of
 	// them; empty means every event.
 	Prefixes []string
@@ -83,7 +87,8 @@ type Config struct {
 	// Consumer is the consumer's configuration; Name defaults to "webhook".
 	Consumer  consumer.Config
 	Endpoints []Endpoint
-	// Secret signs every delivery. Required.
+	// Secret signs the deliveries to endpoints without their own
+	// Endpoint.Secret. Required unless every endpoint has one.
 	Secret []byte
 	// Timeout bounds one POST. Default 10s.
 	Timeout time.Duration
@@ -110,11 +115,13 @@ type Service struct {
 
 // New builds the service. store remembers which endpoint took which event.
 func New(cfg Config, store dedup.Store) (*Service, error) {
-	if len(cfg.Secret) == 0 {
-		return nil, errors.New("webhook: a signing secret is required (WEBHOOK_SECRET)")
-	}
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("webhook: no endpoint (WEBHOOK_URL)")
+	}
+	for i, ep := range cfg.Endpoints {
+		if len(ep.Secret) == 0 && len(cfg.Secret) == 0 {
+			return nil, fmt.Errorf("webhook: endpoint %d (%s) has no signing secret, and there is no default (WEBHOOK_SECRET_%d, WEBHOOK_SECRET)", i+1, redactedURL(ep.URL), i+1)
+		}
 	}
 	if store == nil {
 		return nil, errors.New("webhook: a dedup store is required")

@@ -5,8 +5,10 @@
 //
 // Environment: AMQP_URL, REDIS_URL, WARREN_EXCHANGE, WARREN_QUEUE (default
 // "webhook"), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
-// endpoint to event types), WEBHOOK_SECRET, HEALTH_ADDR (e.g. :8081, for
-// /healthz and /readyz).
+// endpoint to event types), WEBHOOK_SECRET (signs for every endpoint
+// without its own), WEBHOOK_SECRET_1, WEBHOOK_SECRET_2, … (the secret of
+// the first, second, … endpoint of WEBHOOK_URL), HEALTH_ADDR (e.g.
+// 127.0.0.1:8081, for /healthz and /readyz).
 package main
 
 import (
@@ -36,6 +38,9 @@ func run(log *slog.Logger) error {
 	endpoints, err := webhook.ParseEndpoints(os.Getenv("WEBHOOK_URL"))
 	if err != nil {
 		return err
+	}
+	for i := range endpoints {
+		endpoints[i].Secret = []byte(os.Getenv(fmt.Sprintf("WEBHOOK_SECRET_%d", i+1)))
 	}
 	redisURL := envOr("REDIS_URL", "redis://127.0.0.1:6379/0")
 	opts, err := goredis.ParseURL(redisURL)
