@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -23,6 +22,7 @@ import (
 	"github.com/warrenmq/warren/consumer"
 	dedupredis "github.com/warrenmq/warren/dedup/redis"
 	"github.com/warrenmq/warren/examples/webhook"
+	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 )
 
@@ -67,7 +67,9 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	if addr := os.Getenv("HEALTH_ADDR"); addr != "" {
-		go func() { log.Error("health server stopped", "error", http.ListenAndServe(addr, svc.HealthHandler())) }()
+		go func() {
+			log.Error("health server stopped", "error", httpserver.New(addr, svc.HealthHandler()).ListenAndServe())
+		}()
 	}
 	return svc.RunUntilSignal(context.Background())
 }
