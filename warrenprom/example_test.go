@@ -50,7 +50,7 @@ func Example() {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", c.HealthHandler()) // /healthz and /readyz
-	go http.ListenAndServe(":9464", mux)
+	go http.ListenAndServe("127.0.0.1:9464", mux)
 	if err := c.RunUntilSignal(ctx); err != nil {
 		log.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
@@ -55,7 +56,7 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.Bool(&o.orderByEntity, "order-by-entity", "publish each entity's events in outbox order (a failing row holds back its entity)")
 	fs.Bool(&o.noListen, "no-listen", "do not LISTEN for commits; poll only (behind a transaction-mode pooler)")
 	fs.Bool(&o.migrate, "migrate", "create or update the outbox table before starting")
-	fs.String(&o.healthAddr, "health-addr", "ADDR", "serve /healthz, /readyz and Prometheus /metrics on this address (e.g. :9464); default off", "")
+	fs.String(&o.healthAddr, "health-addr", "ADDR", "serve /healthz, /readyz and Prometheus /metrics on this address (e.g. 127.0.0.1:9464, or :9464 for every interface); default off", "")
 }
 
 func (o *relayRunOptions) config(env *cliEnv) relay.Config {
@@ -92,7 +93,7 @@ var relayVerbs = &subcommands[relayRunOptions, *relayRun]{
 			"warren relay run --migrate",
 			"DATABASE_URL=postgres://app@db/app AMQP_URL=amqp://app@mq/ warren relay run --exchange app.events",
 			"warren relay run --table orders_outbox --keep-delivered --order-by-entity",
-			"warren relay run --health-addr :9464     (probes and Prometheus scrape it)",
+			"warren relay run --health-addr 127.0.0.1:9464     (probes and Prometheus scrape it)",
 		},
 		run: runRelayRun,
 	}},
@@ -163,7 +164,7 @@ func serveHealth(addr string, r *relay.Relay, reg *prometheus.Registry, log *slo
 	mux := http.NewServeMux()
 	mux.Handle("/", r.HealthHandler()) // GET /healthz and /readyz
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := httpserver.New(addr, mux)
 	var served sync.WaitGroup
 	served.Go(func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -23,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren/examples/app"
+	"github.com/warrenmq/warren/internal/httpserver"
 )
 
 // Names on the private services. Nothing else uses these services, so the
@@ -480,7 +480,8 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 	h.recvURL = "http://" + ln.Addr().String()
-	srv := &http.Server{Handler: h.recv, ReadHeaderTimeout: 10 * time.Second, ConnContext: h.connContext}
+	srv := httpserver.New("", h.recv)
+	srv.ConnContext = h.connContext
 	go srv.Serve(ln) // closed with the process; it holds nothing to flush
 
 	bin := func(name string) string { return filepath.Join(h.dir, "bin", name) }

@@ -22,6 +22,7 @@ import (
 	"github.com/warrenmq/warren/examples/automation"
 	"github.com/warrenmq/warren/examples/webhook"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/relay"
 )
@@ -125,7 +126,7 @@ func Start(ctx context.Context, cfg Config) (_ *Pipeline, err error) {
 		return nil, err
 	}
 	p.ReceiverURL = "http://" + ln.Addr().String() + "/hook"
-	p.server = &http.Server{Handler: p.Receiver, ReadHeaderTimeout: 5 * time.Second}
+	p.server = httpserver.New("", p.Receiver)
 
 	consumerConfig := func(queue string) consumer.Config {
 		return consumer.Config{

@@ -9,16 +9,20 @@ import (
 )
 
 // Receiver is a webhook endpoint that does what a receiver should: it
-// verifies each delivery's signature and timestamp, and counts deliveries
-// per event id (X-Warren-Event-Id), which is what a real receiver would
-// deduplicate on. The demo and the end-to-end test use it; copy it as the
-// start of your own.
+// verifies each delivery's v2 signature and timestamp with its own secret,
+// and deduplicates on the signed event id (X-Warren-Event-Id, trusted only
+// once Verify passed): a delivery of an id it already accepted is answered
+// 200 again without being processed, so a replayed capture does nothing.
+// The demo and the end-to-end test use it; copy it as the start of your
+// own (a real one keeps its accepted ids in a store, for at least the
+// Tolerance).
 type Receiver struct {
 	Secret []byte
 	// Tolerance is the accepted age of a delivery's timestamp. Default 5m.
 	Tolerance time.Duration
-	// Answer decides the status for a verified delivery, given the event id,
-	// the body and how many times this id was delivered before. Default 200.
+	// Answer processes a verified delivery that is not a duplicate and
+	// decides its status, given the event id, the body and how many times
+	// this id was delivered before. Default 200.
 	Answer func(eventID string, body []byte, seen int) int
 
 	mu       sync.Mutex
@@ -44,17 +48,17 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusUnauthorized)
 		return
 	}
-	id := req.Header.Get(HeaderEventID)
+	id := req.Header.Get(HeaderEventID) // signed: Verify passed
 	r.mu.Lock()
 	if r.attempts == nil {
 		r.attempts, r.accepted = map[string]int{}, map[string]int{}
 	}
-	seen := r.attempts[id]
+	seen, duplicate := r.attempts[id], r.accepted[id] > 0
 	r.attempts[id]++
 	r.mu.Unlock()
 
 	status := http.StatusOK
-	if r.Answer != nil {
+	if r.Answer != nil && !duplicate {
 		status = r.Answer(id, body, seen)
 	}
 	if status >= 200 && status < 300 {
@@ -65,8 +69,8 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	w.WriteHeader(status)
 }
 
-// Accepted returns, per event id, how many deliveries were answered 2xx.
-// Exactly-once delivery shows as every count being 1.
+// Accepted returns, per event id, how many deliveries were answered 2xx,
+// duplicates included. Exactly-once delivery shows as every count being 1.
 func (r *Receiver) Accepted() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -37,7 +37,7 @@ func TestSendSignsAndVerifies(t *testing.T) {
 	defer srv.Close()
 	m := message(t)
 	s := &Sender{Client: srv.Client(), Secret: secret}
-	if err := s.Send(context.Background(), srv.URL, m); err != nil {
+	if err := s.Send(context.Background(), Endpoint{URL: srv.URL}, m); err != nil {
 		t.Fatal(err)
 	}
 	if string(gotBody) != string(m.Body) {
@@ -58,8 +58,14 @@ func TestVerifyRejects(t *testing.T) {
 	body := []byte(`{"event_id":"x"}`)
 	signed := func(ts string, b []byte, key []byte) http.Header {
 		h := http.Header{}
+		h.Set(HeaderEventID, "x")
+		h.Set(HeaderEventType, "t")
 		h.Set(HeaderTimestamp, ts)
-		h.Set(HeaderSignature, Sign(key, ts, b))
+		sig, err := Sign(key, "x", "t", ts, b)
+		if err != nil { // the garbage timestamp
+			sig = SchemeV2 + "00"
+		}
+		h.Set(HeaderSignature, sig)
 		return h
 	}
 	cases := []struct {
@@ -79,11 +85,18 @@ func TestVerifyRejects(t *testing.T) {
 			t.Errorf("%s: Verify = %v, want %v", tc.name, err, tc.want)
 		}
 	}
-	// A timestamp edited after signing breaks the signature.
+	// A timestamp, id or type edited after signing breaks the signature.
+	for name, value := range map[string]string{HeaderTimestamp: "1800000001", HeaderEventID: "y", HeaderEventType: "u"} {
+		h := signed("1800000000", body, secret)
+		h.Set(name, value)
+		if err := Verify(secret, h, body, 5*time.Minute, now); !errors.Is(err, ErrBadSignature) {
+			t.Errorf("%s edited after signing: %v", name, err)
+		}
+	}
 	h := signed("1800000000", body, secret)
-	h.Set(HeaderTimestamp, "1800000001")
+	h.Add(HeaderEventID, "y")
 	if err := Verify(secret, h, body, 5*time.Minute, now); !errors.Is(err, ErrBadSignature) {
-		t.Errorf("re-timestamped delivery: %v", err)
+		t.Errorf("a second id header: %v", err)
 	}
 }
 
@@ -113,14 +126,14 @@ func TestSendClassifiesResponses(t *testing.T) {
 			w.WriteHeader(tc.status)
 			io.WriteString(w, strings.Repeat("why ", 300))
 		}))
-		err := (&Sender{Client: srv.Client(), Secret: secret}).Send(context.Background(), srv.URL, message(t))
+		err := (&Sender{Client: srv.Client(), Secret: secret}).Send(context.Background(), Endpoint{URL: srv.URL}, message(t))
 		srv.Close()
 		outcome, delay := warren.Classify(err)
 		if outcome != tc.outcome || delay != tc.delay {
 			t.Errorf("status %d: %v %v (%v), want %v %v", tc.status, outcome, delay, err, tc.outcome, tc.delay)
 		}
 		var se *StatusError
-		if tc.status >= 300 && (!errors.As(err, &se) || se.StatusCode != tc.status || len(se.Body) > maxErrorBody+3 || !strings.HasPrefix(se.Body, "why")) {
+		if tc.status >= 300 && (!errors.As(err, &se) || se.StatusCode != tc.status || len(se.Body) > maxErrorSnippet || !strings.HasPrefix(se.Body, "why")) {
 			t.Errorf("status %d: error %v does not carry the status and a truncated body", tc.status, err)
 		}
 	}
@@ -135,11 +148,11 @@ func TestSendNetworkErrorsAreTransient(t *testing.T) {
 	defer close(release)
 	client := srv.Client()
 	client.Timeout = 50 * time.Millisecond
-	err := (&Sender{Client: client, Secret: secret}).Send(context.Background(), srv.URL, message(t))
+	err := (&Sender{Client: client, Secret: secret}).Send(context.Background(), Endpoint{URL: srv.URL}, message(t))
 	if outcome, _ := warren.Classify(err); err == nil || outcome != warren.OutcomeRetry {
 		t.Errorf("timeout gave %v (%v), want a retry", outcome, err)
 	}
-	err = (&Sender{Client: http.DefaultClient, Secret: secret}).Send(context.Background(), "http://127.0.0.1:1/", message(t))
+	err = (&Sender{Client: http.DefaultClient, Secret: secret}).Send(context.Background(), Endpoint{URL: "http://127.0.0.1:1/"}, message(t))
 	if outcome, _ := warren.Classify(err); err == nil || outcome != warren.OutcomeRetry {
 		t.Errorf("connection refused gave %v (%v), want a retry", outcome, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -21,6 +22,10 @@ import (
 // Endpoint is one receiver and the event types it wants.
 type Endpoint struct {
 	URL string
+	// Secret signs the deliveries to this endpoint; empty means
+	// Config.Secret. A secret per endpoint keeps a delivery captured at
+	// one endpoint (or a leaked secret) from being accepted by another.
+	Secret []byte
 	// Prefixes limits the endpoint to event types starting with one of
 	// them; empty means every event.
 	Prefixes []string
@@ -64,8 +69,9 @@ func ParseEndpoints(s string) ([]Endpoint, error) {
 			}
 			entry = entry[eq+1:]
 		}
-		if !strings.HasPrefix(entry, "http://") && !strings.HasPrefix(entry, "https://") {
-			return nil, fmt.Errorf("webhook endpoint %q is not an http(s) URL", entry)
+		// The entry is not quoted in the error: its URL may hold a token.
+		if u, err := url.Parse(entry); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("webhook endpoint %s is not an http(s) URL", redactedURL(entry))
 		}
 		ep.URL = entry
 		out = append(out, ep)
@@ -81,7 +87,8 @@ type Config struct {
 	// Consumer is the consumer's configuration; Name defaults to "webhook".
 	Consumer  consumer.Config
 	Endpoints []Endpoint
-	// Secret signs every delivery. Required.
+	// Secret signs the deliveries to endpoints without their own
+	// Endpoint.Secret. Required unless every endpoint has one.
 	Secret []byte
 	// Timeout bounds one POST. Default 10s.
 	Timeout time.Duration
@@ -108,11 +115,13 @@ type Service struct {
 
 // New builds the service. store remembers which endpoint took which event.
 func New(cfg Config, store dedup.Store) (*Service, error) {
-	if len(cfg.Secret) == 0 {
-		return nil, errors.New("webhook: a signing secret is required (WEBHOOK_SECRET)")
-	}
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("webhook: no endpoint (WEBHOOK_URL)")
+	}
+	for i, ep := range cfg.Endpoints {
+		if len(ep.Secret) == 0 && len(cfg.Secret) == 0 {
+			return nil, fmt.Errorf("webhook: endpoint %d (%s) has no signing secret, and there is no default (WEBHOOK_SECRET_%d, WEBHOOK_SECRET)", i+1, redactedURL(ep.URL), i+1)
+		}
 	}
 	if store == nil {
 		return nil, errors.New("webhook: a dedup store is required")
@@ -186,7 +195,7 @@ func (s *Service) deliver(ctx context.Context, m *warren.Message) error {
 			busy = true
 			continue
 		}
-		err = s.sender.Send(ctx, ep.URL, m)
+		err = s.sender.Send(ctx, ep, m)
 		if err != nil {
 			// Free the endpoint's key so the retry posts again.
 			if rerr := s.store.Release(ctx, claim); rerr != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,9 +25,12 @@ func TestParseEndpoints(t *testing.T) {
 		got[1].URL != "https://b.example/hook?token=x=y" || len(got[1].Prefixes) != 2 || got[1].Prefixes[1] != "label." {
 		t.Fatalf("ParseEndpoints = %+v", got)
 	}
-	for _, bad := range []string{"", " , ", "ftp://x", "workitem.=not-a-url"} {
-		if _, err := ParseEndpoints(bad); err == nil {
+	for _, bad := range []string{"", " , ", "ftp://x", "workitem.=not-a-url", "https://u:50%off@h/", "https:///nohost?token=tok-in-query", "ftp://h/?token=tok-in-query"} {
+		_, err := ParseEndpoints(bad)
+		if err == nil {
 			t.Errorf("ParseEndpoints(%q) accepted", bad)
+		} else if strings.Contains(err.Error(), "50%off") || strings.Contains(err.Error(), "tok-in-query") {
+			t.Errorf("ParseEndpoints(%q) error carries a secret: %v", bad, err)
 		}
 	}
 }

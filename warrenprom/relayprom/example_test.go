@@ -28,7 +28,7 @@ func Example() {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", r.HealthHandler()) // /healthz and /readyz
-	go http.ListenAndServe(":9464", mux)
+	go http.ListenAndServe("127.0.0.1:9464", mux)
 	if err := r.Run(ctx); err != nil {
 		log.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 //	go run ./examples/automation/cmd/automation
 //
 // Environment: AMQP_URL, DATABASE_URL, WARREN_EXCHANGE, WARREN_QUEUE
-// (default "automation"), WARREN_OUTBOX_TABLE, HEALTH_ADDR (e.g. :8082, for
+// (default "automation"), WARREN_OUTBOX_TABLE, HEALTH_ADDR (e.g. 127.0.0.1:8082, for
 // /healthz and /readyz). Add a rule with SQL:
 //
 //	INSERT INTO automation_rules (name, when_state, set_priority) VALUES ('done is not urgent', 'done', 'none');
@@ -14,7 +14,6 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net/http"
 	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -22,6 +21,7 @@ import (
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/examples/app"
 	"github.com/warrenmq/warren/examples/automation"
+	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 )
 
@@ -63,7 +63,9 @@ func run(log *slog.Logger) error {
 		return redact.Error(err, dbURL)
 	}
 	if addr := os.Getenv("HEALTH_ADDR"); addr != "" {
-		go func() { log.Error("health server stopped", "error", http.ListenAndServe(addr, svc.HealthHandler())) }()
+		go func() {
+			log.Error("health server stopped", "error", httpserver.New(addr, svc.HealthHandler()).ListenAndServe())
+		}()
 	}
 	return svc.RunUntilSignal(ctx)
 }

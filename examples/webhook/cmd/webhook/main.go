@@ -5,15 +5,16 @@
 //
 // Environment: AMQP_URL, REDIS_URL, WARREN_EXCHANGE, WARREN_QUEUE (default
 // "webhook"), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
-// endpoint to event types), WEBHOOK_SECRET, HEALTH_ADDR (e.g. :8081, for
-// /healthz and /readyz).
+// endpoint to event types), WEBHOOK_SECRET (signs for every endpoint
+// without its own), WEBHOOK_SECRET_1, WEBHOOK_SECRET_2, … (the secret of
+// the first, second, … endpoint of WEBHOOK_URL), HEALTH_ADDR (e.g.
+// 127.0.0.1:8081, for /healthz and /readyz).
 package main
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,6 +22,7 @@ import (
 	"github.com/warrenmq/warren/consumer"
 	dedupredis "github.com/warrenmq/warren/dedup/redis"
 	"github.com/warrenmq/warren/examples/webhook"
+	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 )
 
@@ -36,6 +38,9 @@ func run(log *slog.Logger) error {
 	endpoints, err := webhook.ParseEndpoints(os.Getenv("WEBHOOK_URL"))
 	if err != nil {
 		return err
+	}
+	for i := range endpoints {
+		endpoints[i].Secret = []byte(os.Getenv(fmt.Sprintf("WEBHOOK_SECRET_%d", i+1)))
 	}
 	redisURL := envOr("REDIS_URL", "redis://127.0.0.1:6379/0")
 	opts, err := goredis.ParseURL(redisURL)
@@ -62,7 +67,9 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	if addr := os.Getenv("HEALTH_ADDR"); addr != "" {
-		go func() { log.Error("health server stopped", "error", http.ListenAndServe(addr, svc.HealthHandler())) }()
+		go func() {
+			log.Error("health server stopped", "error", httpserver.New(addr, svc.HealthHandler()).ListenAndServe())
+		}()
 	}
 	return svc.RunUntilSignal(context.Background())
 }
