@@ -160,10 +160,13 @@ type harness struct {
 	pool    *pgxpool.Pool
 	recv    *receiver
 	recvURL string
-	tracker *tracker
-	wl      *workload
-	ruleID  int64
-	procs   []*proc
+	// endpoints are the webhook's hostile endpoints: a redirecting one and
+	// one whose URL carries secrets.
+	endpoints *hostileEndpoints
+	tracker   *tracker
+	wl        *workload
+	ruleID    int64
+	procs     []*proc
 
 	bg            sync.WaitGroup // measurement goroutines
 	faults        []*faultRecord
@@ -482,6 +485,9 @@ func (h *harness) setup(ctx context.Context) error {
 	h.recvURL = "http://" + ln.Addr().String()
 	srv := &http.Server{Handler: h.recv, ReadHeaderTimeout: 10 * time.Second, ConnContext: h.connContext}
 	go srv.Serve(ln) // closed with the process; it holds nothing to flush
+	if h.endpoints, err = startHostileEndpoints(); err != nil {
+		return err
+	}
 
 	bin := func(name string) string { return filepath.Join(h.dir, "bin", name) }
 	common := append(cleanEnv(), "AMQP_URL="+h.rabbit.URL(), "DATABASE_URL="+h.pg.URL(), "REDIS_URL="+h.redis.URL(),
@@ -502,7 +508,7 @@ func (h *harness) setup(ctx context.Context) error {
 		return nil
 	}
 	for _, r := range []string{"a", "b"} {
-		if err := add("webhook", "webhook-"+r, bin("webhook"), nil, "WARREN_QUEUE="+webhookQueue, "WEBHOOK_URL="+h.recvURL+"/hook"); err != nil {
+		if err := add("webhook", "webhook-"+r, bin("webhook"), nil, "WARREN_QUEUE="+webhookQueue, "WEBHOOK_URL="+h.recvURL+"/hook,"+h.endpoints.webhookURLs()); err != nil {
 			return err
 		}
 		if err := add("automation", "automation-"+r, bin("automation"), nil, "WARREN_QUEUE="+autoQueue); err != nil {
@@ -613,6 +619,9 @@ func (h *harness) shutdown() {
 	}
 	wg.Wait()
 	h.bg.Wait()
+	if h.endpoints != nil {
+		h.endpoints.close()
+	}
 	if h.admin != nil {
 		h.admin.Close(context.Background())
 	}

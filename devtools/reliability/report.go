@@ -36,10 +36,14 @@ type result struct {
 	autoLost     []string
 	autoHeld     []heldEvent
 
-	hostileSent   int
-	dlqChecked    int
-	dlqByClass    map[string]int
-	dlqDuplicates []string
+	hostileSent int
+	// redirectTargetHits counts requests the redirecting endpoint's target
+	// saw; secretLeaks the secrets found in logs and dead letters.
+	redirectTargetHits int64
+	secretLeaks        int
+	dlqChecked         int
+	dlqByClass         map[string]int
+	dlqDuplicates      []string
 
 	pending, stranded, deadRows int
 	queueDepths                 map[string]int
@@ -153,7 +157,8 @@ func (r *result) markdown() string {
 	w("| events that never committed | %d — none may appear anywhere |\n", r.eventsNeverCommitted)
 	w("| automation follow-up events | %d (written by the rule in the consumer's transaction) |\n", r.followUps)
 	w("| faults injected | %d |\n", len(r.faults))
-	w("| hostile messages sent | %d |\n", r.hostileSent)
+	w("| hostile messages sent | %d; requests that reached the redirecting endpoint's target: %d; secrets found in logs and dead-letter headers: %d |\n",
+		r.hostileSent, r.redirectTargetHits, r.secretLeaks)
 	w("| **events lost** | **%d** (webhook %d, automation %d) |\n", r.lost(), len(r.webhookLost), len(r.autoLost))
 	w("| automation: duplicate effects (dedup on, transactional) | **0** required; %d rule runs expected, each checked to exist once, and no second run caught by the runs key |\n", r.autoExpected)
 	w("| webhook: duplicate deliveries (dedup on, lease-based) | %d of %d events, %d explained by a fault (see below), %d unexplained |\n",
