@@ -2,20 +2,35 @@
 # what .ci/run runs after scripts/services.sh.
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
+# govulncheck's database (its default, named so the probe and the run agree).
+VULNDB := https://vuln.go.dev
 PKGS := ./...
 
-.PHONY: test lint bench services fuzz reliability
+.PHONY: test lint vulncheck bench services fuzz reliability
 
 # devtools/bench is a module of its own; its tests check the report's arithmetic.
 test:
 	go test -race -count=1 -timeout 12m $(PKGS)
 	cd devtools/bench && go test -count=1 ./...
 
-lint:
+lint: vulncheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet $(PKGS)
 	go run $(STATICCHECK) $(PKGS)
 	cd devtools/bench && go vet ./... && go run $(STATICCHECK) ./...
+
+# Part of lint. govulncheck runs only when its database answers within 5s
+# (the probe reads the database's small index, part of its documented API);
+# offline, it says so in one line and passes. Vulnerabilities found in
+# called code exit 3 and fail.
+vulncheck:
+	@if curl -fsS --max-time 5 -o /dev/null $(VULNDB)/index/db.json 2>/dev/null; then \
+		set -x; go run $(GOVULNCHECK) -db $(VULNDB) $(PKGS) && \
+		cd devtools/bench && go run $(GOVULNCHECK) -db $(VULNDB) ./...; \
+	else \
+		echo "govulncheck: vulnerability database unreachable, skipped"; \
+	fi
 
 # Every benchmark scenario at its defaults (about 20 minutes on 2 cores,
 # half of it the 1M-message memory run):

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -387,6 +388,10 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 	if h.recv.forged > 0 || h.recv.mismatched > 0 {
 		res.fail("the receiver saw %d deliveries with a bad signature and %d whose header id differs from the body", h.recv.forged, h.recv.mismatched)
 	}
+	// Needs the webhook not to follow redirects (finding 2).
+	if res.redirectTargetHits = h.endpoints.targetHits.Load(); res.redirectTargetHits > 0 {
+		res.fail("the redirect target received %d requests: the webhook followed its endpoint's 307 and re-sent the signed event", res.redirectTargetHits)
+	}
 
 	// Latency from commit to each effect.
 	h.tracker.mu.Lock()
@@ -617,6 +622,12 @@ func (h *harness) checkDeadLetters(ctx context.Context, res *result) error {
 		copies := map[string]int{}
 		for _, m := range msgs {
 			res.dlqByClass[consumerName+" "+string(m.Metadata.Class)]++
+			// Needs error text redacted before it leaves the process
+			// (finding 1): any reader of the DLQ sees these headers.
+			for _, leak := range secretsInHeaders(m.Headers, runSecrets()) {
+				res.secretLeaks++
+				res.fail("%s: dead letter %q carries the %s", q.Name(), m.MessageId, leak)
+			}
 			hm, ok := byID[m.MessageId]
 			if !ok {
 				res.fail("%s holds a dead letter nobody expected: id %q type %q class %s: %s",
@@ -632,7 +643,7 @@ func (h *harness) checkDeadLetters(ctx context.Context, res *result) error {
 				continue
 			}
 			copies[hm.id]++
-			for _, p := range deadLetterProblems(m.Metadata, want, consumerName) {
+			for _, p := range deadLetterProblems(m.Metadata, want, consumerName, hm.sentAt) {
 				res.fail("%s: dead letter %s (%s): %s", q.Name(), hm.id, hm.kind, p)
 			}
 		}
@@ -660,8 +671,13 @@ func (h *harness) checkDeadLetters(ctx context.Context, res *result) error {
 	return nil
 }
 
-// deadLetterProblems lists what is wrong with one dead letter's metadata.
-func deadLetterProblems(m dlq.Metadata, want fate, consumerName string) []string {
+// deadLetterProblems lists what is wrong with one dead letter's metadata,
+// for a hostile message published at sentAt. Hostile messages are
+// published to the exchange with an empty routing key, some with forged
+// warren headers; the failure record must be the consumer's own (finding
+// 3): one attempt, its queue, the real exchange and key, no forged error,
+// and no failure before the message was sent.
+func deadLetterProblems(m dlq.Metadata, want fate, consumerName string, sentAt time.Time) []string {
 	var out []string
 	if m.Class != want.class {
 		out = append(out, fmt.Sprintf("class %q, want %q", m.Class, want.class))
@@ -675,11 +691,19 @@ func deadLetterProblems(m dlq.Metadata, want fate, consumerName string) []string
 	if m.OriginQueue != consumerName || m.Consumer != consumerName {
 		out = append(out, fmt.Sprintf("origin queue %q and consumer %q, want %q", m.OriginQueue, m.Consumer, consumerName))
 	}
-	if m.OriginExchange != exchange {
-		out = append(out, fmt.Sprintf("origin exchange %q, want %q", m.OriginExchange, exchange))
+	if m.OriginExchange != exchange || m.OriginRoutingKey != "" {
+		out = append(out, fmt.Sprintf("origin exchange %q and routing key %q, want %q and none", m.OriginExchange, m.OriginRoutingKey, exchange))
 	}
-	if m.Host == "" || m.FirstFailure.IsZero() || m.LastFailure.IsZero() {
+	if strings.Contains(m.Error, forgedError) {
+		out = append(out, fmt.Sprintf("error %q keeps the producer's forged text", m.Error))
+	}
+	switch {
+	case m.Host == "" || m.FirstFailure.IsZero() || m.LastFailure.IsZero():
 		out = append(out, "host or failure times missing")
+	case m.FirstFailure.Before(sentAt.Add(-time.Minute)):
+		// A minute of slack: a retried publish's first copy went out
+		// before sentAt.
+		out = append(out, fmt.Sprintf("first failure %s, before the message was sent at %s", m.FirstFailure.Format(time.RFC3339), sentAt.Format(time.RFC3339)))
 	}
 	return out
 }
@@ -704,9 +728,12 @@ func (h *harness) explainDeadLetterCopies(hm hostileMessage, consumerName string
 	return ""
 }
 
-// scanLogs looks through the processes' logs for crashes, races, and the
-// signs of a dedup breach.
+// scanLogs looks through the processes' logs for crashes, races, the
+// signs of a dedup breach, and secrets (the run's secrets are in the
+// webhook's configuration and in the errors of its refusing endpoint;
+// error text must be redacted before it is logged: finding 1).
 func (h *harness) scanLogs(res *result) {
+	secrets := runSecrets()
 	res.logCounts = map[string]map[string]int{}
 	signs := []struct{ label, text string }{
 		{"panic", "panic:"},
@@ -726,6 +753,7 @@ func (h *harness) scanLogs(res *result) {
 			continue
 		}
 		counts := map[string]int{}
+		leaks := map[string]int{}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 16<<20)
 		for sc.Scan() {
@@ -735,8 +763,15 @@ func (h *harness) scanLogs(res *result) {
 					counts[s.label]++
 				}
 			}
+			for _, what := range secretsIn(line, secrets) {
+				leaks[what]++
+			}
 		}
 		f.Close()
+		for _, what := range slices.Sorted(maps.Keys(leaks)) {
+			res.secretLeaks += leaks[what]
+			res.fail("%s: %d log lines carry the %s (%s)", p.spec.name, leaks[what], what, p.logPath)
+		}
 		res.logCounts[p.spec.name] = counts
 		for _, bad := range []string{"panic", "fatal error", "data race"} {
 			if counts[bad] > 0 {

@@ -86,7 +86,8 @@ func TestDeadLetterProblems(t *testing.T) {
 		FirstFailure: t0, LastFailure: t0,
 	}
 	want := deadAs(dlq.ClassUndecodable, "event_id is missing")
-	if p := deadLetterProblems(good, want, webhookQueue); len(p) != 0 {
+	sent := t0.Add(-time.Second)
+	if p := deadLetterProblems(good, want, webhookQueue, sent); len(p) != 0 {
 		t.Fatalf("a correct dead letter has problems: %v", p)
 	}
 	for name, mutate := range map[string]func(*dlq.Metadata){
@@ -96,12 +97,20 @@ func TestDeadLetterProblems(t *testing.T) {
 		"queue":    func(m *dlq.Metadata) { m.OriginQueue = autoQueue },
 		"consumer": func(m *dlq.Metadata) { m.Consumer = "" },
 		"exchange": func(m *dlq.Metadata) { m.OriginExchange = "" },
-		"host":     func(m *dlq.Metadata) { m.Host = "" },
-		"times":    func(m *dlq.Metadata) { m.FirstFailure = time.Time{} },
+		// What a producer's forged headers leave when they are kept.
+		"forged exchange":    func(m *dlq.Metadata) { m.OriginExchange = forgedOrigin + ".exchange" },
+		"forged routing key": func(m *dlq.Metadata) { m.OriginRoutingKey = forgedOrigin },
+		"forged error":       func(m *dlq.Metadata) { m.Error += "; " + forgedError },
+		"forged attempts":    func(m *dlq.Metadata) { m.Attempts = 100 },
+		"forged first failure": func(m *dlq.Metadata) {
+			m.FirstFailure = time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+		},
+		"host":  func(m *dlq.Metadata) { m.Host = "" },
+		"times": func(m *dlq.Metadata) { m.FirstFailure = time.Time{} },
 	} {
 		m := good
 		mutate(&m)
-		if p := deadLetterProblems(m, want, webhookQueue); len(p) != 1 {
+		if p := deadLetterProblems(m, want, webhookQueue, sent); len(p) != 1 {
 			t.Errorf("wrong %s: problems %v, want exactly one", name, p)
 		}
 	}

@@ -208,7 +208,7 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 	case faultHostile:
 		h.hostileBursts++
 		var sent []hostileMessage
-		sent, err = sendHostile(ctx, h.rabbit.URL(), exchange, h.runID, h.hostileBursts)
+		sent, err = sendHostile(ctx, h.rabbit.URL(), exchange, h.runID, h.hostileBursts, h.recv.failOnce)
 		h.hostile = append(h.hostile, sent...)
 		f.target = fmt.Sprintf("%d messages", len(sent))
 	}

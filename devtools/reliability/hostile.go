@@ -3,9 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -21,6 +27,8 @@ type fate struct {
 	class     dlq.Class
 	errSubstr string
 	// delivered (webhook only): the receiver must accept the event once.
+	// It may be set with class: the receiver takes the event and another
+	// endpoint refuses it.
 	delivered bool
 }
 
@@ -40,9 +48,12 @@ type hostileCase struct {
 	// the message_id property only, since their body cannot carry it.
 	build func(id string) amqp.Publishing
 	// copies is how many messages of the case one burst sends (default 1).
-	copies     int
-	webhook    fate
-	automation fate
+	copies int
+	// refusedOnce: the receiver answers 503 to the first delivery, so the
+	// webhook must retry it.
+	refusedOnce bool
+	webhook     fate
+	automation  fate
 }
 
 // hostileBodyLimit is the consumers' default MaxBodyBytes; the huge case
@@ -102,6 +113,48 @@ func oddHeaders() amqp.Table {
 		},
 		"x-weird-float": 3.25,
 		"x-weird-bytes": []byte{0xff, 0x00, 0xfe},
+	}
+}
+
+// wrongPayloadData is a valid envelope whose payload.data is not an object:
+// the automation reads the data and refuses it for good.
+func wrongPayloadData(id string) amqp.Publishing {
+	ev := validEvent(id, "workitem.updated")
+	ev["payload"] = map[string]any{"data": "not an object", "previous_attributes": map[string]any{"state": "todo"}}
+	return jsonMessage(id, mustJSON(ev))
+}
+
+// forgedHeaders are warren's own headers as a producer would forge them:
+// attempts used up, a class, and an origin naming another consumer's queue
+// and exchange. A delivery through the consumer's exchange is a first
+// delivery whatever its headers say, so none of these may survive into a
+// dead letter, and the event gets its full attempts.
+func forgedHeaders() amqp.Table {
+	return amqp.Table{
+		dlq.HeaderAttempts:         int32(99),
+		dlq.HeaderErrorClass:       string(dlq.ClassExhausted),
+		dlq.HeaderError:            forgedError,
+		dlq.HeaderOriginQueue:      forgedOrigin,
+		dlq.HeaderOriginExchange:   forgedOrigin + ".exchange",
+		dlq.HeaderOriginRoutingKey: forgedOrigin,
+		dlq.HeaderConsumer:         forgedOrigin,
+		dlq.HeaderFirstFailure:     "2001-02-03T04:05:06Z",
+	}
+}
+
+// forgedOrigin is the queue forged headers name: another consumer's, whose
+// rights a replay would borrow.
+const forgedOrigin = "payments"
+
+// forgedError is the error text forged headers claim.
+const forgedError = "forged by the producer"
+
+// withHeaders is build with the headers replaced.
+func withHeaders(build func(id string) amqp.Publishing, headers func() amqp.Table) func(id string) amqp.Publishing {
+	return func(id string) amqp.Publishing {
+		m := build(id)
+		m.Headers = headers()
+		return m
 	}
 }
 
@@ -187,11 +240,36 @@ func hostileCases() []hostileCase {
 		// A valid envelope whose payload.data has the wrong shape: the
 		// webhook forwards bytes and delivers it; the automation reads the
 		// data, and must dead-letter it as permanent, not retry it.
-		c("payload-data-wrong-type", func(id string) amqp.Publishing {
-			ev := validEvent(id, "workitem.updated")
-			ev["payload"] = map[string]any{"data": "not an object", "previous_attributes": map[string]any{"state": "todo"}}
-			return jsonMessage(id, mustJSON(ev))
-		}, delivered, deadAs(dlq.ClassPermanent, "payload.data")),
+		c("payload-data-wrong-type", wrongPayloadData, delivered, deadAs(dlq.ClassPermanent, "payload.data")),
+	)
+	validOf := func(eventType string) func(id string) amqp.Publishing {
+		return func(id string) amqp.Publishing { return jsonMessage(id, mustJSON(validEvent(id, eventType))) }
+	}
+	// The endpoints that only take hostile types (see hostileEndpoints):
+	// the receiver, which takes every type, gets these events too.
+	refused := func(substr string) fate { return fate{delivered: true, class: dlq.ClassPermanent, errSubstr: substr} }
+	cases = append(cases,
+		// The endpoint answers 307 to a second receiver: a sender that
+		// follows it re-sends the signed body there and counts the event
+		// delivered. Not following it, the 3xx is a refusal (finding 2).
+		c("redirecting-endpoint", validOf(redirectPrefix+"created"), refused("307"), ignored),
+		// The endpoint's URL carries a password and a token and it refuses
+		// every delivery: its URL reaches the error, which must reach no
+		// log line or dead letter unredacted (finding 1).
+		c("secret-url-endpoint", validOf(secretPrefix+"created"), refused("400"), ignored),
+		// Forged attempts on an event the receiver refuses once: it must be
+		// retried and delivered, not dead-lettered as exhausted (finding 3).
+		hostileCase{name: "forged-headers-refused-once", build: withHeaders(validOf("workitem.created"), forgedHeaders),
+			refusedOnce: true, webhook: delivered, automation: ignored},
+		// Forged headers on a body that is not an event, and on an event
+		// the automation refuses: the dead letters must record attempt 1,
+		// this consumer's queue and the real exchange (finding 3).
+		c("forged-headers-bad-body", withHeaders(body(func(id string) []byte { return []byte(`{"event_id":"` + id + `"`) }), forgedHeaders),
+			deadAs(dlq.ClassUndecodable, "invalid event"), deadAs(dlq.ClassUndecodable, "invalid event")),
+		c("forged-headers-refused", withHeaders(wrongPayloadData, forgedHeaders), delivered, deadAs(dlq.ClassPermanent, "payload.data")),
+		// The same refusal through the secret endpoint, with forged
+		// headers: both findings at once.
+		c("forged-headers-secret-url", withHeaders(validOf(secretPrefix+"updated"), forgedHeaders), refused("400"), ignored),
 	)
 	// A flood of poison: the consumers must dead-letter it without
 	// slowing the real events behind it.
@@ -224,7 +302,9 @@ func hostileID(run string, burst int, name string, n, copies int) string {
 
 // sendHostile publishes one burst of every hostile case straight to the
 // exchange, with publisher confirms, retrying through broker faults.
-func sendHostile(ctx context.Context, amqpURL, exchange, run string, burst int) ([]hostileMessage, error) {
+// refuseOnce is told the ids of the cases the receiver must refuse once,
+// before they are published.
+func sendHostile(ctx context.Context, amqpURL, exchange, run string, burst int, refuseOnce func(ids ...string)) ([]hostileMessage, error) {
 	var out []hostileMessage
 	var conn *amqp.Connection
 	var pub *amqpx.Publisher
@@ -244,6 +324,9 @@ func sendHostile(ctx context.Context, amqpURL, exchange, run string, burst int) 
 		for n := range copies {
 			id := hostileID(run, burst, hc.name, n, copies)
 			hm := hostileMessage{id: id, kind: hc.name, webhook: hc.webhook, automation: hc.automation}
+			if hc.refusedOnce {
+				refuseOnce(id)
+			}
 			deadline := time.Now().Add(time.Minute)
 			for attempt := 0; ; attempt++ {
 				var err error
@@ -281,4 +364,138 @@ func sendHostile(ctx context.Context, amqpURL, exchange, run string, burst int) 
 		}
 	}
 	return out, nil
+}
+
+// The webhook service has, besides the receiver, two endpoints that take
+// only hostile event types (WEBHOOK_URL's prefix filter), served by
+// hostileEndpoints.
+const (
+	// redirectPrefix: the endpoint answers 307 to a second receiver, the
+	// redirect target, which must see nothing.
+	redirectPrefix = "reliability.redirect."
+	// secretPrefix: the endpoint's URL carries a password and a token, and
+	// it refuses every delivery with 400, so the URL reaches the error.
+	secretPrefix = "reliability.secret."
+	// The secrets in that URL. Neither may appear in a log line or a
+	// dead-letter header.
+	endpointUser     = "hostile-user"
+	endpointPassword = "pw-Hunter2-never-logged"
+	endpointToken    = "tok-5e3c9a-never-logged"
+)
+
+// hostileEndpoints serves the redirecting and the refusing endpoint, and
+// the redirect target, which counts every request that reaches it.
+type hostileEndpoints struct {
+	redirectURL, secretURL string
+	targetHits             atomic.Int64
+	closers                []func() error
+}
+
+// startHostileEndpoints listens on two local ports: the endpoints, and the
+// redirect target, a separate server as the internal address a hostile
+// endpoint would point at.
+func startHostileEndpoints() (*hostileEndpoints, error) {
+	e := &hostileEndpoints{}
+	target := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.targetHits.Add(1)
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusOK) // a follower would count the event delivered
+	})
+	targetURL, err := e.serve(target)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, targetURL+"/hook", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/refuse", func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "reliability: this endpoint refuses every delivery", http.StatusBadRequest)
+	})
+	base, err := e.serve(mux)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	host := strings.TrimPrefix(base, "http://")
+	e.redirectURL = base + "/redirect"
+	e.secretURL = "http://" + endpointUser + ":" + endpointPassword + "@" + host + "/refuse?tenant=acme&token=" + endpointToken
+	return e, nil
+}
+
+func (e *hostileEndpoints) serve(h http.Handler) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	e.closers = append(e.closers, srv.Close)
+	return "http://" + ln.Addr().String(), nil
+}
+
+func (e *hostileEndpoints) close() {
+	for _, c := range e.closers {
+		c()
+	}
+}
+
+// webhookURLs is WEBHOOK_URL's entries for the two endpoints.
+func (e *hostileEndpoints) webhookURLs() string {
+	return redirectPrefix + "=" + e.redirectURL + "," + secretPrefix + "=" + e.secretURL
+}
+
+// secret is one string that must never leave the processes.
+type secret struct{ what, value string }
+
+// runSecrets lists the secrets of a run: the refusing endpoint's
+// password, token and basic-auth credentials, and the signing secret.
+func runSecrets() []secret {
+	return []secret{
+		{"endpoint password", endpointPassword},
+		{"endpoint token", endpointToken},
+		{"endpoint basic-auth credentials", base64.StdEncoding.EncodeToString([]byte(endpointUser + ":" + endpointPassword))},
+		{"webhook signing secret", webhookSecret},
+	}
+}
+
+// secretsIn names the secrets found in s.
+func secretsIn(s string, secrets []secret) []string {
+	var out []string
+	for _, sec := range secrets {
+		if strings.Contains(s, sec.value) {
+			out = append(out, sec.what)
+		}
+	}
+	return out
+}
+
+// secretsInHeaders names, per header, the secrets found in its value,
+// however it is nested (tables, arrays, byte strings).
+func secretsInHeaders(headers amqp.Table, secrets []secret) []string {
+	var out []string
+	var walk func(name string, v any)
+	walk = func(name string, v any) {
+		switch v := v.(type) {
+		case string:
+			for _, what := range secretsIn(v, secrets) {
+				out = append(out, what+" in "+name)
+			}
+		case []byte:
+			walk(name, string(v))
+		case amqp.Table:
+			for k, x := range v {
+				walk(name+"."+k, x)
+			}
+		case []any:
+			for i, x := range v {
+				walk(fmt.Sprintf("%s[%d]", name, i), x)
+			}
+		}
+	}
+	for k, v := range headers {
+		walk(k, v)
+	}
+	slices.Sort(out)
+	return out
 }

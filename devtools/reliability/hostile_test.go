@@ -2,11 +2,20 @@ package main
 
 import (
 	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/examples/webhook"
 )
 
 // TestHostileExpectationsMatchTheDecoder checks each hostile case's
@@ -58,5 +67,107 @@ func TestHostileIDsAreUniquePerCopy(t *testing.T) {
 			}
 			ids[id] = true
 		}
+	}
+}
+
+// The forged headers must be ones warren reads, or the forged-header cases
+// would prove nothing: a consumer that trusted them would see 99 attempts
+// and another consumer's origin.
+func TestForgedHeadersAreReadAsWarrensOwn(t *testing.T) {
+	m := dlq.ParseMetadata(forgedHeaders())
+	if m.Attempts != 99 || m.Class != dlq.ClassExhausted || m.OriginQueue != forgedOrigin ||
+		m.OriginExchange != forgedOrigin+".exchange" || m.Error != forgedError || m.FirstFailure.IsZero() {
+		t.Fatalf("forged headers parse as %+v", m)
+	}
+}
+
+// The hostile endpoints: WEBHOOK_URL's entries parse into the prefixes and
+// URLs the cases rely on, the redirect leads a following client to the
+// target (which counts it: the run's check can fail), and the refusing
+// endpoint refuses.
+func TestHostileEndpoints(t *testing.T) {
+	e, err := startHostileEndpoints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	eps, err := webhook.ParseEndpoints("http://127.0.0.1:1/hook," + e.webhookURLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(eps) != 3 || len(eps[0].Prefixes) != 0 ||
+		!slices.Equal(eps[1].Prefixes, []string{redirectPrefix}) || eps[1].URL != e.redirectURL ||
+		!slices.Equal(eps[2].Prefixes, []string{secretPrefix}) || eps[2].URL != e.secretURL {
+		t.Fatalf("WEBHOOK_URL parses as %+v", eps)
+	}
+	u, err := url.Parse(e.secretURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pw, _ := u.User.Password(); pw != endpointPassword || u.Query().Get("token") != endpointToken {
+		t.Fatalf("secret URL %s does not carry the password and token", e.secretURL)
+	}
+
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Post(e.redirectURL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTemporaryRedirect || e.targetHits.Load() != 0 {
+		t.Fatalf("redirecting endpoint answered %d, target hits %d", resp.StatusCode, e.targetHits.Load())
+	}
+	resp, err = http.Post(e.redirectURL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || e.targetHits.Load() != 1 {
+		t.Fatalf("a client following the redirect got %d, target hits %d, want 200 and 1", resp.StatusCode, e.targetHits.Load())
+	}
+	resp, err = http.Post(e.secretURL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("refusing endpoint answered %d", resp.StatusCode)
+	}
+}
+
+// A dead letter whose error carries the endpoint's URL unredacted shows
+// the password and the token, wherever the header sits; one with the URL
+// redacted shows nothing.
+func TestSecretsInHeaders(t *testing.T) {
+	leaky := "POST http://" + endpointUser + ":" + endpointPassword + "@127.0.0.1:1/refuse?tenant=acme&token=" + endpointToken + ": 400 Bad Request"
+	h := dlq.Stamp(amqp.Table{"x-nested": []any{amqp.Table{"b": []byte(endpointToken)}}},
+		dlq.Failure{Err: leaky, At: time.Now(), Queue: webhookQueue}, 1, dlq.ClassPermanent)
+	got := secretsInHeaders(h, runSecrets())
+	want := []string{"endpoint password in " + dlq.HeaderError, "endpoint token in x-nested[0].b", "endpoint token in " + dlq.HeaderError}
+	if !slices.Equal(got, want) {
+		t.Fatalf("found %q, want %q", got, want)
+	}
+	clean := dlq.Stamp(nil, dlq.Failure{Err: "POST http://127.0.0.1:1/refuse?tenant=acme&token=REDACTED: 400 Bad Request", At: time.Now()}, 1, dlq.ClassPermanent)
+	if got := secretsInHeaders(clean, runSecrets()); len(got) != 0 {
+		t.Fatalf("a redacted error shows %q", got)
+	}
+}
+
+// scanLogs fails the run on a log line that carries a secret, naming the
+// secret but not printing it.
+func TestScanLogsFindsSecrets(t *testing.T) {
+	dir := t.TempDir()
+	logPath := filepath.Join(dir, "webhook-a.log")
+	lines := `{"level":"INFO","msg":"started"}` + "\n" +
+		`{"level":"WARN","msg":"handler failed","error":"POST http://hostile-user:` + endpointPassword + `@127.0.0.1:1/refuse: 400"}` + "\n"
+	if err := os.WriteFile(logPath, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{procs: []*proc{newProc(procSpec{name: "webhook-a", kind: "relay"}, logPath)}, exitCodes: map[string]string{}}
+	res := &result{stats: map[string]consumerStats{}}
+	h.scanLogs(res)
+	if res.secretLeaks != 1 || len(res.failures) != 1 || !strings.Contains(res.failures[0], "endpoint password") ||
+		strings.Contains(res.failures[0], endpointPassword) {
+		t.Fatalf("leaks %d, failures %q", res.secretLeaks, res.failures)
 	}
 }

@@ -160,10 +160,13 @@ type harness struct {
 	pool    *pgxpool.Pool
 	recv    *receiver
 	recvURL string
-	tracker *tracker
-	wl      *workload
-	ruleID  int64
-	procs   []*proc
+	// endpoints are the webhook's hostile endpoints: a redirecting one and
+	// one whose URL carries secrets.
+	endpoints *hostileEndpoints
+	tracker   *tracker
+	wl        *workload
+	ruleID    int64
+	procs     []*proc
 
 	bg            sync.WaitGroup // measurement goroutines
 	faults        []*faultRecord
@@ -483,6 +486,9 @@ func (h *harness) setup(ctx context.Context) error {
 	srv := httpserver.New("", h.recv)
 	srv.ConnContext = h.connContext
 	go srv.Serve(ln) // closed with the process; it holds nothing to flush
+	if h.endpoints, err = startHostileEndpoints(); err != nil {
+		return err
+	}
 
 	bin := func(name string) string { return filepath.Join(h.dir, "bin", name) }
 	common := append(cleanEnv(), "AMQP_URL="+h.rabbit.URL(), "DATABASE_URL="+h.pg.URL(), "REDIS_URL="+h.redis.URL(),
@@ -503,7 +509,7 @@ func (h *harness) setup(ctx context.Context) error {
 		return nil
 	}
 	for _, r := range []string{"a", "b"} {
-		if err := add("webhook", "webhook-"+r, bin("webhook"), nil, "WARREN_QUEUE="+webhookQueue, "WEBHOOK_URL="+h.recvURL+"/hook"); err != nil {
+		if err := add("webhook", "webhook-"+r, bin("webhook"), nil, "WARREN_QUEUE="+webhookQueue, "WEBHOOK_URL="+h.recvURL+"/hook,"+h.endpoints.webhookURLs()); err != nil {
 			return err
 		}
 		if err := add("automation", "automation-"+r, bin("automation"), nil, "WARREN_QUEUE="+autoQueue); err != nil {
@@ -614,6 +620,9 @@ func (h *harness) shutdown() {
 	}
 	wg.Wait()
 	h.bg.Wait()
+	if h.endpoints != nil {
+		h.endpoints.close()
+	}
 	if h.admin != nil {
 		h.admin.Close(context.Background())
 	}

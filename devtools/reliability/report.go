@@ -36,10 +36,14 @@ type result struct {
 	autoLost     []string
 	autoHeld     []heldEvent
 
-	hostileSent   int
-	dlqChecked    int
-	dlqByClass    map[string]int
-	dlqDuplicates []string
+	hostileSent int
+	// redirectTargetHits counts requests the redirecting endpoint's target
+	// saw; secretLeaks the secrets found in logs and dead letters.
+	redirectTargetHits int64
+	secretLeaks        int
+	dlqChecked         int
+	dlqByClass         map[string]int
+	dlqDuplicates      []string
 
 	pending, stranded, deadRows int
 	queueDepths                 map[string]int
@@ -153,7 +157,8 @@ func (r *result) markdown() string {
 	w("| events that never committed | %d — none may appear anywhere |\n", r.eventsNeverCommitted)
 	w("| automation follow-up events | %d (written by the rule in the consumer's transaction) |\n", r.followUps)
 	w("| faults injected | %d |\n", len(r.faults))
-	w("| hostile messages sent | %d |\n", r.hostileSent)
+	w("| hostile messages sent | %d; requests that reached the redirecting endpoint's target: %d; secrets found in logs and dead-letter headers: %d |\n",
+		r.hostileSent, r.redirectTargetHits, r.secretLeaks)
 	w("| **events lost** | **%d** (webhook %d, automation %d) |\n", r.lost(), len(r.webhookLost), len(r.autoLost))
 	w("| automation: duplicate effects (dedup on, transactional) | **0** required; %d rule runs expected, each checked to exist once, and no second run caught by the runs key |\n", r.autoExpected)
 	w("| webhook: duplicate deliveries (dedup on, lease-based) | %d of %d events, %d explained by a fault (see below), %d unexplained |\n",
@@ -269,7 +274,7 @@ func (r *result) markdown() string {
 			automationLease, r.mode.drainTimeout, len(r.autoHeld))
 	}
 
-	w("## Hostile input\n\nEach burst publishes, straight to the exchange with publisher confirms: malformed JSON, a 3 MiB body, missing, empty and blank `event_id`, missing `event_type`, wrong JSON types in known fields (`event_id`, `initiator_type`, `payload`, `created_at`), a non-UTF-8 body, an array, `null` and an empty body, a wrong content type and a gzip content encoding, headers of unexpected types with a forged `x-death` array (on a bad body and on a valid one), a valid event claiming 98 attempts, an unknown event type, a valid envelope whose `payload.data` has the wrong shape, and a flood of 100 malformed messages.\n\n")
+	w("## Hostile input\n\nEach burst publishes, straight to the exchange with publisher confirms: malformed JSON, a 3 MiB body, missing, empty and blank `event_id`, missing `event_type`, wrong JSON types in known fields (`event_id`, `initiator_type`, `payload`, `created_at`), a non-UTF-8 body, an array, `null` and an empty body, a wrong content type and a gzip content encoding, headers of unexpected types with a forged `x-death` array (on a bad body and on a valid one), a valid event claiming 98 attempts, an unknown event type, a valid envelope whose `payload.data` has the wrong shape, events with forged warren headers (`x-warren-attempts` 99, an origin queue, exchange and routing key naming another consumer, a class, an error and a first failure in 2001) on a bad body, on an event the automation refuses and on one the receiver refuses once (it must be retried and delivered, and every dead letter must carry the consumer's own record), an event for a webhook endpoint that answers 307 to a second receiver (which must receive nothing: the event is refused there, not redirected), events for an endpoint whose URL carries a password and a `token` and which refuses everything (neither may appear in any process's log line or any dead-letter header), and a flood of 100 malformed messages.\n\n")
 	w("Every dead letter is read back with `dlq.ParseMetadata` and must carry the expected class and reason, attempts 1, the origin queue and exchange, the consumer's name, the host and the failure times; anything else in a DLQ fails the run.\n\n")
 	w("| consumer and class | dead letters |\n|---|---:|\n")
 	for _, k := range sortedKeys(r.dlqByClass) {
