@@ -27,8 +27,9 @@ type Progress struct {
 }
 
 // idleWait is how long a scan waits for a delivery before it asks the
-// broker whether the messages it counted at the start are still there.
-const idleWait = 500 * time.Millisecond
+// broker whether the messages it counted at the start are still there. A
+// variable so that a test can make the question constant.
+var idleWait = 500 * time.Millisecond
 
 // visitFunc sees one delivery of a scan, in queue order, with its decoded
 // form. It may ack the delivery; whatever it leaves unacknowledged goes back
@@ -76,7 +77,7 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 			return fmt.Errorf("set prefetch on %q: %w", q.name, err)
 		}
 		closed = ch.NotifyClose(make(chan *amqp.Error, 1))
-		if deliveries, err = ch.Consume(q.name, "", false, false, false, false, nil); err != nil {
+		if deliveries, err = ch.Consume(q.name, scanTag, false, false, false, false, nil); err != nil {
 			return fmt.Errorf("read %q: %w", q.name, err)
 		}
 		return nil
@@ -94,13 +95,23 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 
 	idle := time.NewTimer(idleWait)
 	defer idle.Stop()
+	idleC := idle.C
+	cancelled := false
 	for seen := 0; seen < total; {
-		idle.Reset(idleWait)
+		if !cancelled {
+			idle.Reset(idleWait)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("reading %q: %w", q.name, ctx.Err())
 		case d, ok := <-deliveries:
 			if !ok {
+				if cancelled {
+					// Every delivery the broker sent before it confirmed
+					// the cancel has now been seen: the rest of the
+					// messages counted at the start went to another client.
+					return nil
+				}
 				// amqp091-go reports a channel's closing before it
 				// closes the deliveries, so an empty closed means the
 				// broker cancelled the consumer: the queue went away.
@@ -121,7 +132,7 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 			if err != nil || !more {
 				return err
 			}
-		case <-idle.C:
+		case <-idleC:
 			// Nothing arrived for a while. The messages counted at the
 			// start may have been taken by another client, in which case
 			// the scan is over rather than stuck.
@@ -129,13 +140,28 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 			if err != nil {
 				return err
 			}
-			if n == 0 {
-				return nil
+			if n > 0 {
+				continue
 			}
+			// None is ready, but that does not mean none is coming: the
+			// broker counts a message it has sent to this scan, still in
+			// the socket or in amqp091-go's buffer, as unacknowledged, not
+			// ready. Ending here would silently cut a peek or an export
+			// short on a busy machine. Cancelling settles it: the broker
+			// sends every delivery it dispatched to this consumer before
+			// the cancel-ok, and amqp091-go hands them over before it
+			// closes deliveries, so the loop reads on until that close.
+			if err := amqpx.Bound(ctx, q.conn, func() error { return ch.Cancel(scanTag, false) }); err != nil {
+				return fmt.Errorf("reading %q: end the read: %w", q.name, err)
+			}
+			cancelled, idleC = true, nil
 		}
 	}
 	return nil
 }
+
+// scanTag is the consumer tag of a scan; each scan has a channel of its own.
+const scanTag = "warren-dlqtool-scan"
 
 // ackWindow is the prefetch of a scan that acks every message it is given
 // (an unfiltered replay or purge): enough to keep the broker busy, and few
