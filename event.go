@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -77,13 +78,30 @@ func DecodeEvent(body []byte) (Event, error) {
 }
 
 // Validate reports whether the event carries what routing and deduplication
-// need: an event_id and an event_type.
+// need: an event_id and an event_type, neither containing a control
+// character.
+//
+// Control characters (U+0000 to U+001F, U+007F to U+009F: newline, carriage
+// return, tab, NUL, escape, …) are refused because the id and type travel
+// where they break things, and no identifier needs one. They go into HTTP
+// headers (the webhook's X-Warren-Event-Id, which Go's HTTP client refuses
+// to send with a newline, so the event used to fail every attempt as if the
+// endpoint were down), log lines (a newline forges a line), dedup keys
+// (Postgres text cannot hold NUL) and the operator's terminal. Such an
+// event is malformed, which no retry can fix: the consumer dead-letters it
+// at once, class undecodable.
 func (e *Event) Validate() error {
 	switch {
 	case strings.TrimSpace(e.ID) == "":
 		return &invalidError{msg: "event_id is missing or empty"}
 	case strings.TrimSpace(e.Type) == "":
 		return &invalidError{msg: "event_type is missing or empty"}
+	}
+	for _, f := range []struct{ name, value string }{{"event_id", e.ID}, {"event_type", e.Type}} {
+		if i := strings.IndexFunc(f.value, unicode.IsControl); i >= 0 {
+			r, _ := utf8.DecodeRuneInString(f.value[i:])
+			return &invalidError{msg: fmt.Sprintf("%s contains a control character (%U at byte %d)", f.name, r, i)}
+		}
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/warrenmq/warren"
 )
@@ -108,6 +109,13 @@ func TestDecodeEventRejects(t *testing.T) {
 		{"bad time", `{"event_id":"a","event_type":"x","created_at":"yesterday"}`, "not an RFC 3339 time"},
 		{"time is bool", `{"event_id":"a","event_type":"x","created_at":true}`, "got a boolean"},
 		{"not utf-8", "{\"event_id\":\"a\xff\",\"event_type\":\"x\"}", "not valid UTF-8"},
+		{"newline in id", `{"event_id":"a\nX-Forged: 1","event_type":"x"}`, "event_id contains a control character (U+000A at byte 1)"},
+		{"carriage return in id", `{"event_id":"a\r","event_type":"x"}`, "event_id contains a control character (U+000D"},
+		{"NUL in id", `{"event_id":"a\u0000","event_type":"x"}`, "event_id contains a control character (U+0000"},
+		{"tab in id", `{"event_id":"\ta","event_type":"x"}`, "event_id contains a control character (U+0009 at byte 0)"},
+		{"escape in id", `{"event_id":"a\u001b[2J","event_type":"x"}`, "event_id contains a control character (U+001B"},
+		{"C1 next line in id", `{"event_id":"a\u0085","event_type":"x"}`, "event_id contains a control character (U+0085"},
+		{"newline in type", `{"event_id":"a","event_type":"workitem.created\n"}`, "event_type contains a control character (U+000A"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,6 +161,7 @@ func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(planeEvent))
 	f.Add([]byte(`{"event_id":"a","event_type":"x"}`))
 	f.Add([]byte(`{"event_id":"a","event_type":"x","payload":{"data":null},"created_at":0}`))
+	f.Add([]byte(`{"event_id":"a\nb","event_type":"x"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		ev, err := warren.DecodeEvent(body)
 		if err != nil {
@@ -160,6 +169,10 @@ func FuzzDecodeEvent(f *testing.F) {
 				t.Fatalf("error %v does not wrap ErrInvalidEvent", err)
 			}
 			return
+		}
+		// What decodes is safe to put in a header or a log line.
+		if strings.ContainsFunc(ev.ID+ev.Type, unicode.IsControl) {
+			t.Fatalf("accepted a control character in event_id %q or event_type %q", ev.ID, ev.Type)
 		}
 		// Whatever decodes must re-encode and decode to the same event.
 		out, err := json.Marshal(ev)

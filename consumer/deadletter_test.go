@@ -297,3 +297,41 @@ func TestQuorumDeliveryLimitDeadLettersAMessageThatNeverCompletes(t *testing.T) 
 	}
 	t.Fatal("still redelivered after 10 rounds")
 }
+
+// An event_id with a newline (or any control character) is malformed: the
+// webhook cannot put it in a header, a log line would be split by it. It
+// is dead-lettered at once as undecodable, not handed to the handler to
+// fail every attempt as if its dependency were down.
+func TestControlCharacterInEventIDIsDeadAtOnce(t *testing.T) {
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.MaxAttempts = 3
+		cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
+	})
+	rec := newRecorder()
+	c.HandleFunc("workitem.", func(ctx context.Context, m *warren.Message) error {
+		rec.record(m)
+		// What the webhook's HTTP client says about such an id.
+		return errBoom
+	})
+	start(t, c)
+	topo := c.Topology()
+	msg, err := amqpx.EventPublishing(event("ok", "workitem.created"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.MessageId = "evt-1\nforged log line"
+	msg.Body = []byte(`{"event_id":"evt-1\nforged log line","event_type":"workitem.created"}`)
+	newPublisher(t).raw(topo.Exchange, msg)
+
+	d := getOne(t, testenv.Channel(t), topo.DLQ, 60*time.Second)
+	meta := dlq.ParseMetadata(d.Headers)
+	if meta.Class != dlq.ClassUndecodable || meta.Attempts != 1 || !strings.Contains(meta.Error, "event_id contains a control character (U+000A") {
+		t.Errorf("dead letter class %q after %d attempts, error %q; want undecodable after 1, saying why", meta.Class, meta.Attempts, meta.Error)
+	}
+	if n := rec.distinct(); n != 0 {
+		t.Errorf("the handler ran for it %d times, want never", rec.count("evt-1\nforged log line"))
+	}
+	if !bytes.Equal(d.Body, msg.Body) {
+		t.Errorf("dead letter body %q, want %q unchanged", d.Body, msg.Body)
+	}
+}

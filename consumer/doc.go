@@ -49,6 +49,14 @@
 // message moved back to N with them, the retry tier's dead-letter back to N
 // would be a cycle, which the broker resolves by dropping the message.
 //
+// Those headers are believed only on a delivery through the default
+// exchange, the way retry tiers, replays and imports bring a message back.
+// Anything published to the consumer's exchange (or another named exchange
+// bound to its queue) is a first delivery, whatever its headers say:
+// attempt 1, its dlq headers and death headers dropped (dlq.StripHistory)
+// before anything reads or stamps them, so a producer can neither spend an
+// event's attempts nor write the origin an operator's replay would use.
+//
 // Package consumertest runs a message through a consumer's middleware and
 // handlers without a broker and reports which of these the consumer would
 // do, deciding with the same code the workers run.

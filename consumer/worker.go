@@ -68,6 +68,7 @@ type decision struct {
 // evaluate decodes a delivery, runs it through the handler chain h and
 // decides what the ack policy does with it, doing none of it.
 func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.Delivery) decision {
+	d = withTrustedHistory(d)
 	m, err := c.decode(d)
 	if err != nil {
 		return c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, err, time.Now())
@@ -87,6 +88,42 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	v := c.decide(d, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
 	v.EventType, v.HandlerDuration = m.Event.Type, took
 	return v
+}
+
+// withTrustedHistory returns d with the failure history its headers claim
+// (warren's dead-letter metadata, RabbitMQ's death headers; see
+// [dlq.StripHistory]) removed, unless d came the way only warren's own
+// copies come. Everything after it (the attempt, the stamps of a retry or a
+// dead letter) starts from what it returns.
+//
+// How deliveries reach the consumer's queue:
+//
+//   - A producer's publish (the relay, or anyone with write permission on
+//     the consumer's exchange) comes through that exchange: d.Exchange is
+//     the topology's exchange. So does anything published to another
+//     exchange an operator bound to the queue: d.Exchange names it.
+//   - A retry or a deferral: republish sends the copy to a retry tier
+//     through the default exchange, and the tier dead-letters it back when
+//     its TTL ends through the default exchange too (its
+//     x-dead-letter-exchange is "", routing key the queue): d.Exchange is "".
+//   - A replay (`warren dlq replay`, dlqtool's Replay), an import with --to
+//     and a shovel from the management UI publish through the default
+//     exchange, with the queue as routing key: d.Exchange is "".
+//   - A delivery the broker requeued (a nack, a lost channel) comes again
+//     with the exchange of its first arrival, and is judged as it was then.
+//
+// Only the default exchange carries history that warren or an operator
+// wrote, and publishing there takes write permission on amq.default, which
+// a producer of events does not need. A delivery through any named exchange
+// is a first delivery, whatever its headers say: forged attempts would
+// dead-letter it as exhausted after one try, a forged origin queue would
+// steer an operator's replay. Headers that are not warren's (a traceparent,
+// x-warren-initiator-type, which producers set by design) are kept.
+func withTrustedHistory(d amqp.Delivery) amqp.Delivery {
+	if d.Exchange != "" {
+		d.Headers = dlq.StripHistory(d.Headers)
+	}
+	return d
 }
 
 // decide is the ack policy for a decoded delivery whose handler returned

@@ -21,6 +21,11 @@
 // x-warren-first-death-*, and read back as [Metadata].FirstDeath. The
 // decision is in docs/adr/dlq-death-headers.md.
 //
+// Headers are written by whoever publishes. [StripHistory] removes every
+// header of the failure record, warren's and the broker's; the consumer
+// applies it to what producers publish, so that history is only ever what
+// warren stamped.
+//
 // The operator's tools built on this protocol (peek, stats, replay, purge,
 // export and import, behind `warren dlq`) are package
 // github.com/warrenmq/warren/dlqtool, kept apart so that a service that

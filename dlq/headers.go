@@ -183,6 +183,38 @@ func StripDeaths(headers amqp.Table, origin string) amqp.Table {
 	return out
 }
 
+// historyHeaders are the headers that record a message's failures: every
+// header this package defines, as [Stamp], [StripDeaths] and a replay write
+// them. The root package's x-warren-initiator-type is not among them: a
+// producer sets it by design.
+var historyHeaders = []string{
+	HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure,
+	HeaderOriginQueue, HeaderOriginExchange, HeaderOriginRoutingKey, HeaderConsumer, HeaderHost,
+	HeaderReplays, HeaderFirstDeathReason, HeaderFirstDeathQueue, HeaderFirstDeathTime,
+}
+
+// StripHistory returns a copy of headers without any record of earlier
+// failures: warren's dead-letter metadata (every header this package
+// defines) and RabbitMQ's death headers. Other headers (a traceparent, the
+// initiator type, a producer's own) are kept. headers itself is not changed.
+//
+// The consumer applies it to a delivery a producer published: whoever may
+// publish to the consumer's exchange can set any of these headers, and
+// trusting them would let a producer spend the event's attempts
+// (x-warren-attempts), or name the queue an operator's replay publishes
+// into (x-warren-origin-queue). Such a delivery is a first delivery, and
+// its history is the one warren stamps from then on.
+func StripHistory(headers amqp.Table) amqp.Table {
+	out := maps.Clone(headers)
+	for _, name := range historyHeaders {
+		delete(out, name)
+	}
+	for _, name := range brokerDeathHeaders {
+		delete(out, name)
+	}
+	return out
+}
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

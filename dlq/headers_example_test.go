@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/warrenmq/warren/dlq"
 )
 
@@ -20,4 +22,18 @@ func ExampleParseMetadata() {
 	// Output:
 	// permanent 1 webhook 2025-06-01T12:00:00Z
 	// POST https://hooks.example.com: 410 Gone
+}
+
+// A producer's publish that claims a history (99 attempts, another queue
+// as its origin) loses it; its own headers stay.
+func ExampleStripHistory() {
+	forged := amqp.Table{
+		dlq.HeaderAttempts:    int32(99),
+		dlq.HeaderOriginQueue: "billing",
+		"x-death":             []any{},
+		"traceparent":         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+	}
+	fmt.Println(dlq.StripHistory(forged))
+	// Output:
+	// map[traceparent:00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01]
 }

@@ -1,10 +1,14 @@
 package dlq
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
 	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +266,45 @@ func TestIsQueueName(t *testing.T) {
 		if got := IsQueueName(name); got != want {
 			t.Errorf("IsQueueName(%q) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// StripHistory removes every header of warren's failure record and the
+// broker's death headers, and keeps the producer's own.
+func TestStripHistory(t *testing.T) {
+	// Every x-warren-* constant this package declares is part of the
+	// record: a header added later must not slip past the consumer.
+	var own []string
+	file, err := parser.ParseFile(token.NewFileSet(), "headers.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast.Inspect(file, func(n ast.Node) bool {
+		if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			if name, _ := strconv.Unquote(lit.Value); strings.HasPrefix(name, "x-warren-") {
+				own = append(own, name)
+			}
+		}
+		return true
+	})
+	if len(own) < 14 {
+		t.Fatalf("found only %d x-warren-* headers in headers.go: %v", len(own), own)
+	}
+	producer := amqp.Table{"traceparent": "00-abc-def-01", "x-warren-initiator-type": "USER", "app": int32(7)}
+	in := maps.Clone(producer)
+	for _, name := range append(own, brokerDeathHeaders...) {
+		in[name] = "forged"
+	}
+	before := maps.Clone(in)
+
+	out := StripHistory(in)
+	if !reflect.DeepEqual(in, before) {
+		t.Fatal("StripHistory changed its input")
+	}
+	if !reflect.DeepEqual(out, producer) {
+		t.Fatalf("StripHistory left %v, want only the producer's %v", out, producer)
+	}
+	if StripHistory(nil) != nil {
+		t.Error("nil headers came back non-nil")
 	}
 }

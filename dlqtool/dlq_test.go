@@ -375,32 +375,69 @@ func TestReplayLimitTargetAndDryRun(t *testing.T) {
 	}
 }
 
-// A message whose origin queue is gone or unknown stops the replay with a
-// clear error and stays in the DLQ, as do the ones after it.
-func TestReplayUnknownOrigin(t *testing.T) {
+// A replay sends every message to the queue its DLQ belongs to, whatever
+// origin queue its headers name: a producer can forge those headers, and a
+// replay publishes with the operator's rights. A crafted dead letter naming
+// another consumer's queue must not reach that queue; the replay counts it.
+// When the DLQ's own queue is gone, the replay stops before moving anything.
+func TestReplayGoesToTheQueueTheDLQBelongsTo(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
+	victim := testenv.Name(t, "victim")
+	testenv.CleanupQueues(t, victim)
+	if _, err := f.ch.QueueDeclare(victim, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
 	good := f.top.Message(testenv.Dead{ID: "good", Type: "workitem.created", Class: dlq.ClassPermanent, Err: "x"})
-	gone := f.top.Message(testenv.Dead{ID: "gone", Type: "workitem.created", Class: dlq.ClassPermanent, Err: "x"})
-	gone.Headers[dlq.HeaderOriginQueue] = f.top.Consumer + "-deleted"
+	forged := f.top.Message(testenv.Dead{ID: "forged", Type: "workitem.created", Class: dlq.ClassPermanent, Err: "x"})
+	forged.Headers[dlq.HeaderOriginQueue] = victim
+	// Dead-lettered by the broker, as far as its (forged) x-death says.
+	brokerForged := amqp.Publishing{MessageId: "broker-forged", Body: []byte("{}"), Headers: amqp.Table{
+		"x-death": []any{amqp.Table{"queue": victim, "reason": "rejected", "count": int64(1)}},
+	}}
 	none := amqp.Publishing{MessageId: "none", Body: []byte("{}")}
-	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{good, gone, good, none})
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{good, forged, brokerForged, none})
 
+	dry, err := f.q.Replay(ctx, dlqtool.ReplayOptions{DryRun: true})
+	if err != nil || dry.Matched != 4 || dry.ForeignOrigin != 2 || !reflect.DeepEqual(dry.Queues, map[string]int{f.top.Consumer: 4}) {
+		t.Fatalf("dry run: %+v, %v; want 4 to %s, 2 naming another origin", dry, err, f.top.Consumer)
+	}
 	res, err := f.q.Replay(ctx, dlqtool.ReplayOptions{})
-	if !errors.Is(err, dlqtool.ErrNoQueue) || res.Done != 1 {
-		t.Fatalf("replay: %+v, %v; want 1 done and ErrNoQueue", res, err)
+	if err != nil || res.Done != 4 || res.ForeignOrigin != 2 || !reflect.DeepEqual(res.Queues, map[string]int{f.top.Consumer: 4}) {
+		t.Fatalf("replay: %+v, %v; want 4 to %s, 2 naming another origin", res, err, f.top.Consumer)
+	}
+	if n := f.depth(t, victim); n != 0 {
+		t.Errorf("the queue the forged headers name holds %d messages, want none", n)
+	}
+	home := testenv.Drain(t, f.conn, f.top.Consumer)
+	if got := ids(home); !slices.Equal(got, []string{"good", "forged", "broker-forged", "none"}) {
+		t.Fatalf("%s holds %v", f.top.Consumer, got)
+	}
+	for _, d := range home {
+		if o := dlq.ParseMetadata(d.Headers).OriginQueue; o != f.top.Consumer {
+			t.Errorf("%s replayed with origin queue %q, want %q", d.MessageId, o, f.top.Consumer)
+		}
+	}
+
+	// The operator names another queue: that is where they go, and
+	// nothing is counted as redirected.
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{forged})
+	res, err = f.q.Replay(ctx, dlqtool.ReplayOptions{To: victim})
+	if err != nil || res.Done != 1 || res.ForeignOrigin != 0 || res.Queues[victim] != 1 {
+		t.Fatalf("replay --to: %+v, %v", res, err)
+	}
+
+	// The DLQ's own queue is gone: nothing moves.
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{good, forged})
+	if _, err := f.ch.QueueDelete(f.top.Consumer, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	res, err = f.q.Replay(ctx, dlqtool.ReplayOptions{})
+	if !errors.Is(err, dlqtool.ErrNoQueue) || res.Done != 0 {
+		t.Fatalf("replay without its queue: %+v, %v; want nothing done and ErrNoQueue", res, err)
 	}
 	t.Logf("error: %v", err)
-	testenv.WaitFor(t, 60*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
-
-	res, err = f.q.Replay(ctx, dlqtool.ReplayOptions{Filter: dlqtool.Filter{EventIDs: []string{"none"}}})
-	if !errors.Is(err, dlqtool.ErrNoOrigin) || res.Done != 0 {
-		t.Fatalf("replay without origin: %+v, %v", res, err)
-	}
-	testenv.WaitFor(t, 60*time.Second, "DLQ at 3", func() bool { return f.depth(t, f.top.DLQ) == 3 })
-	if got := ids(testenv.Drain(t, f.conn, f.top.DLQ)); !slices.Equal(got, []string{"gone", "good", "none"}) {
-		t.Fatalf("DLQ holds %v", got)
-	}
+	testenv.WaitFor(t, 60*time.Second, "DLQ at 2", func() bool { return f.depth(t, f.top.DLQ) == 2 })
 }
 
 // Cancelling a replay midway loses nothing: every message is in the DLQ or
@@ -530,7 +567,17 @@ func TestExportImportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The messages name their own consumer's queue as their origin, not
+	// other's: the import into other's DLQ must be asked for by name.
 	res, err := q2.Import(ctx, read, dlqtool.ImportOptions{})
+	if !errors.Is(err, dlqtool.ErrForeignOrigin) || res.Done != 0 {
+		t.Fatalf("import into another consumer's DLQ without --to: %+v, %v; want ErrForeignOrigin and nothing done", res, err)
+	}
+	t.Logf("error: %v", err)
+	if n := f.depth(t, other.DLQ); n != 0 {
+		t.Fatalf("a refused import published %d messages", n)
+	}
+	res, err = q2.Import(ctx, read, dlqtool.ImportOptions{To: other.DLQ})
 	if err != nil || res.Done != 22 {
 		t.Fatalf("import: %+v, %v", res, err)
 	}

@@ -10,7 +10,8 @@
 //   - [Queue.Peek], [Queue.Stats] and [Queue.Export] read it and leave it as
 //     it was: every message they read is handed back to the broker in its
 //     place.
-//   - [Queue.Replay] sends messages back to the queue they failed in,
+//   - [Queue.Replay] sends messages back to the queue the DLQ belongs to
+//     (never to one a message's headers name: a producer can forge them),
 //     through the default exchange, each removed from the DLQ only after
 //     the broker confirmed its copy; an interrupted replay loses nothing.
 //     The copy carries none of the broker's death headers
@@ -19,6 +20,8 @@
 //   - [Queue.Purge] deletes messages; [Queue.Import] publishes messages
 //     read back from an export with [ReadMessages]: exactly as exported
 //     into a DLQ, without the broker's death headers into any other queue.
+//     Messages naming another origin than the DLQ's queue are imported
+//     only into a target the caller names.
 //
 // An export is JSON Lines, one [Message] a line ([Message.MarshalJSON]),
 // every AMQP header value kept with its type so an import restores it

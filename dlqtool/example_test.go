@@ -1,9 +1,12 @@
 package dlqtool_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -171,4 +174,35 @@ func exampleSetup(ctx context.Context) (*amqp.Connection, string, func()) {
 		ch.QueueDelete(dlq.QueueName(consumer), false, false, false)
 		conn.Close()
 	}
+}
+
+// An export whose messages name another consumer's queue as their origin
+// goes into this consumer's DLQ only when the target is named.
+func ExampleQueue_Import() {
+	ctx := context.Background()
+	conn, consumer, cleanup := exampleSetup(ctx)
+	defer cleanup()
+
+	q, err := dlqtool.Open(ctx, conn, consumer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	line, err := json.Marshal(dlqtool.Message{Publishing: amqp.Publishing{
+		MessageId: "b1", Body: []byte("{}"),
+		Headers: dlq.Stamp(nil, dlq.Failure{Err: "declined", At: time.Now(), Queue: "billing", Consumer: "billing"}, 1, dlq.ClassPermanent),
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	msgs, err := dlqtool.ReadMessages(bytes.NewReader(line))
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = q.Import(ctx, msgs, dlqtool.ImportOptions{})
+	fmt.Println(errors.Is(err, dlqtool.ErrForeignOrigin))
+	res, err := q.Import(ctx, msgs, dlqtool.ImportOptions{To: q.Name()})
+	fmt.Println(res.Done, err)
+	// Output:
+	// true
+	// 1 <nil>
 }

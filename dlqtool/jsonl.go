@@ -493,7 +493,7 @@ func (m Message) MarshalJSON() ([]byte, error) {
 			FirstFailure: md.FirstFailure, LastFailure: md.LastFailure,
 			OriginQueue: md.OriginQueue, OriginExchange: md.OriginExchange, OriginRoutingKey: md.OriginRoutingKey,
 			Consumer: md.Consumer, Host: md.Host, Replays: md.Replays, Problems: md.Problems,
-			ReplayTo: m.Origin(),
+			ReplayTo: m.replayTo,
 		},
 		Properties: propertiesJSON{
 			ContentType: wireString(m.ContentType), ContentEncoding: wireString(m.ContentEncoding),
@@ -662,7 +662,9 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 
 // ImportOptions say where [Queue.Import] publishes.
 type ImportOptions struct {
-	// To publishes to this queue instead of the dead-letter queue.
+	// To publishes to this queue instead of the dead-letter queue. Naming
+	// it is also how an operator imports messages whose headers name
+	// another origin queue (see [ErrForeignOrigin]).
 	To string
 	// DrainTimeout bounds the wait for the confirm of the message in
 	// flight when ctx ends. Default [DefaultDrainTimeout].
@@ -682,10 +684,24 @@ type ImportOptions struct {
 // headers, through [dlq.StripDeaths]: a message whose x-death names the queue
 // it is imported into would otherwise be dropped by the broker on its first
 // retry.
+//
+// Without opts.To, a message whose headers name an origin queue other than
+// the one the dead-letter queue belongs to is refused before anything is
+// published, with an error wrapping [ErrForeignOrigin]: in that DLQ the
+// message would pass for one of its consumer's, though its headers, which
+// anyone who wrote the file could set, say otherwise. Naming the target
+// with opts.To is the operator saying the move is meant.
 func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) (Result, error) {
 	target := cmp.Or(opts.To, q.name)
 	toDLQ := target == q.name || dlq.IsQueueName(target)
 	res := Result{Progress: Progress{Total: len(msgs)}}
+	if opts.To == "" {
+		for i := range msgs {
+			if err := q.checkImportOrigin(&msgs[i]); err != nil {
+				return res, fmt.Errorf("import message %d (%s): %w", i+1, describe(&msgs[i]), err)
+			}
+		}
+	}
 	if _, err := q.depth(ctx, target); err != nil {
 		return res, fmt.Errorf("import target: %w", err)
 	}
@@ -721,4 +737,19 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 		}
 	}
 	return res, nil
+}
+
+// ErrForeignOrigin is wrapped by the error of an import, without a target
+// queue, of a message whose headers name an origin queue other than the
+// one the dead-letter queue belongs to.
+var ErrForeignOrigin = errors.New("message names another origin queue")
+
+// checkImportOrigin refuses m for an import into q without a target queue
+// named when m's headers say it failed in another consumer's queue. A
+// message that names no origin is accepted: it claims nothing.
+func (q *Queue) checkImportOrigin(m *Message) error {
+	if origin := m.Origin(); origin != "" && origin != q.consumer {
+		return fmt.Errorf("%w: its headers name %q, and %s belongs to %q; name the target queue (--to) to import it anyway", ErrForeignOrigin, origin, q.name, q.consumer)
+	}
+	return nil
 }

@@ -220,7 +220,7 @@ func TestReplayPublishing(t *testing.T) {
 	headers["x-last-death-reason"] = "expired"
 	m := newMessage(0, amqp.Publishing{MessageId: "id", Headers: headers, Body: []byte("b")})
 
-	p := replayPublishing(&m)
+	p := replayPublishing(&m, "webhook")
 	for _, gone := range []string{dlq.HeaderError, dlq.HeaderErrorClass, dlq.HeaderAttempts, dlq.HeaderFirstFailure, dlq.HeaderLastFailure, "x-death", "x-first-death-queue", "x-last-death-reason"} {
 		if _, ok := p.Headers[gone]; ok {
 			t.Errorf("replayed message keeps %s", gone)
@@ -241,11 +241,22 @@ func TestReplayPublishing(t *testing.T) {
 	expired := newMessage(0, amqp.Publishing{Headers: amqp.Table{"x-death": []any{amqp.Table{
 		"queue": "webhook", "reason": "expired", "exchange": "events", "routing-keys": []any{"k"}, "count": int64(1),
 	}}}})
-	p = replayPublishing(&expired)
+	p = replayPublishing(&expired, "webhook")
 	want = amqp.Table{dlq.HeaderReplays: int32(1), dlq.HeaderOriginQueue: "webhook", dlq.HeaderOriginExchange: "events", dlq.HeaderOriginRoutingKey: "k",
 		dlq.HeaderFirstDeathReason: "expired", dlq.HeaderFirstDeathQueue: "webhook"}
 	if !reflect.DeepEqual(p.Headers, want) {
 		t.Errorf("expired replay headers\n got %v\nwant %v", p.Headers, want)
+	}
+
+	// Headers naming another origin queue do not survive the replay: the
+	// copy records the queue it was replayed home to.
+	foreign := newMessage(0, amqp.Publishing{Headers: amqp.Table{dlq.HeaderOriginQueue: "billing", "x-death": []any{amqp.Table{
+		"queue": "billing", "reason": "expired", "count": int64(1),
+	}}}})
+	p = replayPublishing(&foreign, "webhook")
+	want = amqp.Table{dlq.HeaderReplays: int32(1), dlq.HeaderOriginQueue: "webhook"}
+	if !reflect.DeepEqual(p.Headers, want) {
+		t.Errorf("foreign replay headers\n got %v\nwant %v", p.Headers, want)
 	}
 }
 

@@ -24,6 +24,10 @@ type Message struct {
 	Metadata dlq.Metadata
 
 	amqp.Publishing
+
+	// replayTo is where a replay of the queue the message was read from
+	// sends it; empty for a message read from a file.
+	replayTo string
 }
 
 // newMessage reads a message from its AMQP form.
@@ -70,10 +74,16 @@ func publishingOf(d *amqp.Delivery) amqp.Publishing {
 	}
 }
 
-// Origin is the queue a replay sends the message back to: the origin queue
-// its metadata records or, for a message RabbitMQ dead-lettered without
-// warren's headers (rejected, over a length limit), the queue its latest
-// x-death entry names. Empty when neither says.
+// Origin is the queue the message's headers say it failed in: the origin
+// queue its metadata records or, for a message RabbitMQ dead-lettered
+// without warren's headers (rejected, over a length limit), the queue its
+// latest x-death entry names. Empty when neither says.
+//
+// Headers are not proof: whoever published the message may have set them.
+// A replay sends a message to the queue its dead-letter queue belongs to,
+// whatever Origin says (see [Queue.Replay]), and an import refuses a
+// message whose Origin names another queue unless told where to put it
+// (see [Queue.Import]).
 func (m *Message) Origin() string {
 	if m.Metadata.OriginQueue != "" {
 		return m.Metadata.OriginQueue
@@ -86,15 +96,16 @@ func (m *Message) Origin() string {
 
 // replayPublishing is the message a replay publishes: the same body and
 // properties, with its failure record reset so the consumer treats it as a
-// fresh delivery, and the replay counted.
+// fresh delivery, and the replay counted. home is the queue the dead-letter
+// queue belongs to, which the copy records as its origin queue whatever
+// the headers said.
 //
 // RabbitMQ's death headers are removed by [dlq.StripDeaths], or the consumer's
 // first retry of the copy could be dropped as a dead-letter cycle. The
-// origin the x-death recorded is kept in warren's own origin headers, and
-// the broker's first death in warren's first-death headers.
-func replayPublishing(m *Message) amqp.Publishing {
+// broker's first death in home is kept in warren's first-death headers.
+func replayPublishing(m *Message, home string) amqp.Publishing {
 	p := m.Publishing
-	h := dlq.StripDeaths(p.Headers, m.Origin())
+	h := dlq.StripDeaths(p.Headers, home)
 	if h == nil {
 		h = amqp.Table{}
 	}
@@ -107,7 +118,7 @@ func replayPublishing(m *Message) amqp.Publishing {
 			h[name] = value
 		}
 	}
-	setIfMissing(dlq.HeaderOriginQueue, m.Origin())
+	h[dlq.HeaderOriginQueue] = home
 	setIfMissing(dlq.HeaderOriginExchange, md.OriginExchange)
 	setIfMissing(dlq.HeaderOriginRoutingKey, md.OriginRoutingKey)
 	h[dlq.HeaderReplays] = int32(min(max(md.Replays, 0), math.MaxInt32-1) + 1)

@@ -17,11 +17,6 @@ import (
 // queue, or a replay or import target.
 var ErrNoQueue = errors.New("no such queue")
 
-// ErrNoOrigin is wrapped when a replay meets a message whose headers name no
-// queue to send it back to; a replay with an explicit target queue
-// ([ReplayOptions.To]) does not need one.
-var ErrNoOrigin = errors.New("message records no origin queue")
-
 // Queue is one consumer's dead-letter queue, opened on a connection the
 // caller owns. Its methods are safe for concurrent use; each runs on its own
 // channels, so a failure in one leaves the others and the connection alone.
@@ -113,26 +108,4 @@ func (q *Queue) depth(ctx context.Context, queue string) (int, error) {
 		return 0, fmt.Errorf("inspect queue %q: %w", queue, err)
 	}
 	return info.Messages, nil
-}
-
-// queueChecker remembers which target queues exist, so a replay asks the
-// broker once per queue rather than once per message.
-type queueChecker struct {
-	q     *Queue
-	known map[string]error
-}
-
-func (c *queueChecker) check(ctx context.Context, queue string) error {
-	if err, ok := c.known[queue]; ok {
-		return err
-	}
-	_, err := c.q.depth(ctx, queue)
-	if err != nil && ctx.Err() != nil {
-		return err // not an answer about the queue; ask again next time
-	}
-	if c.known == nil {
-		c.known = map[string]error{}
-	}
-	c.known[queue] = err
-	return err
 }

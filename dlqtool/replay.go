@@ -39,7 +39,8 @@ type ReplayOptions struct {
 	Rate float64
 	// DryRun selects and counts without publishing or removing anything.
 	DryRun bool
-	// To sends every message to this queue instead of its origin queue.
+	// To sends every message to this queue instead of the queue the
+	// dead-letter queue belongs to.
 	To string
 	// DrainTimeout bounds the wait for the confirm of the message in
 	// flight when ctx ends. Default [DefaultDrainTimeout].
@@ -48,10 +49,17 @@ type ReplayOptions struct {
 	Progress func(Progress)
 }
 
-// Replay sends matching messages back to the queue each failed in (its
-// origin queue, see [Message.Origin]) or to opts.To, through the default
-// exchange: only the consumer whose queue it is sees them again, never the
-// other consumers of the exchange the event was first published to.
+// Replay sends matching messages back to the queue the dead-letter queue
+// belongs to (the consumer's queue, [Queue.Consumer]) or to opts.To, through
+// the default exchange: only the consumer whose queue it is sees them again,
+// never the other consumers of the exchange the event was first published
+// to.
+//
+// The origin queue a message's headers name ([Message.Origin]) does not
+// choose the target: a producer can forge those headers, and a replay
+// publishes with the operator's rights. A message whose headers name
+// another queue goes to the dead-letter queue's own queue like the rest,
+// and is counted in [Progress].ForeignOrigin.
 //
 // The messages are published one at a time, in queue order, each with
 // publisher confirms and removed from the dead-letter queue only after the
@@ -67,10 +75,9 @@ type ReplayOptions struct {
 // neither. The error then wraps ctx's error, and the Result says how far
 // the replay got.
 //
-// A message whose origin queue is unknown (and no opts.To) ends the replay
-// with an error wrapping [ErrNoOrigin]; one whose target queue does not
-// exist, with an error wrapping [ErrNoQueue]. Both leave that message and
-// the ones after it in the dead-letter queue.
+// When the target queue does not exist, the replay ends at the first
+// matching message with an error wrapping [ErrNoQueue], leaving every
+// message in the dead-letter queue.
 func (q *Queue) Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	if err := opts.Filter.Validate(); err != nil {
 		return Result{DryRun: opts.DryRun}, err
@@ -96,21 +103,20 @@ func (q *Queue) Replay(ctx context.Context, opts ReplayOptions) (Result, error) 
 		}
 		defer pub.Close()
 	}
-	targets := &queueChecker{q: q}
+	target := cmp.Or(opts.To, q.consumer)
+	targetChecked := opts.To != ""
 	pace := pacer{rate: opts.Rate}
-	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message) (string, error) {
-		target := opts.To
-		if target == "" {
-			target = m.Origin()
+	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message, p *Progress) (string, error) {
+		if !targetChecked {
+			// Asked at the first match, so that replaying an empty
+			// queue, or a filter nothing matches, does not fail.
+			if _, err := q.depth(ctx, target); err != nil {
+				return "", fmt.Errorf("replay target of %s: %w", q.name, err)
+			}
+			targetChecked = true
 		}
-		switch target {
-		case "":
-			return "", fmt.Errorf("message %s at position %d: %w; name a target queue", describe(m), m.Position, ErrNoOrigin)
-		case q.name:
-			return "", fmt.Errorf("message %s at position %d names the dead-letter queue itself as its origin; name a target queue", describe(m), m.Position)
-		}
-		if err := targets.check(ctx, target); err != nil {
-			return "", fmt.Errorf("message %s at position %d: origin %w", describe(m), m.Position, err)
+		if origin := m.Origin(); opts.To == "" && origin != "" && origin != q.consumer {
+			p.ForeignOrigin++
 		}
 		if opts.DryRun {
 			return target, nil
@@ -129,7 +135,7 @@ func (q *Queue) replayOne(ctx context.Context, pub *amqpx.Publisher, d *amqp.Del
 	// safe, rather than with the message in both queues.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer cancel()
-	if err := pub.Publish(pctx, "", target, replayPublishing(m)); err != nil {
+	if err := pub.Publish(pctx, "", target, replayPublishing(m, q.consumer)); err != nil {
 		return fmt.Errorf("replay message %s to %q (it is still in %s): %w", describe(m), target, q.name, err)
 	}
 	// Only now that the broker has confirmed the copy in target may the
@@ -163,7 +169,7 @@ func (q *Queue) Purge(ctx context.Context, opts PurgeOptions) (Result, error) {
 	if opts.Limit < 0 {
 		return Result{DryRun: opts.DryRun}, errNegativeLimit
 	}
-	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message) (string, error) {
+	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message, _ *Progress) (string, error) {
 		if opts.DryRun {
 			return "", nil
 		}
@@ -175,8 +181,9 @@ func (q *Queue) Purge(ctx context.Context, opts PurgeOptions) (Result, error) {
 }
 
 // drain runs act on each matching message, up to limit, and counts.
-// act returns the queue the message went to, if any.
-func (q *Queue) drain(ctx context.Context, f Filter, limit int, dryRun bool, progress func(Progress), act func(*amqp.Delivery, *Message) (string, error)) (Result, error) {
+// act returns the queue the message went to, if any, and may count in the
+// Progress it is given.
+func (q *Queue) drain(ctx context.Context, f Filter, limit int, dryRun bool, progress func(Progress), act func(*amqp.Delivery, *Message, *Progress) (string, error)) (Result, error) {
 	res := Result{DryRun: dryRun, Queues: map[string]int{}}
 	now := time.Now()
 	err := q.scan(ctx, prefetchFor(f, limit, !dryRun), &res.Progress, progress, func(d *amqp.Delivery, m *Message) (bool, error) {
@@ -188,7 +195,7 @@ func (q *Queue) drain(ctx context.Context, f Filter, limit int, dryRun bool, pro
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		target, err := act(d, m)
+		target, err := act(d, m, &res.Progress)
 		if err != nil {
 			return false, err
 		}

@@ -24,6 +24,12 @@ type Progress struct {
 	// Done is how many of those were replayed, purged, exported or
 	// imported. In a dry run it stays 0.
 	Done int `json:"done"`
+	// ForeignOrigin counts, in a replay without a target queue, the
+	// matched messages whose headers name an origin queue other than the
+	// one the dead-letter queue belongs to. Those headers are not trusted
+	// (a producer can forge them): each such message is replayed into the
+	// dead-letter queue's own queue like the rest.
+	ForeignOrigin int `json:"foreign_origin,omitempty"`
 }
 
 // idleWait is how long a scan waits for a delivery before it asks the
@@ -123,6 +129,7 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 				}
 			}
 			m := newMessage(seen, publishingOf(&d))
+			m.replayTo = q.consumer
 			seen++
 			p.Scanned = seen
 			more, err := visit(&d, &m)

@@ -65,7 +65,7 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "replay", summary: "send dead messages back to the queue they failed in", changes: true,
-		about: "Send dead messages back to the queue each one failed in, through the default exchange: only that consumer sees them again, never the other consumers of the event's exchange. Each message is published with publisher confirms and removed from the dead-letter queue only once the broker has the copy, in queue order. The copy's attempts, error and class are reset, so it gets a full set of retries, and its replay count (x-warren-replays) goes up by one.\n\nCtrl-C stops after the message in flight; every message is then in the dead-letter queue or its origin queue.",
+		about: "Send dead messages back to the queue the dead-letter queue belongs to (webhook for webhook.dlq), or to --to QUEUE, through the default exchange: only that consumer sees them again, never the other consumers of the event's exchange. The origin queue a message's headers name does not choose where it goes (a producer can forge headers); messages whose headers name another queue are counted in the output. Each message is published with publisher confirms and removed from the dead-letter queue only once the broker has the copy, in queue order. The copy's attempts, error and class are reset, so it gets a full set of retries, and its replay count (x-warren-replays) goes up by one.\n\nCtrl-C stops after the message in flight; every message is then in the dead-letter queue or the queue it was replayed to.",
 		examples: []string{
 			"warren dlq replay --queue webhook --type workitem. --limit 100",
 			"warren dlq replay --queue webhook --error 'connection refused' --rate 20 --yes",
@@ -76,7 +76,7 @@ var dlqSubs = []dlqSub{
 			o.filterFlags(fs)
 			o.limitFlag(fs, 0)
 			fs.Float(&o.rate, "rate", "N", "replay at most N messages a second; 0 is as fast as the broker confirms", 0)
-			fs.String(&o.to, "to", "QUEUE", "send every message to QUEUE instead of its origin queue", "")
+			fs.String(&o.to, "to", "QUEUE", "send every message to QUEUE instead of the queue the dead-letter queue belongs to", "")
 			o.changeFlags(fs)
 		},
 		run: runDLQReplay,
@@ -107,13 +107,13 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "import", args: "FILE", summary: "publish messages from a JSON Lines file into a queue", changes: true,
-		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) are left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published. FILE '-' reads standard input (then --yes is required).",
+		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) are left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published: without --to, a message whose headers name an origin queue other than the one the dead-letter queue belongs to is refused (name the target with --to to import it anyway). FILE '-' reads standard input (then --yes is required).",
 		examples: []string{
 			"warren dlq import --queue webhook webhook-dead.jsonl",
 			"warren dlq export --queue webhook --amqp-url \"$OLD\" | warren dlq import --queue webhook --amqp-url \"$NEW\" --yes -",
 		},
 		flags: func(fs *flagSet, o *dlqOptions) {
-			fs.String(&o.to, "to", "QUEUE", "publish into QUEUE instead of the dead-letter queue", "")
+			fs.String(&o.to, "to", "QUEUE", "publish into QUEUE instead of the dead-letter queue; needed for messages whose headers name another origin queue", "")
 			fs.Bool(&o.yes, "yes", "do not ask for confirmation")
 			o.jsonFlag(fs)
 		},

@@ -79,14 +79,16 @@ func runDLQShow(ctx context.Context, c *dlqCall) error {
 		if i > 0 {
 			fmt.Fprintln(c.env.stdout)
 		}
-		if err := printMessage(c.env.stdout, &m, time.Now()); err != nil {
+		if err := printMessage(c.env.stdout, &m, c.queue.Consumer(), time.Now()); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func printMessage(w io.Writer, m *dlqtool.Message, now time.Time) error {
+// printMessage prints m, read from the dead-letter queue of the queue
+// home, which is where a replay sends it.
+func printMessage(w io.Writer, m *dlqtool.Message, home string, now time.Time) error {
 	md := m.Metadata
 	fmt.Fprintf(w, "── message at position %d ──\n", m.Position)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -106,7 +108,12 @@ func printMessage(w io.Writer, m *dlqtool.Message, now time.Time) error {
 	if md.OriginExchange != "" || md.OriginRoutingKey != "" {
 		row("origin", fmt.Sprintf("exchange %q, routing key %q", md.OriginExchange, md.OriginRoutingKey))
 	}
-	row("replays to", clean(m.Origin()))
+	replaysTo := clean(home)
+	if origin := m.Origin(); origin != "" && origin != home {
+		// The headers may be a producer's forgery; the replay ignores them.
+		replaysTo += fmt.Sprintf(" (not %s, which its headers name as its origin)", clean(origin))
+	}
+	row("replays to", replaysTo)
 	row("consumer", clean(md.Consumer))
 	row("host", clean(md.Host))
 	if md.Replays > 0 {
@@ -253,7 +260,11 @@ func runDLQStats(ctx context.Context, c *dlqCall) error {
 func runDLQReplay(ctx context.Context, c *dlqCall) error {
 	opts := dlqtool.ReplayOptions{Filter: c.filter, Limit: c.opts.limit, Rate: c.opts.rate, To: c.opts.to}
 	return c.change("replay", func(dry dlqtool.Result) string {
-		return fmt.Sprintf("Replay %d of %d messages in %s to %s?", dry.Matched, dry.Total, c.queue.Name(), queueList(dry.Queues))
+		q := fmt.Sprintf("Replay %d of %d messages in %s to %s?", dry.Matched, dry.Total, c.queue.Name(), queueList(dry.Queues))
+		if dry.ForeignOrigin > 0 {
+			q += fmt.Sprintf(" (%d of them name another origin queue in their headers, which the replay ignores)", dry.ForeignOrigin)
+		}
+		return q
 	}, func(dryRun bool, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
 		opts.DryRun, opts.Progress = dryRun, progress
 		return c.queue.Replay(ctx, opts)
@@ -397,6 +408,12 @@ func (c *dlqCall) report(op string, res dlqtool.Result, opErr error) error {
 		}
 		for _, q := range slices.Sorted(mapsKeys(res.Queues)) {
 			fmt.Fprintf(w, "  %6d → %s\n", res.Queues[q], clean(q))
+		}
+		if res.ForeignOrigin > 0 {
+			// Headers a producer may have forged: say where they pointed
+			// and that the messages went home instead.
+			fmt.Fprintf(w, "  %6d of them named another origin queue in their headers; replayed into %s, the queue %s belongs to, instead\n",
+				res.ForeignOrigin, clean(c.queue.Consumer()), clean(c.queue.Name()))
 		}
 		if res.DryRun {
 			fmt.Fprintln(w, "nothing was changed")

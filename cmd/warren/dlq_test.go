@@ -225,6 +225,41 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 	}
 }
 
+// A crafted dead letter whose headers name another consumer's queue as its
+// origin is replayed into the queue its DLQ belongs to, never into the one
+// it names, and the command says how many such messages it met. show says
+// where a replay sends it.
+func TestCLIReplayIgnoresTheOriginInHeaders(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	victim := testenv.DeclareDeadLetterTopology(t, ch)
+	crafted := top.Message(testenv.Dead{ID: "crafted", Type: "workitem.created", Class: dlq.ClassPermanent, Err: "x"})
+	crafted.Headers[dlq.HeaderOriginQueue] = victim.Consumer
+	honest := top.Message(testenv.Dead{ID: "honest", Type: "workitem.created", Class: dlq.ClassPermanent, Err: "x"})
+	testenv.PublishInOrder(t, conn, top.DLQ, []amqp.Publishing{crafted, honest})
+
+	show := ok(t, "dlq", "show", "--queue", top.Consumer, "crafted").stdout
+	if want := regexp.MustCompile(`replays to +` + regexp.QuoteMeta(top.Consumer+" (not "+victim.Consumer+", which its headers name as its origin)")); !want.MatchString(show) {
+		t.Errorf("show printed\n%s\nwant a line matching %s", show, want)
+	}
+	r := ok(t, "dlq", "replay", "--queue", top.Consumer, "--yes")
+	if !strings.Contains(r.stdout, "replayed 2 of 2 messages") || !strings.Contains(r.stdout, "2 → "+top.Consumer) ||
+		!strings.Contains(r.stdout, "1 of them named another origin queue in their headers; replayed into "+top.Consumer) {
+		t.Errorf("replay said\n%s", r.stdout)
+	}
+	if n := testenv.QueueDepth(t, ch, victim.Consumer); n != 0 {
+		t.Fatalf("the queue the crafted headers name got %d messages", n)
+	}
+	if got := testenv.MessageIDs(testenv.Drain(t, conn, top.Consumer)); !slices.Equal(got, []string{"crafted", "honest"}) {
+		t.Fatalf("%s holds %v, want both replayed there", top.Consumer, got)
+	}
+
+	testenv.PublishInOrder(t, conn, top.DLQ, []amqp.Publishing{crafted})
+	res := decodeJSON[dlqtool.Result](t, ok(t, "dlq", "replay", "--queue", top.Consumer, "--yes", "--json").stdout)
+	if res.Done != 1 || res.ForeignOrigin != 1 || res.Queues[top.Consumer] != 1 || len(res.Queues) != 1 {
+		t.Fatalf("replay --json: %+v", res)
+	}
+}
+
 // SIGINT halfway through a rate-limited replay: the command stops with a
 // non-zero exit and one line saying so, and every message is afterwards in
 // the DLQ or the origin queue, exactly once.
@@ -316,7 +351,16 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 	if r := runWarren(t, nil, "dlq", "import", "--queue", dst.Consumer, file); r.code != 2 {
 		t.Fatalf("import without --yes and no terminal: exit %d, %s", r.code, r.stderr)
 	}
-	r = ok(t, "dlq", "import", "--queue", dst.Consumer, "--yes", file)
+	// The messages name src's queue as their origin: into dst's DLQ only
+	// when the operator names it.
+	r = runWarren(t, nil, "dlq", "import", "--queue", dst.Consumer, "--yes", file)
+	if r.code != 1 || !strings.Contains(r.stderr, "names another origin queue") || !strings.Contains(r.stderr, "--to") {
+		t.Fatalf("import of another consumer's dead letters without --to: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if n := testenv.QueueDepth(t, ch, dst.DLQ); n != 0 {
+		t.Fatalf("a refused import published %d messages", n)
+	}
+	r = ok(t, "dlq", "import", "--queue", dst.Consumer, "--to", dst.DLQ, "--yes", file)
 	if !strings.Contains(r.stdout, "imported 34 of 34") {
 		t.Fatalf("import said %q", r.stdout)
 	}
@@ -335,7 +379,7 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 	}
 
 	// Standard input works too.
-	r = runWarren(t, data, "dlq", "import", "--queue", dst.Consumer, "--yes", "--json", "-")
+	r = runWarren(t, data, "dlq", "import", "--queue", dst.Consumer, "--to", dst.DLQ, "--yes", "--json", "-")
 	if r.code != 0 || decodeJSON[dlqtool.Result](t, r.stdout).Done != 34 {
 		t.Fatalf("import from stdin: exit %d, %s %s", r.code, r.stdout, r.stderr)
 	}
@@ -613,7 +657,7 @@ func TestShowPrintsFirstBrokerDeath(t *testing.T) {
 	h = dlq.Stamp(h, dlq.Failure{Err: "boom", At: died.Add(time.Hour), Queue: "webhook", Consumer: "webhook"}, 3, dlq.ClassExhausted)
 	m := dlqtool.Message{Metadata: dlq.ParseMetadata(h), Publishing: amqp.Publishing{Headers: h}}
 	var out bytes.Buffer
-	if err := printMessage(&out, &m, died.Add(2*time.Hour)); err != nil {
+	if err := printMessage(&out, &m, "webhook", died.Add(2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if want := "first broker death  expired from queue webhook at 2023-11-14T22:13:20Z (2h"; !strings.Contains(out.String(), want) {

@@ -28,13 +28,19 @@ type Delivery struct {
 	Body []byte
 
 	// Headers are added to the message's headers (a traceparent, the
-	// dead-letter headers of an earlier failure, …).
+	// dead-letter headers of an earlier failure, …). On a first delivery
+	// (Attempt 0 or 1) the consumer ignores the failure history among them,
+	// as it does for anything published to its exchange: see Attempt.
 	Headers map[string]any
 
 	// Attempt is which attempt this delivery is: 1 for the first, n when
-	// n-1 attempts failed before. The consumer reads it from the
-	// dead-letter attempts header, so Attempt sets that header; zero
-	// leaves Headers as they are (attempt 1 without the header).
+	// n-1 attempts failed before. A first delivery comes through the
+	// consumer's exchange, as a producer publishes it. A later one comes
+	// the way a retry does, from a retry tier through the default
+	// exchange, with the attempts header set to n-1 and the origin
+	// exchange and routing key of its first failure (unless Headers set
+	// them): the consumer trusts failure history only on that path. Zero
+	// is the same as 1.
 	Attempt int
 }
 
@@ -93,7 +99,7 @@ var evaluate = kitlink.Evaluate.(func(context.Context, *consumer.BaseConsumer, a
 // whose grace ran out under the handler: a failure then makes the message
 // Requeued, as it does in the consumer.
 func Deliver(ctx context.Context, c *consumer.BaseConsumer, d Delivery) Result {
-	s, mv := evaluate(ctx, c, d.delivery(c.Topology().Exchange))
+	s, mv := evaluate(ctx, c, d.delivery(c.Topology()))
 	return Result{
 		Disposition: s.Disposition,
 		Queue:       mv.Queue,
@@ -107,9 +113,9 @@ func Deliver(ctx context.Context, c *consumer.BaseConsumer, d Delivery) Result {
 	}
 }
 
-// delivery builds the AMQP delivery the broker would hand over for d,
-// published to exchange.
-func (d Delivery) delivery(exchange string) amqp.Delivery {
+// delivery builds the AMQP delivery the broker would hand over for d to
+// the consumer of topo.
+func (d Delivery) delivery(topo consumer.Topology) amqp.Delivery {
 	msg, err := amqpx.EventPublishing(d.Event)
 	if err != nil {
 		// Not an event a producer would send: encode it regardless, for
@@ -123,8 +129,15 @@ func (d Delivery) delivery(exchange string) amqp.Delivery {
 	headers := amqp.Table{}
 	maps.Copy(headers, msg.Headers)
 	maps.Copy(headers, d.Headers)
-	if d.Attempt > 0 {
+	// A producer publishes to the exchange; the relay routes by event type.
+	exchange, routingKey := topo.Exchange, msg.Type
+	if d.Attempt > 1 {
+		// A retry tier dead-letters the copy back through the default
+		// exchange, to the queue, with what the first failure stamped.
 		headers[dlq.HeaderAttempts] = int32(d.Attempt - 1)
+		setIfMissing(headers, dlq.HeaderOriginExchange, exchange)
+		setIfMissing(headers, dlq.HeaderOriginRoutingKey, routingKey)
+		exchange, routingKey = "", topo.Queue
 	}
 	return amqp.Delivery{
 		Headers:      headers,
@@ -135,7 +148,13 @@ func (d Delivery) delivery(exchange string) amqp.Delivery {
 		Type:         msg.Type,
 		DeliveryTag:  1,
 		Exchange:     exchange,
-		RoutingKey:   msg.Type, // the relay routes by event type
+		RoutingKey:   routingKey,
 		Body:         msg.Body,
+	}
+}
+
+func setIfMissing(h amqp.Table, name, value string) {
+	if _, ok := h[name]; !ok {
+		h[name] = value
 	}
 }

@@ -133,7 +133,7 @@ func TestDeliverAgreesWithTheRunningConsumer(t *testing.T) {
 	defer pub.Close()
 	for _, d := range deliveries {
 		// The very delivery Deliver built, published as a producer would.
-		ad := d.delivery(topo.Exchange)
+		ad := d.delivery(topo)
 		msg := amqp.Publishing{Headers: ad.Headers, ContentType: ad.ContentType, DeliveryMode: ad.DeliveryMode,
 			MessageId: ad.MessageId, Timestamp: ad.Timestamp, Type: ad.Type, Body: ad.Body}
 		if err := pub.Publish(context.Background(), ad.Exchange, ad.RoutingKey, msg); err != nil {
