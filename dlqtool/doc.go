@@ -17,11 +17,12 @@
 //     The copy carries none of the broker's death headers
 //     ([dlq.StripDeaths]), or its first retry could be dropped as a
 //     dead-letter cycle.
-//   - [Queue.Purge] deletes messages; [Queue.Import] publishes messages
-//     read back from an export with [ReadMessages]: exactly as exported
-//     into a DLQ, without the broker's death headers into any other queue.
-//     Messages naming another origin than the DLQ's queue are imported
-//     only into a target the caller names.
+//   - [Queue.Purge] deletes messages; [Queue.ImportFile] publishes an
+//     export file back, checking every line first and then holding one line
+//     at a time ([Queue.Import] takes messages read with [ReadMessages]):
+//     exactly as exported into a DLQ, without the broker's death headers
+//     into any other queue. Messages naming another origin than the DLQ's
+//     queue are imported only into a target the caller names.
 //
 // An export is JSON Lines, one [Message] a line ([Message.MarshalJSON]),
 // every AMQP header value kept with its type so an import restores it

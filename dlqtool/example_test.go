@@ -124,6 +124,36 @@ func ExampleQueue_Export() {
 	// 1 e3 exhausted timeout after 3 attempts
 }
 
+// ImportFile publishes an export file back, one line at a time, after
+// checking every line: a damaged file publishes nothing.
+func ExampleQueue_ImportFile() {
+	ctx := context.Background()
+	conn, consumer, cleanup := exampleSetup(ctx)
+	defer cleanup()
+
+	q, err := dlqtool.Open(ctx, conn, consumer)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var export strings.Builder
+	if _, err := q.Export(ctx, &export, dlqtool.ExportOptions{}); err != nil {
+		log.Fatal(err)
+	}
+	res, err := q.ImportFile(ctx, strings.NewReader(export.String()), dlqtool.ImportOptions{
+		Checked: func(n int) error { fmt.Println("checked", n); return nil },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("imported", res.Done)
+	_, err = q.ImportFile(ctx, strings.NewReader(export.String()+"{not json\n"), dlqtool.ImportOptions{})
+	fmt.Println(errors.Is(err, dlqtool.ErrBadExport))
+	// Output:
+	// checked 4
+	// imported 4
+	// true
+}
+
 // exampleSetup declares a consumer's queue and DLQ under a fresh name and
 // fills the DLQ with four dead messages; cleanup deletes both.
 func exampleSetup(ctx context.Context) (*amqp.Connection, string, func()) {

@@ -52,10 +52,20 @@ import (
 // text when it is valid UTF-8, otherwise base64 ("body_encoding":"base64");
 // property strings that are not UTF-8 use the base64 string form above.
 
-// MaxLineBytes bounds one line of an export file when reading it back, so a
-// corrupt or hostile file cannot exhaust memory: a body of RabbitMQ's
-// default 128 MiB limit fits, base64-encoded.
-const MaxLineBytes = 192 << 20
+// MaxLineBytes is the default bound on one line of an export file read
+// back ([ReadMessages], [ImportOptions].MaxLineBytes), so a corrupt or
+// hostile file cannot exhaust memory: reading a line holds about twice the
+// line. 16 MiB holds a text body of nearly 16 MiB, or a binary one of 12 MiB
+// (base64 adds a third) — twelve times a consumer's default MaxBodyBytes
+// (1 MiB), so the oversize messages a consumer dead-letters fit. Messages
+// up to RabbitMQ's max_message_size (128 MiB by default) need a higher
+// bound: up to 4/3 of the body, plus its headers, for a binary body, and up
+// to 6 times a text body full of control characters, which JSON escapes.
+const MaxLineBytes = 16 << 20
+
+// ErrLineTooLong is wrapped by the error for a line over the bound; the
+// bound is raised with [ImportOptions].MaxLineBytes.
+var ErrLineTooLong = errors.New("line too long")
 
 // maxNesting bounds how deep arrays and tables in a header may nest.
 const maxNesting = 64
@@ -465,17 +475,6 @@ type messageJSON struct {
 	Body         string         `json:"body"`
 }
 
-type messageJSONIn struct {
-	Position     int                        `json:"position"`
-	EventID      json.RawMessage            `json:"event_id"`
-	EventType    json.RawMessage            `json:"event_type"`
-	Metadata     json.RawMessage            `json:"metadata"`
-	Properties   propertiesJSON             `json:"properties"`
-	Headers      map[string]json.RawMessage `json:"headers"`
-	BodyEncoding string                     `json:"body_encoding"`
-	Body         *string                    `json:"body"`
-}
-
 // MarshalJSON writes m as one line of the export format: the whole message
 // and, for people, its decoded metadata.
 func (m Message) MarshalJSON() ([]byte, error) {
@@ -531,40 +530,74 @@ func (m Message) MarshalJSON() ([]byte, error) {
 
 // UnmarshalJSON reads one line of the export format. Only the message
 // (properties, headers, body) and the position are taken from it; the event
-// id and type and the metadata are derived from the message again.
-func (m *Message) UnmarshalJSON(data []byte) error {
-	var in messageJSONIn
-	if err := strictUnmarshal(data, &in); err != nil {
+// id and type and the metadata are derived from the message again. Field
+// names must be spelt as the export writes them; an unknown field is an
+// error.
+//
+// Memory: the line is not copied. The body is decoded straight out of it,
+// into the body's own memory: a line of n bytes costs about n more.
+func (m *Message) UnmarshalJSON(data []byte) error { return m.decode(data, true) }
+
+// decode reads one line into m. Without withBody, the body is checked but
+// not kept (m.Body is nil), which costs no memory of the body's size: what
+// a check of the whole file needs.
+func (m *Message) decode(data []byte, withBody bool) error {
+	var fields map[string]rawValue
+	if err := json.Unmarshal(data, &fields); err != nil {
 		return err
 	}
-	if in.Body == nil {
+	var (
+		position         int
+		pr               propertiesJSON
+		headers          amqp.Table
+		encoding         string
+		body             []byte
+		rawBody, rawHead rawValue
+	)
+	for name, raw := range fields {
+		var err error
+		switch name {
+		case "position":
+			err = json.Unmarshal(raw, &position)
+		case "event_id", "event_type", "metadata": // derived from the message again
+		case "properties":
+			err = strictUnmarshal(raw, &pr)
+		case "headers":
+			rawHead = raw
+		case "body_encoding":
+			err = json.Unmarshal(raw, &encoding)
+		case "body":
+			rawBody = raw
+		default:
+			err = errors.New("unknown field")
+		}
+		if err != nil {
+			return fmt.Errorf("%q: %w", name, err)
+		}
+	}
+	if rawBody == nil || string(rawBody) == "null" {
 		return errors.New(`"body" is missing`)
 	}
-	var body []byte
-	switch in.BodyEncoding {
-	case "", "text":
-		body = []byte(*in.Body)
-	case "base64":
-		var err error
-		if body, err = base64.StdEncoding.DecodeString(*in.Body); err != nil {
-			return fmt.Errorf("body: %w", err)
-		}
-	default:
-		return fmt.Errorf("body_encoding %q: want \"text\" or \"base64\"", in.BodyEncoding)
+	body, err := decodeBody(rawBody, encoding, withBody)
+	if err != nil {
+		return fmt.Errorf("body: %w", err)
 	}
-	var headers amqp.Table
-	if in.Headers != nil {
-		var err error
-		if headers, err = decodeTable(in.Headers, 0); err != nil {
-			return fmt.Errorf("header %w", err)
+	if rawHead != nil {
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(rawHead, &raw); err != nil {
+			return fmt.Errorf("headers: %w", err)
+		}
+		if raw != nil {
+			if headers, err = decodeTable(raw, 0); err != nil {
+				return fmt.Errorf("header %w", err)
+			}
 		}
 	}
-	pr := in.Properties
 	ts := pr.Timestamp
 	if !ts.IsZero() {
 		ts = time.Unix(ts.Unix(), int64(ts.Nanosecond()))
 	}
-	*m = newMessage(in.Position, amqp.Publishing{
+	*m = newMessage(position, amqp.Publishing{
 		Headers:     headers,
 		ContentType: string(pr.ContentType), ContentEncoding: string(pr.ContentEncoding),
 		DeliveryMode: pr.DeliveryMode, Priority: pr.Priority,
@@ -575,6 +608,75 @@ func (m *Message) UnmarshalJSON(data []byte) error {
 		Body: body,
 	})
 	return nil
+}
+
+// rawValue is a JSON value where it stands in the line being decoded, not
+// a copy of it (json.RawMessage copies): every use of it ends before the
+// line's buffer is used again.
+type rawValue []byte
+
+func (v *rawValue) UnmarshalJSON(b []byte) error {
+	*v = b
+	return nil
+}
+
+// decodeBody returns the body that raw, a JSON string in the line, stands
+// for, in memory of its own: the reader reuses the line's buffer. Without
+// keep it only checks the body and returns nil.
+func decodeBody(raw rawValue, encoding string, keep bool) ([]byte, error) {
+	if !keep && (encoding == "" || encoding == "text") && len(raw) > 0 && raw[0] == '"' {
+		return nil, nil // valid JSON (the line parsed), so its text is too
+	}
+	text, shared, err := unquote(raw)
+	if err != nil {
+		return nil, err
+	}
+	switch encoding {
+	case "", "text":
+		if len(text) == 0 {
+			return []byte{}, nil
+		}
+		if shared {
+			return bytes.Clone(text), nil
+		}
+		return text, nil
+	case "base64":
+		if !keep {
+			_, err := io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, bytes.NewReader(text)))
+			return nil, err
+		}
+		body := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
+		n, err := base64.StdEncoding.Decode(body, text)
+		if err != nil {
+			return nil, err
+		}
+		return body[:n], nil
+	}
+	return nil, fmt.Errorf("body_encoding %q: want \"text\" or \"base64\"", encoding)
+}
+
+// unquotedText is a JSON string's text as encoding/json unquotes it.
+type unquotedText []byte
+
+func (u *unquotedText) UnmarshalText(b []byte) error {
+	*u = b
+	return nil
+}
+
+// unquote returns the text of the JSON string raw without a second copy:
+// encoding/json hands a TextUnmarshaler either raw's own bytes (a string
+// with nothing to unescape) or a buffer it made for the unescaped text and
+// will not use again. shared says which, so a caller that must own the
+// text copies only in the first case.
+func unquote(raw rawValue) (text []byte, shared bool, err error) {
+	if len(raw) == 0 || raw[0] != '"' {
+		return nil, false, errors.New("want a JSON string")
+	}
+	var u unquotedText
+	if err := json.Unmarshal(raw, &u); err != nil {
+		return nil, false, err
+	}
+	return u, len(u) > 0 && &u[0] == &raw[1], nil
 }
 
 // ExportOptions select the messages [Queue.Export] writes.
@@ -620,47 +722,82 @@ func (q *Queue) Export(ctx context.Context, w io.Writer, opts ExportOptions) (in
 
 // ReadMessages reads a JSON Lines export back, checking every line before
 // returning any, so a damaged file is refused whole rather than imported in
-// part. Blank lines are skipped. Errors wrap [ErrBadExport] and name the
-// line.
+// part. Blank lines are skipped; lines are at most [MaxLineBytes]. Errors
+// wrap [ErrBadExport] and name the line. It holds the whole file in memory;
+// [Queue.ImportFile] imports one line at a time.
 func ReadMessages(r io.Reader) ([]Message, error) {
-	br := bufio.NewReader(r)
+	er := newExportReader(r, MaxLineBytes)
 	var out []Message
-	for lineNo := 1; ; lineNo++ {
-		line, err := readLine(br)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%w: line %d: %w", ErrBadExport, lineNo, err)
-		}
-		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-			var m Message
-			if uerr := m.UnmarshalJSON(trimmed); uerr != nil {
-				return nil, fmt.Errorf("%w: line %d: %w", ErrBadExport, lineNo, uerr)
-			}
-			out = append(out, m)
-		}
+	for {
+		m, err := er.next(true)
 		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
 	}
 }
 
-// readLine returns the next line without its newline, refusing lines over
-// MaxLineBytes.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
+// exportReader reads an export one message at a time, each line in place
+// in its read buffer, so reading holds one line (and the message decoded
+// from it), never the file.
+type exportReader struct {
+	br   *bufio.Reader
+	max  int
+	line int // the number of the line last read
+}
+
+func newExportReader(r io.Reader, maxLineBytes int) *exportReader {
+	max := cmp.Or(maxLineBytes, MaxLineBytes)
+	// The buffer holds the longest line and its newline. Fed small reads,
+	// bufio fills it only as far as the lines it is asked for reach, and
+	// memory the program never writes is never given to it: a file of short
+	// lines costs little, whatever the bound.
+	return &exportReader{br: bufio.NewReaderSize(smallReads{r}, max+1), max: max}
+}
+
+// smallReads passes on reads of at most 64 KiB, so a large bufio buffer
+// is filled a line at a time rather than whole by each read.
+type smallReads struct{ r io.Reader }
+
+func (s smallReads) Read(p []byte) (int, error) { return s.r.Read(p[:min(len(p), 64<<10)]) }
+
+// rewind starts reading src again from where it is, keeping the buffer.
+func (r *exportReader) rewind(src io.Reader) {
+	r.br.Reset(smallReads{src})
+	r.line = 0
+}
+
+// next returns the next message, skipping blank lines, or io.EOF after the
+// last. Without withBody, the message is checked but has no body. The
+// message does not share memory with the reader. Errors wrap ErrBadExport
+// and name the line.
+func (r *exportReader) next(withBody bool) (Message, error) {
 	for {
-		chunk, err := br.ReadSlice('\n')
-		if len(line)+len(chunk) > MaxLineBytes {
-			return nil, fmt.Errorf("line is longer than %d bytes", MaxLineBytes)
-		}
-		line = append(line, chunk...)
+		r.line++
+		line, err := r.br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
+			err = fmt.Errorf("%w: longer than %d bytes", ErrLineTooLong, r.max)
 		}
-		return bytes.TrimSuffix(line, []byte("\n")), err
+		if err != nil && !errors.Is(err, io.EOF) {
+			return Message{}, fmt.Errorf("%w: line %d: %w", ErrBadExport, r.line, err)
+		}
+		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
+			var m Message
+			if uerr := m.decode(trimmed, withBody); uerr != nil {
+				return Message{}, fmt.Errorf("%w: line %d: %w", ErrBadExport, r.line, uerr)
+			}
+			return m, nil
+		}
+		if errors.Is(err, io.EOF) {
+			return Message{}, io.EOF
+		}
 	}
 }
 
-// ImportOptions say where [Queue.Import] publishes.
+// ImportOptions say where [Queue.Import] and [Queue.ImportFile] publish.
 type ImportOptions struct {
 	// To publishes to this queue instead of the dead-letter queue. Naming
 	// it is also how an operator imports messages whose headers name
@@ -670,13 +807,23 @@ type ImportOptions struct {
 	// flight when ctx ends. Default [DefaultDrainTimeout].
 	DrainTimeout time.Duration
 	Progress     func(Progress)
+
+	// MaxLineBytes bounds one line of the file [Queue.ImportFile] reads.
+	// Default [MaxLineBytes].
+	MaxLineBytes int
+	// Checked, if set, is called by [Queue.ImportFile] once every line of
+	// the file has been checked, with the number of messages, before any
+	// is published; an error from it ends the import with nothing
+	// published (the command asks for confirmation here).
+	Checked func(messages int) error
 }
 
 // Import publishes msgs, in order, to the dead-letter queue or opts.To,
-// each with publisher confirms. It stops at the first failure or when ctx
-// ends (after the message in flight is confirmed or DrainTimeout passes);
-// Result.Done says how many of msgs are now in the queue, so a caller can
-// resume with msgs[Done:].
+// each with publisher confirms. Every message is checked before any is
+// published. It stops at the first failure or when ctx ends (after the
+// message in flight is confirmed or DrainTimeout passes); Result.Done says
+// how many of msgs are now in the queue, so a caller can resume with
+// msgs[Done:].
 //
 // Into a dead-letter queue (this one, or any whose name ends in ".dlq")
 // messages go exactly as they are, headers included: that is where their
@@ -692,51 +839,165 @@ type ImportOptions struct {
 // anyone who wrote the file could set, say otherwise. Naming the target
 // with opts.To is the operator saying the move is meant.
 func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) (Result, error) {
-	target := cmp.Or(opts.To, q.name)
-	toDLQ := target == q.name || dlq.IsQueueName(target)
-	res := Result{Progress: Progress{Total: len(msgs)}}
-	if opts.To == "" {
-		for i := range msgs {
-			if err := q.checkImportOrigin(&msgs[i]); err != nil {
-				return res, fmt.Errorf("import message %d (%s): %w", i+1, describe(&msgs[i]), err)
-			}
-		}
-	}
-	if _, err := q.depth(ctx, target); err != nil {
-		return res, fmt.Errorf("import target: %w", err)
-	}
-	pub, err := amqpx.NewPublisher(ctx, q.conn, 1)
-	if err != nil {
-		return res, err
-	}
-	defer pub.Close()
-	drain := cmp.Or(opts.DrainTimeout, DefaultDrainTimeout)
+	im := q.newImport(opts, len(msgs))
 	for i := range msgs {
-		if err := ctx.Err(); err != nil {
-			return res, err
-		}
-		res.Scanned++
-		res.Matched++
-		p := msgs[i].Publishing
-		if !toDLQ {
-			p.Headers = dlq.StripDeaths(p.Headers, msgs[i].Origin())
-		}
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-		err := pub.Publish(pctx, "", target, p)
-		cancel()
-		if err != nil {
-			return res, fmt.Errorf("import message %d (%s) to %q: %w", i+1, describe(&msgs[i]), target, err)
-		}
-		res.Done++
-		if res.Queues == nil {
-			res.Queues = map[string]int{}
-		}
-		res.Queues[target]++
-		if opts.Progress != nil {
-			opts.Progress(res.Progress)
+		if _, err := im.publishing(&msgs[i]); err != nil {
+			return im.res, fmt.Errorf("import message %d (%s): %w", i+1, describe(&msgs[i]), err)
 		}
 	}
-	return res, nil
+	if err := im.start(ctx); err != nil {
+		return im.res, err
+	}
+	defer im.close()
+	for i := range msgs {
+		if err := im.publish(ctx, &msgs[i]); err != nil {
+			return im.res, fmt.Errorf("import message %d (%s) to %q: %w", i+1, describe(&msgs[i]), im.target, err)
+		}
+	}
+	return im.res, nil
+}
+
+// ImportFile publishes the messages of an export file, as [Queue.Import]
+// does, holding one line of it in memory at a time: it reads src twice.
+// The first pass checks every line (lines of at most opts.MaxLineBytes)
+// and counts the messages, so a damaged file is refused whole, before
+// anything is published; then opts.Checked is called. Memory holds the
+// longest line and one decoded message, about twice the line. The second pass
+// reads src again from the start and publishes each message as it is
+// read. Both passes start where src stands when ImportFile is called.
+// A file that changed between the passes stops the import there,
+// with Result.Done messages published.
+func (q *Queue) ImportFile(ctx context.Context, src io.ReadSeeker, opts ImportOptions) (Result, error) {
+	im := q.newImport(opts, 0)
+	start, err := src.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return im.res, fmt.Errorf("import: %w", err)
+	}
+	checks := newExportReader(src, opts.MaxLineBytes)
+	for {
+		if err := ctx.Err(); err != nil {
+			return im.res, err
+		}
+		m, err := checks.next(false)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return im.res, err
+		}
+		if _, err := im.publishing(&m); err != nil {
+			return im.res, fmt.Errorf("import: line %d (%s): %w", checks.line, describe(&m), err)
+		}
+		im.res.Total++
+	}
+	if opts.Checked != nil {
+		if err := opts.Checked(im.res.Total); err != nil {
+			return im.res, err
+		}
+	}
+	if _, err := src.Seek(start, io.SeekStart); err != nil {
+		return im.res, fmt.Errorf("import: rewind the file: %w", err)
+	}
+	if err := im.start(ctx); err != nil {
+		return im.res, err
+	}
+	defer im.close()
+	lines := checks
+	lines.rewind(src)
+	for {
+		m, err := lines.next(true)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err == nil && im.res.Done == im.res.Total {
+			err = errors.New("more messages than when it was checked")
+		}
+		if err != nil {
+			return im.res, fmt.Errorf("import: the file changed after it was checked: %w", err)
+		}
+		if err := im.publish(ctx, &m); err != nil {
+			return im.res, fmt.Errorf("import: line %d (%s) to %q: %w", lines.line, describe(&m), im.target, err)
+		}
+	}
+	if im.res.Done < im.res.Total {
+		return im.res, fmt.Errorf("import: the file changed after it was checked: %d messages, not %d", im.res.Done, im.res.Total)
+	}
+	return im.res, nil
+}
+
+// importer publishes messages one after another into an import's target.
+type importer struct {
+	q      *Queue
+	opts   ImportOptions
+	target string
+	toDLQ  bool
+	pub    *amqpx.Publisher
+	res    Result
+}
+
+func (q *Queue) newImport(opts ImportOptions, total int) *importer {
+	target := cmp.Or(opts.To, q.name)
+	return &importer{q: q, opts: opts, target: target, toDLQ: target == q.name || dlq.IsQueueName(target),
+		res: Result{Progress: Progress{Total: total}}}
+}
+
+// publishing is what m becomes in the import's target, or why it may not
+// go there. Both passes call it for every message — the checking pass
+// before anything is published, so one refused message refuses the whole
+// import — making it the one place for a decision about a message. (In
+// ImportFile's checking pass m has no body: it is checked, not kept.)
+func (im *importer) publishing(m *Message) (amqp.Publishing, error) {
+	p := m.Publishing
+	if im.opts.To == "" {
+		if err := im.q.checkImportOrigin(m); err != nil {
+			return p, err
+		}
+	}
+	if !im.toDLQ {
+		p.Headers = dlq.StripDeaths(p.Headers, m.Origin())
+	}
+	return p, nil
+}
+
+// start checks that the target exists and opens the publisher.
+func (im *importer) start(ctx context.Context) error {
+	if _, err := im.q.depth(ctx, im.target); err != nil {
+		return fmt.Errorf("import target: %w", err)
+	}
+	var err error
+	im.pub, err = amqpx.NewPublisher(ctx, im.q.conn, 1)
+	return err
+}
+
+func (im *importer) close() { im.pub.Close() }
+
+// publish publishes m and waits for the broker's confirm; only then does
+// it count m done.
+func (im *importer) publish(ctx context.Context, m *Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	im.res.Scanned++
+	im.res.Matched++
+	p, err := im.publishing(m)
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cmp.Or(im.opts.DrainTimeout, DefaultDrainTimeout))
+	err = im.pub.Publish(pctx, "", im.target, p)
+	cancel()
+	if err != nil {
+		return err
+	}
+	im.res.Done++
+	if im.res.Queues == nil {
+		im.res.Queues = map[string]int{}
+	}
+	im.res.Queues[im.target]++
+	if im.opts.Progress != nil {
+		im.opts.Progress(im.res.Progress)
+	}
+	return nil
 }
 
 // ErrForeignOrigin is wrapped by the error of an import, without a target

@@ -197,6 +197,31 @@ func (a *ageFlag) Set(v string) error {
 	return nil
 }
 
+// sizeFlag is a number of bytes, given as a whole number with an optional
+// binary unit: 1048576, 1024KiB, 64MiB, 1GiB.
+type sizeFlag int64
+
+// maxSize bounds a sizeFlag: what a line or a message can sensibly be.
+const maxSize = 16 << 30
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+
+func (s *sizeFlag) Set(v string) error {
+	unit := int64(1)
+	for suffix, u := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(v, suffix); ok {
+			v, unit = n, u
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n > maxSize/unit {
+		return fmt.Errorf("not a size like 16777216, 16384KiB or 16MiB, at most 16GiB")
+	}
+	*s = sizeFlag(n * unit)
+	return nil
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

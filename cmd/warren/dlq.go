@@ -107,13 +107,15 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "import", args: "FILE", summary: "publish messages from a JSON Lines file into a queue", changes: true,
-		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) are left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published: without --to, a message whose headers name an origin queue other than the one the dead-letter queue belongs to is refused (name the target with --to to import it anyway). FILE '-' reads standard input (then --yes is required).",
+		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) are left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published (without --to, a message whose headers name an origin queue other than the one the dead-letter queue belongs to is refused; name the target with --to to import it anyway): it is read twice, first to check every line, then to publish one message at a time, so memory holds one line (about twice its size), never the file. FILE '-' reads standard input (then --yes is required), copied first to a temporary file in $TMPDIR that is removed afterwards. Lines are at most 16 MiB unless --max-line-bytes says otherwise: enough for a text body of nearly 16 MiB or a binary one of 12 MiB (base64 adds a third).",
 		examples: []string{
 			"warren dlq import --queue webhook webhook-dead.jsonl",
 			"warren dlq export --queue webhook --amqp-url \"$OLD\" | warren dlq import --queue webhook --amqp-url \"$NEW\" --yes -",
 		},
 		flags: func(fs *flagSet, o *dlqOptions) {
 			fs.String(&o.to, "to", "QUEUE", "publish into QUEUE instead of the dead-letter queue; needed for messages whose headers name another origin queue", "")
+			o.maxLineBytes = dlqtool.MaxLineBytes
+			fs.Var(&o.maxLineBytes, "max-line-bytes", "SIZE", "refuse a file with a line longer than SIZE (bytes, or with KiB, MiB, GiB); reading a line holds about twice the line in memory (default 16MiB)")
 			fs.Bool(&o.yes, "yes", "do not ask for confirmation")
 			o.jsonFlag(fs)
 		},
@@ -133,6 +135,7 @@ type dlqOptions struct {
 	rate                 float64
 	to, output, by       string
 	dryRun, yes          bool
+	maxLineBytes         sizeFlag
 }
 
 func (o *dlqOptions) commonFlags(fs *flagSet) {

@@ -342,29 +342,67 @@ func runDLQExport(ctx context.Context, c *dlqCall) (err error) {
 }
 
 func runDLQImport(ctx context.Context, c *dlqCall) error {
-	in, name := dlqStdin, "standard input"
-	if c.args[0] != "-" {
-		name = c.args[0]
-		f, err := os.Open(name)
+	name := c.args[0]
+	var file *os.File
+	if name == "-" {
+		spool, err := spoolStdin()
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		in = f
+		defer os.Remove(spool.Name())
+		file, name = spool, "standard input"
+	} else {
+		var err error
+		if file, err = os.Open(name); err != nil {
+			return err
+		}
 	}
-	msgs, err := dlqtool.ReadMessages(in)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
+	defer file.Close()
 	target := cmp.Or(c.opts.to, c.queue.Name())
-	if err := c.confirm(fmt.Sprintf("Publish %d messages from %s into %s?", len(msgs), name, target)); err != nil {
+	var (
+		res       dlqtool.Result
+		err       error
+		confirmed bool
+	)
+	opts := dlqtool.ImportOptions{To: c.opts.to, MaxLineBytes: int(c.opts.maxLineBytes), Checked: func(n int) error {
+		err := c.confirm(fmt.Sprintf("Publish %d messages from %s into %s?", n, name, target))
+		confirmed = err == nil
+		return err
+	}}
+	c.withProgress(verbs["import"].doing, verbs["import"].did, func(p func(dlqtool.Progress)) {
+		opts.Progress = p
+		res, err = c.queue.ImportFile(ctx, file, opts)
+	})
+	if !confirmed { // nothing was published: the file was refused, or the operator said no
+		if errors.Is(err, dlqtool.ErrLineTooLong) {
+			err = fmt.Errorf("%w (raise the limit with --max-line-bytes)", err)
+		}
+		if errors.Is(err, dlqtool.ErrBadExport) {
+			err = fmt.Errorf("%s: %w", name, err)
+		}
 		return err
 	}
-	var res dlqtool.Result
-	c.withProgress(verbs["import"].doing, verbs["import"].did, func(p func(dlqtool.Progress)) {
-		res, err = c.queue.Import(ctx, msgs, dlqtool.ImportOptions{To: c.opts.to, Progress: p})
-	})
 	return c.report("import", res, err)
+}
+
+// spoolStdin copies standard input to a temporary file, which the caller
+// removes: an import reads its input twice (checking every line before
+// publishing any), and a pipe cannot be read again.
+func spoolStdin() (*os.File, error) {
+	f, err := os.CreateTemp("", "warren-import-*.jsonl")
+	if err != nil {
+		return nil, fmt.Errorf("spool standard input: %w", err)
+	}
+	_, err = io.Copy(f, dlqStdin)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, fmt.Errorf("spool standard input to %s: %w", f.Name(), err)
+	}
+	return f, nil
 }
 
 var verbs = map[string]struct{ doing, did, would string }{

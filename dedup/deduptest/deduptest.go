@@ -49,6 +49,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RetentionEnds", testRetentionEnds},
 		{"ConcurrentClaimsAcquireOnce", testConcurrentClaims},
 		{"KeysAreIndependent", testKeysAreIndependent},
+		{"LongKeysAreIndependent", testLongKeysAreIndependent},
 		{"BadInput", testBadInput},
 		{"CancelledContext", testCancelledContext},
 	}
@@ -311,6 +312,42 @@ func testKeysAreIndependent(t *testing.T, newStore NewStore) {
 	}
 }
 
+// Long keys are independent down to their last byte. A store may keep a
+// long key in a bounded form (dedup/redis and dedup/postgres keep keys
+// over 512 bytes as a digest), but never in one that two keys share: a
+// prefix cut off at some length would make every event whose ID starts
+// the same a duplicate of the first.
+func testLongKeysAreIndependent(t *testing.T, newStore NewStore) {
+	s, ctx, base := newStore(t, longRetention), context.Background(), uniqueKey(t)
+	long := base + strings.Repeat("x", 1<<20) // 1 MiB, as an event ID from outside may be
+	short := rand.Text()                      // unique, and shorter than any limit
+	keys := []string{
+		long + "a",
+		long + "b",
+		long, // a prefix of the two above
+		short + strings.Repeat("x", 512-len(short)),
+		short + strings.Repeat("x", 513-len(short)), // the same, one byte longer
+	}
+	claims := make([]dedup.Claim, len(keys))
+	for i, k := range keys {
+		claims[i] = mustClaim(t, s, k, longLease, dedup.Acquired)
+	}
+	for i, k := range keys {
+		if i%2 == 0 {
+			if err := s.Complete(ctx, claims[i]); err != nil {
+				t.Fatalf("Complete(%d-byte key): %v", len(k), err)
+			}
+		}
+	}
+	for i, k := range keys {
+		want := dedup.Busy
+		if i%2 == 0 {
+			want = dedup.Done
+		}
+		mustClaim(t, s, k, longLease, want)
+	}
+}
+
 func testBadInput(t *testing.T, newStore NewStore) {
 	s, ctx, key := newStore(t, longRetention), context.Background(), uniqueKey(t)
 	if _, err := s.Claim(ctx, "", longLease); err == nil {
@@ -372,10 +409,10 @@ func mustClaim(t *testing.T, s dedup.Store, key string, lease time.Duration, wan
 	t.Helper()
 	c, err := s.Claim(context.Background(), key, lease)
 	if err != nil {
-		t.Fatalf("Claim(%q): %v", key, err)
+		t.Fatalf("Claim(%.80q): %v", key, err)
 	}
 	if c.Result != want {
-		t.Fatalf("Claim(%q) = %v, want %v", key, c.Result, want)
+		t.Fatalf("Claim(%.80q) = %v, want %v", key, c.Result, want)
 	}
 	return c
 }
@@ -389,13 +426,13 @@ func claimUntilAcquired(t *testing.T, s dedup.Store, key string, lease time.Dura
 	for {
 		c, err := s.Claim(context.Background(), key, lease)
 		if err != nil {
-			t.Fatalf("Claim(%q): %v", key, err)
+			t.Fatalf("Claim(%.80q): %v", key, err)
 		}
 		if c.Result == dedup.Acquired {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Claim(%q) still %v after %v", key, c.Result, waitLimit)
+			t.Fatalf("Claim(%.80q) still %v after %v", key, c.Result, waitLimit)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -414,7 +451,7 @@ func State(t testing.TB, s dedup.Store, key string) dedup.Result {
 	t.Helper()
 	c, err := s.Claim(context.Background(), key, longLease)
 	if err != nil {
-		t.Fatalf("Claim(%q): %v", key, err)
+		t.Fatalf("Claim(%.80q): %v", key, err)
 	}
 	if c.Result == dedup.Acquired {
 		if err := s.Release(context.Background(), c); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/dedup/deduptest"
+	"github.com/warrenmq/warren/dedup/internal/storedkey"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -511,7 +512,7 @@ func TestLargestBatchGoesOutWhole(t *testing.T) {
 	s := newBatchStore(t)
 	calls := make([]*call, maxBatchLimit)
 	for i := range calls {
-		calls[i] = &call{kind: claimCall, key: fmt.Sprintf("key-%04d-%s", i, strings.Repeat("x", maxRowKey-20)), token: fmt.Sprintf("t%d", i), lease: time.Minute.Milliseconds()}
+		calls[i] = &call{kind: claimCall, key: fmt.Sprintf("key-%04d-%s", i, strings.Repeat("x", storedkey.MaxLen-20)), token: fmt.Sprintf("t%d", i), lease: time.Minute.Milliseconds()}
 	}
 	s.sendBatch(context.Background(), calls)
 	for _, c := range calls {

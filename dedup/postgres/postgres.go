@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/dedup/internal/coalesce"
+	"github.com/warrenmq/warren/dedup/internal/storedkey"
 )
 
 // Config configures a [Store]. The zero value is ready to use.
@@ -267,20 +266,17 @@ func (s *Store) completeInTx(ctx context.Context, db execer, c dedup.Claim) erro
 	return nil
 }
 
-// maxRowKey is the longest key stored as itself. A btree entry is limited
-// to about 2.7 kB, and keys come from event IDs, which come from outside.
-const maxRowKey = 512
-
-// rowKey is the key column's value for key: key itself, or, for a key that
-// is too long for the index or that text cannot hold (a NUL byte, invalid
-// UTF-8), "sha256:" and its digest. Any key a caller passes thus works,
-// rather than failing every claim of its event.
+// rowKey is the key column's value for key: storedkey.Bounded's — key
+// itself, or for a key longer than storedkey.MaxLen its digest, which keeps
+// the btree entry within its limit of about 2.7 kB — except that a key text
+// cannot hold (a NUL byte, invalid UTF-8) is always stored as its digest.
+// Any key a caller passes thus works, rather than failing every claim of
+// its event.
 func rowKey(key string) string {
-	if len(key) <= maxRowKey && utf8.ValidString(key) && !strings.ContainsRune(key, 0) {
-		return key
+	if !utf8.ValidString(key) || strings.ContainsRune(key, 0) {
+		return storedkey.Digest(key)
 	}
-	sum := sha256.Sum256([]byte(key))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return storedkey.Bounded(key)
 }
 
 type execer interface {

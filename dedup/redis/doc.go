@@ -8,7 +8,10 @@
 // by a distinct done value whose time to live is the retention period.
 // Every command touches a single key, named in KEYS, and the dedup key sits
 // in a hash tag ("<prefix>{<key>}"), so each one runs on the Cluster node
-// that owns the key's slot and the slot depends on the key alone.
+// that owns the key's slot and the slot depends on the key alone. A dedup
+// key longer than 512 bytes (event IDs come from outside) is stored as
+// "sha256:" and its hex digest, the rule dedup/postgres follows, so no key
+// holds more than a bounded name for its retention period.
 //
 // # Batching
 //

@@ -13,6 +13,7 @@ import (
 
 	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/dedup/internal/coalesce"
+	"github.com/warrenmq/warren/dedup/internal/storedkey"
 )
 
 // Config configures a [Store]. The zero value is ready to use.
@@ -136,8 +137,16 @@ end
 return 0
 `)
 
-// redisKey is the Redis key of a dedup key.
-func (s *Store) redisKey(key string) string { return s.prefix + "{" + key + "}" }
+// redisKey is the Redis key of a dedup key: "<prefix>{<key>}", the key
+// bounded as every store bounds it (storedkey.Bounded), so a producer's
+// megabyte of event ID does not become a megabyte of key kept for the
+// retention period. Keys up to storedkey.MaxLen bytes keep exactly the form
+// they always had, so the leases and done-marks already in Redis stay
+// valid across the upgrade; only longer keys, now hashed, would be seen as
+// new once (at-least-once, as after a restart without persistence).
+func (s *Store) redisKey(key string) string {
+	return s.prefix + "{" + storedkey.Bounded(key) + "}"
+}
 
 // Claim implements [dedup.Store] in one round trip, which it shares with
 // the calls of other goroutines made at the same time.

@@ -94,6 +94,62 @@ func TestKeyLayoutAndRetentionByTTL(t *testing.T) {
 	}
 }
 
+// A producer's event ID can be any size: a megabyte of ID must not become
+// a megabyte of Redis key kept for the retention period. The store keeps
+// every key's name bounded — read back with SCAN on the test's prefix — and
+// still deduplicates the event; a key at the length limit keeps its
+// verbatim form, as keys written before the bound did.
+func TestLongEventIDsHaveBoundedKeys(t *testing.T) {
+	prefix := testenv.Name(t, "dd") + ":"
+	s, rdb := newStore(t, "dedup-long", redis.Config{Prefix: prefix})
+	h := &handler{}
+	mw := middleware.Dedup(s, middleware.DedupOptions{})
+	ctx := context.Background()
+
+	huge := strings.Repeat("x", 1<<20-1) + "!" // 1 MiB
+	first, second := mw(h).Handle(ctx, message(huge)), mw(h).Handle(ctx, message(huge))
+	if outcome(first) != warren.OutcomeDone || outcome(second) != warren.OutcomeDuplicate || h.count(huge) != 1 {
+		t.Fatalf("1 MiB event id delivered twice: %v then %v, ran %d times; want done, duplicate, once", first, second, h.count(huge))
+	}
+	// Another megabyte that differs in its last byte only is another event.
+	other := strings.Repeat("x", 1<<20-1) + "?"
+	if o := outcome(mw(h).Handle(ctx, message(other))); o != warren.OutcomeDone || h.count(other) != 1 {
+		t.Fatalf("event id differing from a done one in its last byte = %v, ran %d times; want done, once", o, h.count(other))
+	}
+
+	// At the limit a key is stored as itself: 512 bytes of dedup key.
+	atLimit := strings.Repeat("y", 512)
+	c, err := s.Claim(ctx, atLimit, time.Minute)
+	if err != nil || c.Result != dedup.Acquired {
+		t.Fatalf("Claim of a 512-byte key = %+v, %v", c, err)
+	}
+	if n := rdb.Exists(ctx, prefix+"{"+atLimit+"}").Val(); n != 1 {
+		t.Errorf("a 512-byte key is not stored verbatim under %s{…}; keys at the limit must keep their form", prefix)
+	}
+
+	const bound = 128 // of the part inside the hash tag: a digest and its label
+	var names []string
+	iter := rdb.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		names = append(names, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != 3 {
+		t.Fatalf("found %d keys under %s, want 3 (two long event ids, one key at the limit)", len(names), prefix)
+	}
+	for _, name := range names {
+		inner := strings.TrimSuffix(strings.TrimPrefix(name, prefix+"{"), "}")
+		if inner == atLimit {
+			continue
+		}
+		if len(inner) > bound {
+			t.Errorf("Redis key of %d bytes (%.40s…) for a long event id; want at most %d inside the hash tag", len(name), name, bound)
+		}
+	}
+}
+
 // handler counts how often the effect of each event ran.
 type handler struct {
 	mu   sync.Mutex
