@@ -17,6 +17,7 @@ import (
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
 
 // newConsumer builds a consumer with unique names whose queues and
@@ -39,6 +40,45 @@ func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsu
 	topo := c.Topology()
 	testenv.CleanupQueues(t, topo.Queues()...)
 	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
+	return c
+}
+
+// newNodeConsumer is newConsumer on a private broker node: its queues and
+// exchanges are deleted there when t ends.
+func newNodeConsumer(t *testing.T, node *localrabbit.Node, tweak func(*consumer.Config)) *consumer.BaseConsumer {
+	t.Helper()
+	cfg := consumer.Config{
+		URL:      node.URL(),
+		Name:     testenv.Name(t, "c"),
+		Exchange: testenv.Name(t, "ex"),
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	c, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer amqpx.CloseConnection(conn, 5*time.Second)
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		topo := c.Topology()
+		for _, q := range topo.Queues() {
+			ch.QueueDelete(q, false, false, false)
+		}
+		ch.ExchangeDelete(topo.Exchange, false, false)
+		ch.ExchangeDelete(topo.DLX, false, false)
+	})
 	return c
 }
 
