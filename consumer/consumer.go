@@ -43,7 +43,7 @@ type BaseConsumer struct {
 	block  amqpx.BlockState // of the current session's connection
 	stats  counters
 	memory atomic.Pointer[memoryPlan] // of the latest session
-	tracer trace.Tracer // nil without Config.TracerProvider
+	tracer trace.Tracer               // nil without Config.TracerProvider
 
 	// beforeConsume, set only by tests, runs before each consumer channel
 	// of a session is opened; an error fails the session's start.
