@@ -143,7 +143,7 @@ func TestMemoryBudgetTooSmallRefusesToStart(t *testing.T) {
 	c := newNodeConsumer(t, node, func(cfg *consumer.Config) {
 		cfg.Channels, cfg.Workers, cfg.MemoryBudget = 4, 1, 1<<20 // 4 × 256 KiB + 1 × 256 KiB > 1 MiB
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	err := c.Run(ctx)
 	if !errors.Is(err, consumer.ErrOverMemoryBudget) {
