@@ -24,8 +24,18 @@ import (
 // exchanges are deleted when t ends. tweak adjusts the config.
 func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsumer {
 	t.Helper()
+	c := consumerAt(t, testenv.AMQPURL(t), tweak)
+	topo := c.Topology()
+	testenv.CleanupQueues(t, topo.Queues()...)
+	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
+	return c
+}
+
+// consumerAt builds a consumer of the broker at url with unique names.
+func consumerAt(t *testing.T, url string, tweak func(*consumer.Config)) *consumer.BaseConsumer {
+	t.Helper()
 	cfg := consumer.Config{
-		URL:      testenv.AMQPURL(t),
+		URL:      url,
 		Name:     testenv.Name(t, "c"),
 		Exchange: testenv.Name(t, "ex"),
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -37,9 +47,6 @@ func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsu
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := c.Topology()
-	testenv.CleanupQueues(t, topo.Queues()...)
-	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
 	return c
 }
 
@@ -47,19 +54,7 @@ func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsu
 // exchanges are deleted there when t ends.
 func newNodeConsumer(t *testing.T, node *localrabbit.Node, tweak func(*consumer.Config)) *consumer.BaseConsumer {
 	t.Helper()
-	cfg := consumer.Config{
-		URL:      node.URL(),
-		Name:     testenv.Name(t, "c"),
-		Exchange: testenv.Name(t, "ex"),
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
-	}
-	if tweak != nil {
-		tweak(&cfg)
-	}
-	c, err := consumer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := consumerAt(t, node.URL(), tweak)
 	t.Cleanup(func() {
 		conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
 		if err != nil {
