@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -54,35 +53,12 @@ func (o *blockObserved) counts() (blocked, unblocked int) {
 func TestBlockedConnectionIsReported(t *testing.T) {
 	node := localrabbit.Shared(t)
 	obs := &blockObserved{}
-	cfg := consumer.Config{
-		URL:      node.URL(),
-		Name:     testenv.Name(t, "c"),
-		Exchange: testenv.Name(t, "ex"),
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
-		Observer: obs,
-	}
-	c, err := consumer.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newNodeConsumer(t, node, func(cfg *consumer.Config) { cfg.Observer = obs })
 	conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		defer amqpx.CloseConnection(conn, 5*time.Second)
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		topo := c.Topology()
-		for _, q := range topo.Queues() {
-			ch.QueueDelete(q, false, false, false)
-		}
-		ch.ExchangeDelete(topo.Exchange, false, false)
-		ch.ExchangeDelete(topo.DLX, false, false)
-	})
+	t.Cleanup(func() { amqpx.CloseConnection(conn, 5*time.Second) })
 
 	// The handler fails once, when the test says so: its retry is the
 	// publish that the broker blocks.
@@ -112,7 +88,7 @@ func TestBlockedConnectionIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pub.Publish(context.Background(), cfg.Exchange, "", msg); err != nil {
+	if err := pub.Publish(context.Background(), c.Config().Exchange, "", msg); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 15*time.Second, "the handler to take the message", func() bool { return c.Stats().InFlight == 1 })

@@ -122,8 +122,32 @@ type Config struct {
 	PublishTimeout time.Duration
 
 	// MaxBodyBytes is the largest body the consumer decodes; larger ones
-	// are dead-lettered as undecodable. Default 1 MiB.
+	// are dead-lettered as undecodable. Default 1 MiB. It does not bound
+	// memory: the broker sends bodies up to its max_message_size before
+	// the consumer sees them (see MemoryBudget).
 	MaxBodyBytes int
+
+	// MemoryBudget bounds the bytes of message bodies the consumer may
+	// hold: Channels × prefetch × the broker's max_message_size in
+	// unacknowledged deliveries, plus Workers × min(MaxBodyBytes,
+	// max_message_size) for the decoded copies. Each session lowers its
+	// prefetch per channel until that fits (Health's Prefetch says to
+	// what), and Run fails with ErrOverMemoryBudget when even a prefetch
+	// of 1 does not. Go's heap grows to about twice the live bytes before
+	// it collects (GOGC=100); set GOMEMLIMIT accordingly. Default 0: no
+	// budget; the worst case is logged at start, with a warning above
+	// 1 GiB.
+	MemoryBudget int64
+
+	// BrokerMaxMessageSize is the broker's max_message_size in bytes, for
+	// an operator who knows it. Set, it is trusted and the consumer does
+	// not probe for it; a user without write permission on the default
+	// exchange, which the probe publishes to, should set it. Default 0:
+	// each session reads the limit by publishing one body of
+	// MaxBodyBytes+1 bytes that no queue receives; a broker that accepts
+	// it is assumed to have its version's default limit (128 MiB before
+	// RabbitMQ 4.0, 16 MiB from it).
+	BrokerMaxMessageSize int64
 
 	// ReconnectMaxDelay caps the wait between reconnect attempts, which
 	// grows exponentially with jitter from 100ms. Default 15s.
@@ -214,6 +238,12 @@ func (c Config) validate() error {
 	}
 	if c.Prefetch > 65535 {
 		add("Prefetch must be at most 65535, got %d", c.Prefetch)
+	}
+	if c.MemoryBudget < 0 {
+		add("MemoryBudget must not be negative, got %d", c.MemoryBudget)
+	}
+	if c.BrokerMaxMessageSize < 0 || c.BrokerMaxMessageSize > rabbitHardMaxMessageSize {
+		add("BrokerMaxMessageSize must be between 0 and RabbitMQ's maximum %d, got %d", rabbitHardMaxMessageSize, c.BrokerMaxMessageSize)
 	}
 	if c.DeliveryLimit < 0 {
 		add("DeliveryLimit must not be negative, got %d", c.DeliveryLimit)

@@ -42,7 +42,8 @@ type BaseConsumer struct {
 
 	block  amqpx.BlockState // of the current session's connection
 	stats  counters
-	tracer trace.Tracer // nil without Config.TracerProvider
+	memory atomic.Pointer[memoryPlan] // of the latest session
+	tracer trace.Tracer               // nil without Config.TracerProvider
 
 	// beforeConsume, set only by tests, runs before each consumer channel
 	// of a session is opened; an error fails the session's start.
@@ -241,7 +242,7 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		s, err := c.startSession(ctx, conn, jobs)
 		if err != nil {
 			var te *TopologyError
-			if errors.As(err, &te) && te.fatal() {
+			if errors.As(err, &te) && te.fatal() || errors.Is(err, ErrOverMemoryBudget) {
 				c.log.Error("cannot consume", "error", err)
 				return nil, err
 			}
@@ -258,8 +259,10 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		}
 		connected = true
 		c.ready.Store(true)
+		mem := c.memory.Load()
 		c.log.Info("consuming", "queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", redact.URL(c.cfg.URL),
-			"channels", c.cfg.Channels, "prefetch", c.cfg.Prefetch, "workers", c.cfg.Workers)
+			"channels", c.cfg.Channels, "prefetch", mem.prefetch, "workers", c.cfg.Workers,
+			"broker_max_message_size", mem.limit.bytes, "max_message_size_source", mem.limit.source, "worst_case_bytes", mem.worstCase)
 		started := time.Now()
 		select {
 		case <-ctx.Done():

@@ -68,6 +68,16 @@
 // a session with its own channels, and a delivery is only ever acked on the
 // channel that delivered it.
 //
+// # Memory
+//
+// MaxBodyBytes is checked after a body arrived; what the broker may send
+// first is bounded by its max_message_size. Each session reads that limit
+// (a probe publish on a connection of its own, or
+// Config.BrokerMaxMessageSize), logs the worst case, Channels × prefetch ×
+// limit + Workers × the largest decoded body, and under
+// Config.MemoryBudget lowers the prefetch to fit or refuses to start
+// (ErrOverMemoryBudget). See docs/adr/003-memory-budget.md.
+//
 // # Seeing what happens
 //
 // [BaseConsumer.Stats] counts every disposition; [BaseConsumer.HealthHandler]

@@ -75,3 +75,24 @@ func ExampleConfig() {
 		log.Fatal(err)
 	}
 }
+
+// A consumer that must stay within 512 MiB of message bodies: with the
+// broker's max_message_size at 4 MiB (rabbitmq.conf: max_message_size =
+// 4194304), 4 channels and 16 workers, the prefetch is lowered to 31 per
+// channel (4 × 31 × 4 MiB + 16 × 1 MiB ≤ 512 MiB) and the log says so.
+// A budget too small for one message per channel stops Run.
+func ExampleConfig_memoryBudget() {
+	c, err := consumer.New(consumer.Config{
+		Name:         "webhook",
+		MemoryBudget: 512 << 20,
+		// Known to the operator; without it each session probes the broker.
+		BrokerMaxMessageSize: 4 << 20,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	if err := c.RunUntilSignal(context.Background()); errors.Is(err, consumer.ErrOverMemoryBudget) {
+		log.Fatalf("raise the budget or lower the broker's max_message_size: %v", err)
+	}
+}

@@ -17,14 +17,25 @@ import (
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
 
 // newConsumer builds a consumer with unique names whose queues and
 // exchanges are deleted when t ends. tweak adjusts the config.
 func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsumer {
 	t.Helper()
+	c := consumerAt(t, testenv.AMQPURL(t), tweak)
+	topo := c.Topology()
+	testenv.CleanupQueues(t, topo.Queues()...)
+	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
+	return c
+}
+
+// consumerAt builds a consumer of the broker at url with unique names.
+func consumerAt(t *testing.T, url string, tweak func(*consumer.Config)) *consumer.BaseConsumer {
+	t.Helper()
 	cfg := consumer.Config{
-		URL:      testenv.AMQPURL(t),
+		URL:      url,
 		Name:     testenv.Name(t, "c"),
 		Exchange: testenv.Name(t, "ex"),
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -36,9 +47,33 @@ func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsu
 	if err != nil {
 		t.Fatal(err)
 	}
-	topo := c.Topology()
-	testenv.CleanupQueues(t, topo.Queues()...)
-	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
+	return c
+}
+
+// newNodeConsumer is newConsumer on a private broker node: its queues and
+// exchanges are deleted there when t ends.
+func newNodeConsumer(t *testing.T, node *localrabbit.Node, tweak func(*consumer.Config)) *consumer.BaseConsumer {
+	t.Helper()
+	c := consumerAt(t, node.URL(), tweak)
+	t.Cleanup(func() {
+		conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer amqpx.CloseConnection(conn, 5*time.Second)
+		ch, err := conn.Channel()
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		topo := c.Topology()
+		for _, q := range topo.Queues() {
+			ch.QueueDelete(q, false, false, false)
+		}
+		ch.ExchangeDelete(topo.Exchange, false, false)
+		ch.ExchangeDelete(topo.DLX, false, false)
+	})
 	return c
 }
 

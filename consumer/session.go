@@ -25,6 +25,7 @@ type session struct {
 	channels []*amqp.Channel
 	tags     []string
 	ackers   []*acker
+	prefetch int // per channel, within the memory budget (planSession)
 
 	lost     chan error    // receives the first failure
 	dead     atomic.Bool   // set once the session failed
@@ -53,10 +54,17 @@ var errConsumerCancelled = errors.New("the broker cancelled the consumer (queue 
 // the set-up: a stop must not wait for a broker that stopped reading.
 func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, jobs chan<- job) (*session, error) {
 	s := &session{conn: conn, lost: make(chan error, 1), stop: make(chan struct{})}
+	plan, err := c.planSession(ctx)
+	if err != nil {
+		s.abandon()
+		return nil, err
+	}
+	s.prefetch = plan.prefetch
+	c.memory.Store(&plan)
 	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
 	defer cancel()
 	var streams []<-chan amqp.Delivery
-	err := amqpx.Bound(ctx, conn, func() (err error) {
+	err = amqpx.Bound(ctx, conn, func() (err error) {
 		streams, err = c.setUp(ctx, s)
 		return err
 	})
@@ -113,7 +121,7 @@ func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Del
 			return nil, fmt.Errorf("open consumer channel: %w", err)
 		}
 		s.watch(ch.NotifyClose(make(chan *amqp.Error, 1)))
-		if err := ch.Qos(c.cfg.Prefetch, 0, false); err != nil {
+		if err := ch.Qos(s.prefetch, 0, false); err != nil {
 			return nil, fmt.Errorf("set prefetch: %w", err)
 		}
 		tag := fmt.Sprintf("%s-%d", c.connectionName(), i)
@@ -121,7 +129,7 @@ func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Del
 		if err != nil {
 			return nil, fmt.Errorf("consume %s: %w", c.topo.Queue, err)
 		}
-		a := newAcker(ch, c.cfg.Prefetch, c.log)
+		a := newAcker(ch, s.prefetch, c.log)
 		s.channels = append(s.channels, ch)
 		s.tags = append(s.tags, tag)
 		s.ackers = append(s.ackers, a)

@@ -86,6 +86,12 @@ type Health struct {
 	Stuck bool `json:"stuck,omitempty"`
 	// LastMessage is when the latest delivery arrived (zero if none yet).
 	LastMessage time.Time `json:"last_message,omitzero"`
+	// Prefetch is the current session's prefetch per channel: Config.Prefetch,
+	// or lower to fit Config.MemoryBudget (0 before the first session).
+	Prefetch int `json:"prefetch,omitempty"`
+	// WorstCaseBytes is the most bytes of message bodies the current
+	// session can hold (see Config.MemoryBudget).
+	WorstCaseBytes int64 `json:"worst_case_bytes,omitempty"`
 	// Dependencies are the states of Config.Dependencies.
 	Dependencies []warren.DependencyState `json:"dependencies,omitempty"`
 	Stats        Stats                    `json:"stats"`
@@ -100,6 +106,9 @@ func (c *BaseConsumer) Health() Health {
 		st := d.State()
 		h.Ready = h.Ready && st.Up
 		h.Dependencies = append(h.Dependencies, st)
+	}
+	if mem := c.memory.Load(); mem != nil {
+		h.Prefetch, h.WorstCaseBytes = mem.prefetch, mem.worstCase
 	}
 	if ns := c.stats.lastMessage.Load(); ns != 0 {
 		h.LastMessage = time.Unix(0, ns)

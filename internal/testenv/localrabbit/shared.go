@@ -160,3 +160,23 @@ func waitBlocked(notes <-chan amqp.Blocking, active bool) error {
 		}
 	}
 }
+
+// defaultMaxMessageSize is RabbitMQ 3.x's max_message_size.
+const defaultMaxMessageSize = 128 << 20
+
+// SetMaxMessageSize sets the node's max_message_size, which channels read
+// when they open, and puts the default back when t ends.
+func (n *Node) SetMaxMessageSize(t testing.TB, bytes int) {
+	t.Helper()
+	set := func(v int) error {
+		return n.Ctl(context.Background(), "eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d).", v))
+	}
+	if err := set(bytes); err != nil {
+		t.Fatalf("set max_message_size: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := set(defaultMaxMessageSize); err != nil {
+			t.Errorf("restore max_message_size: %v", err)
+		}
+	})
+}

@@ -1,0 +1,313 @@
+package consumer
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+)
+
+// A consumer's memory is bounded by what the broker may send it, not by
+// MaxBodyBytes, which is checked only once a body has arrived: every
+// channel holds up to its prefetch of unacknowledged deliveries, each as
+// large as the broker's max_message_size, and RabbitMQ ignores the
+// byte-based prefetch_size of basic.qos. So at the start of each session
+// the consumer learns that limit (probeBrokerLimit), states the worst
+// case, and, under a MemoryBudget, lowers the prefetch until the worst
+// case fits or refuses to start (planMemory).
+// docs/adr/003-memory-budget.md explains the choices.
+
+// ErrOverMemoryBudget is wrapped by the error Run returns when
+// Config.MemoryBudget cannot hold even one delivery per channel of the
+// largest message the broker accepts.
+var ErrOverMemoryBudget = errors.New("the broker's max_message_size does not fit the memory budget")
+
+// Where the broker's max_message_size the consumer plans with came from.
+const (
+	limitProbed     = "probed"     // the broker refused the probe and named its limit
+	limitConfigured = "configured" // Config.BrokerMaxMessageSize
+	limitAssumed    = "assumed"    // RabbitMQ's default for the server's version
+)
+
+// RabbitMQ's default max_message_size: 128 MiB up to 3.x, 16 MiB from 4.0.
+const (
+	rabbit3MaxMessageSize = 128 << 20
+	rabbit4MaxMessageSize = 16 << 20
+	// rabbitHardMaxMessageSize is the most max_message_size may be set to.
+	rabbitHardMaxMessageSize = 512 << 20
+)
+
+// probeTimeout bounds the whole probe: dial, publish and the broker's
+// answer.
+const probeTimeout = 5 * time.Second
+
+// warnWorstCase is the worst case above which a consumer without a budget
+// warns at start.
+const warnWorstCase = 1 << 30
+
+// brokerLimit is the broker's max_message_size as far as the consumer knows
+// it.
+type brokerLimit struct {
+	bytes  int64
+	source string // limitProbed, limitConfigured or limitAssumed
+	// why says, for an assumed limit, why the probe did not settle it.
+	why string
+	// probeFailed: the probe got no answer (an alarm, a timeout, a refused
+	// connection), so another try may yet read the limit.
+	probeFailed bool
+}
+
+// probeResult is what a probe learned.
+type probeResult struct {
+	// limit is the broker's exact limit, or 0 when it accepted the probe
+	// (its limit is at least the probe's size).
+	limit int64
+	// version is the server's "version" property, "" if unknown.
+	version string
+}
+
+// errProbeTimeout is the cause of a probe that ran out of time.
+var errProbeTimeout = errors.New("the broker did not answer the size probe in time")
+
+// probeBrokerLimit reads the broker's max_message_size by publishing one
+// body of size bytes to the default exchange with a routing key no queue
+// has, on a connection of its own with publisher confirms. A broker whose
+// limit is below size closes the channel with 406 naming the limit; one
+// that accepts it confirms, and drops the message since nothing is bound.
+//
+// The probe has a connection of its own because a broker under a memory
+// alarm stops reading any connection that publishes: on the consumer's
+// connection, the probe would stop the acks that let the broker free
+// memory. On its own, a block ends the probe at once, and probeTimeout
+// bounds every other silence.
+func probeBrokerLimit(ctx context.Context, url, name string, size int) (probeResult, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, errProbeTimeout)
+	defer cancel()
+	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: name, Timeout: probeTimeout})
+	if err != nil {
+		return probeResult{}, err
+	}
+	res := probeResult{version: serverVersion(conn)}
+
+	// A block is the broker's answer for as long as its alarm lasts: give
+	// up at once rather than wait out the timeout.
+	ctx, stop := context.WithCancelCause(ctx)
+	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for b := range blocks { // closed with the connection
+			if b.Active {
+				stop(fmt.Errorf("the broker blocked the probe's connection (%s)", b.Reason))
+			}
+		}
+	}()
+	defer func() {
+		amqpx.CloseConnection(conn, amqpx.CloseTimeout)
+		<-watched
+		stop(nil)
+	}()
+
+	err = amqpx.Bound(ctx, conn, func() error {
+		ch, err := conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open the probe's channel: %w", err)
+		}
+		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+		if err := ch.Confirm(false); err != nil {
+			return fmt.Errorf("confirm mode on the probe's channel: %w", err)
+		}
+		confirms := ch.NotifyPublish(make(chan amqp.Confirmation, 1))
+		// Not mandatory: the broker drops it unrouted, and confirms it.
+		key := "warren.size-probe." + rand.Text()
+		_ = ch.Publish("", key, false, false, amqp.Publishing{Body: make([]byte, size)}) // a refusal closes the channel: read below
+		select {
+		case c, ok := <-confirms:
+			switch {
+			case ok && c.Ack:
+				return ch.Close()
+			case ok:
+				return errors.New("the broker nacked the size probe")
+			}
+			res.limit, err = limitFromClose(<-closed)
+			return err
+		case e := <-closed:
+			res.limit, err = limitFromClose(e)
+			return err
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	})
+	if err != nil && ctx.Err() != nil {
+		err = context.Cause(ctx) // the block or the timeout says it all
+	}
+	return res, err
+}
+
+// refusedSize matches RabbitMQ's 406 for an oversized message: "message
+// size 1048577 is larger than configured max size 262144" (or "than max
+// size" at the hard maximum).
+var refusedSize = regexp.MustCompile(`message size \d+ is larger than (?:configured )?max size (\d+)`)
+
+// limitFromClose reads the broker's limit from the error that closed the
+// probe's channel. A 406 whose text does not parse still says the limit
+// is below the probe's size: limit -1 tells the caller so.
+func limitFromClose(e *amqp.Error) (int64, error) {
+	switch {
+	case e == nil:
+		return 0, errors.New("the probe's channel closed without a reason")
+	case e.Code != amqp.PreconditionFailed:
+		return 0, fmt.Errorf("the broker refused the size probe: %w", e)
+	}
+	m := refusedSize.FindStringSubmatch(e.Reason)
+	if m == nil {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	if err != nil || n <= 0 {
+		return -1, nil
+	}
+	return n, nil
+}
+
+// serverVersion is the broker's "version" server property.
+func serverVersion(conn *amqp.Connection) string {
+	v, _ := conn.Properties["version"].(string)
+	return v
+}
+
+// defaultMaxMessageSize is RabbitMQ's default max_message_size for a
+// server version; an unknown version gets the larger, 3.x default.
+func defaultMaxMessageSize(version string) int64 {
+	major, _, _ := strings.Cut(version, ".")
+	if n, err := strconv.Atoi(major); err == nil && n >= 4 {
+		return rabbit4MaxMessageSize
+	}
+	return rabbit3MaxMessageSize
+}
+
+// resolveLimit turns a probe's outcome (of a body of probeSize bytes) into
+// the limit the consumer plans with. A limit the broker named is exact;
+// otherwise Config.BrokerMaxMessageSize if set, else the default of the
+// server's version, "assumed", with the reason.
+func resolveLimit(cfg Config, probeSize int, res probeResult, err error) brokerLimit {
+	switch {
+	case err == nil && res.limit > 0:
+		return brokerLimit{bytes: res.limit, source: limitProbed}
+	case err == nil && res.limit < 0:
+		// Refused, its text unreadable: below the probe's size.
+		return brokerLimit{bytes: int64(probeSize - 1), source: limitProbed}
+	case cfg.BrokerMaxMessageSize > 0:
+		return brokerLimit{bytes: cfg.BrokerMaxMessageSize, source: limitConfigured}
+	}
+	l := brokerLimit{bytes: defaultMaxMessageSize(res.version), source: limitAssumed}
+	if err == nil {
+		l.why = fmt.Sprintf("the broker accepted a %d-byte probe, so its limit is larger; set Config.BrokerMaxMessageSize to state it", probeSize)
+	} else {
+		l.why = fmt.Sprintf("size probe failed: %v", err)
+		l.probeFailed = true
+	}
+	return l
+}
+
+// memoryPlan is what a session consumes with.
+type memoryPlan struct {
+	limit    brokerLimit
+	prefetch int // per channel, at most Config.Prefetch
+	// worstCase is the most bytes of message bodies the consumer can hold:
+	// Channels × prefetch × the limit in unacknowledged deliveries, plus
+	// Workers × the largest body decoded (the decoded event's copy).
+	worstCase int64
+}
+
+// planMemory works out the prefetch that keeps the worst case within
+// cfg.MemoryBudget (no budget: cfg.Prefetch), or fails with
+// ErrOverMemoryBudget when even a prefetch of 1 does not fit.
+func planMemory(cfg Config, limit brokerLimit) (memoryPlan, error) {
+	decoding := mulSat(int64(cfg.Workers), min(int64(cfg.MaxBodyBytes), limit.bytes))
+	perPrefetch := mulSat(int64(cfg.Channels), limit.bytes) // one more delivery on every channel
+	plan := memoryPlan{limit: limit, prefetch: cfg.Prefetch}
+	if cfg.MemoryBudget > 0 {
+		fits := (cfg.MemoryBudget - decoding) / perPrefetch // floor; negative when decoding alone is over
+		if fits < 1 {
+			return plan, budgetError(cfg, limit, decoding)
+		}
+		plan.prefetch = int(min(fits, int64(cfg.Prefetch)))
+	}
+	plan.worstCase = addSat(mulSat(perPrefetch, int64(plan.prefetch)), decoding)
+	return plan, nil
+}
+
+func budgetError(cfg Config, limit brokerLimit, decoding int64) error {
+	need := addSat(mulSat(int64(cfg.Channels), limit.bytes), decoding)
+	fixes := "raise Config.MemoryBudget, or lower the broker's max_message_size (rabbitmq.conf: max_message_size = <bytes>)"
+	if limit.source == limitAssumed {
+		fixes += ", or state the broker's limit in Config.BrokerMaxMessageSize (" + limit.why + ")"
+	}
+	return fmt.Errorf("%w: memory budget %d bytes < %d channels × prefetch 1 × max_message_size %d bytes (%s) + %d workers × %d bytes decoding = %d bytes; %s",
+		ErrOverMemoryBudget, cfg.MemoryBudget, cfg.Channels, limit.bytes, limit.source,
+		cfg.Workers, min(int64(cfg.MaxBodyBytes), limit.bytes), need, fixes)
+}
+
+// mulSat and addSat saturate instead of wrapping: a worst case past
+// MaxInt64 is still "too much".
+func mulSat(a, b int64) int64 {
+	if a != 0 && b > (1<<63-1)/a {
+		return 1<<63 - 1
+	}
+	return a * b
+}
+
+func addSat(a, b int64) int64 {
+	if a > 1<<63-1-b {
+		return 1<<63 - 1
+	}
+	return a + b
+}
+
+// planSession reads the broker's limit (or takes the configured one) and
+// plans the session's prefetch, logging what a reader of the start-up log
+// needs: a failed probe, a lowered prefetch, a worst case too large for
+// no budget. A failed probe under a budget the assumed limit does not fit
+// is an error that another session may not have (the alarm lifts), not
+// ErrOverMemoryBudget.
+func (c *BaseConsumer) planSession(ctx context.Context) (memoryPlan, error) {
+	cfg := c.cfg
+	var limit brokerLimit
+	if cfg.BrokerMaxMessageSize > 0 {
+		// The operator stated it: no probe, which also lets a user without
+		// write permission on the default exchange consume quietly.
+		limit = brokerLimit{bytes: cfg.BrokerMaxMessageSize, source: limitConfigured}
+	} else {
+		size := cfg.MaxBodyBytes + 1
+		res, err := probeBrokerLimit(ctx, cfg.URL, c.connectionName()+" size probe", size)
+		limit = resolveLimit(cfg, size, res, err)
+	}
+	plan, err := planMemory(cfg, limit)
+	switch {
+	case err != nil && limit.probeFailed:
+		// %v, not %w: not ErrOverMemoryBudget, which stops Run for good.
+		return plan, fmt.Errorf("the broker's max_message_size is unknown and its default might not fit: %v", err)
+	case err != nil:
+		return plan, err
+	case limit.probeFailed:
+		c.log.Warn("could not read the broker's max_message_size; assuming its default", "max_message_size", limit.bytes, "reason", limit.why)
+	}
+	switch {
+	case plan.prefetch < cfg.Prefetch:
+		c.log.Info("prefetch lowered to fit the memory budget", "prefetch", cfg.Prefetch, "effective_prefetch", plan.prefetch,
+			"memory_budget", cfg.MemoryBudget, "max_message_size", limit.bytes)
+	case cfg.MemoryBudget == 0 && plan.worstCase > warnWorstCase:
+		c.log.Warn("the consumer may hold more than 1 GiB of message bodies; set the broker's max_message_size (rabbitmq.conf) or Config.MemoryBudget",
+			"worst_case_bytes", plan.worstCase, "max_message_size", limit.bytes, "max_message_size_source", limit.source)
+	}
+	return plan, nil
+}

@@ -1,0 +1,220 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
+)
+
+// The private node's max_message_size in these tests.
+const nodeLimit = 256 << 10
+
+// logLines is a log the test reads back, also written to the test's output.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	out io.Writer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	return l.out.Write(p)
+}
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.buf.String(), s)
+}
+
+func captureLog(t *testing.T, cfg *consumer.Config) *logLines {
+	l := &logLines{out: t.Output()}
+	cfg.Logger = slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return l
+}
+
+// bigEvents are n events whose bodies are a little under size bytes.
+func bigEvents(t *testing.T, n, size int) []warren.Event {
+	evs := manyEvents(n, "big", "workitem.updated")
+	for i := range evs {
+		evs[i].Payload.Data = fmt.Appendf(nil, `{"blob":%q}`, strings.Repeat("x", size-2048))
+		msg, err := amqpx.EventPublishing(evs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(msg.Body) > size {
+			t.Fatalf("test event of %d bytes, over %d", len(msg.Body), size)
+		}
+	}
+	return evs
+}
+
+// With a memory budget, the consumer lowers its prefetch so that the
+// broker's largest messages fit, and the broker then never has more than
+// that many deliveries out to it, however many workers are idle: the
+// bound is on the broker's side, not ours.
+func TestMemoryBudgetLowersPrefetch(t *testing.T) {
+	node := localrabbit.Shared(t)
+	node.SetMaxMessageSize(t, nodeLimit)
+	const channels, workers, wantPrefetch = 2, 8, 3
+	// 8 workers × 256 KiB decoding + 2 channels × 3 × 256 KiB in flight.
+	budget := int64(workers*nodeLimit + channels*wantPrefetch*nodeLimit)
+	var log *logLines
+	c := newNodeConsumer(t, node, func(cfg *consumer.Config) {
+		cfg.Channels, cfg.Prefetch, cfg.Workers, cfg.MemoryBudget = channels, 100, workers, budget
+		log = captureLog(t, cfg)
+	})
+	release := make(chan struct{})
+	var inHandler, most atomic.Int64
+	c.HandleFunc("", func(context.Context, *warren.Message) error {
+		n := inHandler.Add(1)
+		defer inHandler.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		return nil
+	})
+	start(t, c)
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the consumer stops, on failure too
+	if h := c.Health(); h.Prefetch != wantPrefetch || h.WorstCaseBytes != budget {
+		t.Errorf("Health reports prefetch %d, worst case %d; want %d, %d", h.Prefetch, h.WorstCaseBytes, wantPrefetch, budget)
+	}
+	for _, want := range []string{"prefetch lowered", "effective_prefetch=3", "max_message_size_source=probed", fmt.Sprintf("broker_max_message_size=%d", nodeLimit)} {
+		if !log.has(want) {
+			t.Errorf("the start-up log does not say %q", want)
+		}
+	}
+
+	conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { amqpx.CloseConnection(conn, 5*time.Second) })
+	pub, err := amqpx.NewPublisher(context.Background(), conn, 40)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	for _, ev := range bigEvents(t, 40, nodeLimit) {
+		msg, _ := amqpx.EventPublishing(ev)
+		if err := pub.Publish(context.Background(), c.Config().Exchange, "", msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const inFlight = channels * wantPrefetch
+	queue := c.Topology().Queue
+	// All 40 are confirmed, so each is ready in the queue or delivered;
+	// with 8 idle workers, every delivery reaches a handler and stays there.
+	testenv.WaitFor(t, time.Minute, "the deliveries to reach the handlers", func() bool { return inHandler.Load() >= inFlight })
+	if ready, held := testenv.QueueDepth(t, ch, queue), inHandler.Load(); ready != 40-inFlight || held != inFlight {
+		t.Errorf("%d messages ready and %d in handlers, want %d and %d: the broker sent more than channels × prefetch", ready, held, 40-inFlight, inFlight)
+	}
+	unblock()
+	testenv.WaitFor(t, time.Minute, "all 40 handled", func() bool { return c.Stats().Done == 40 })
+	if m := most.Load(); m > inFlight {
+		t.Errorf("%d handlers ran at once, more than the %d deliveries the budget admits", m, inFlight)
+	}
+}
+
+// A budget that cannot hold one of the broker's largest messages per
+// channel stops Run with an error that names the numbers and the fixes.
+func TestMemoryBudgetTooSmallRefusesToStart(t *testing.T) {
+	node := localrabbit.Shared(t)
+	node.SetMaxMessageSize(t, nodeLimit)
+	c := newNodeConsumer(t, node, func(cfg *consumer.Config) {
+		cfg.Channels, cfg.Workers, cfg.MemoryBudget = 4, 1, 1<<20 // 4 × 256 KiB + 1 × 256 KiB > 1 MiB
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := c.Run(ctx)
+	if !errors.Is(err, consumer.ErrOverMemoryBudget) {
+		t.Fatalf("Run = %v, want ErrOverMemoryBudget", err)
+	}
+	for _, want := range []string{"1048576", "4 channels", fmt.Sprintf("max_message_size %d bytes (probed)", nodeLimit), "raise Config.MemoryBudget", "lower the broker's max_message_size"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// A broker under a memory alarm blocks the probe's publish. Start must not
+// hang on it: the block ends the probe at once, a consumer without a
+// budget assumes the version's default and consumes (on a connection the
+// probe never published on, so the broker keeps reading it), and one with
+// a budget that default would not fit waits for the alarm to lift instead
+// of refusing for good.
+func TestSizeProbeUnderAlarmDoesNotHangStart(t *testing.T) {
+	node := localrabbit.Shared(t)
+	node.SetMaxMessageSize(t, nodeLimit)
+	var plainLog, budgetLog *logLines
+	plain := newNodeConsumer(t, node, func(cfg *consumer.Config) { plainLog = captureLog(t, cfg) })
+	budgeted := newNodeConsumer(t, node, func(cfg *consumer.Config) {
+		cfg.Channels, cfg.Workers, cfg.MemoryBudget, cfg.ReconnectMaxDelay = 1, 1, 65<<20, 500*time.Millisecond
+		budgetLog = captureLog(t, cfg)
+	})
+	for _, c := range []*consumer.BaseConsumer{plain, budgeted} {
+		c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	}
+
+	lift := node.Alarm(t)
+	start(t, plain)
+	if h := plain.Health(); h.Prefetch != consumer.DefaultPrefetch {
+		t.Errorf("prefetch %d under the alarm, want the default %d", h.Prefetch, consumer.DefaultPrefetch)
+	}
+	for _, want := range []string{"could not read the broker's max_message_size", "blocked the probe's connection", "max_message_size_source=assumed"} {
+		if !plainLog.has(want) {
+			t.Errorf("the start-up log does not say %q", want)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- budgeted.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	testenv.WaitFor(t, time.Minute, "a start refused for the unknown limit", func() bool {
+		return budgetLog.has("max_message_size is unknown and its default might not fit")
+	})
+	if !budgetLog.has("size probe failed: the broker blocked the probe's connection") {
+		t.Error("the refusal does not say the broker blocked the probe")
+	}
+	select {
+	case err := <-done:
+		done <- err
+		t.Fatalf("Run returned under the alarm: %v; want it to wait for the limit", err)
+	default:
+	}
+	lift()
+	testenv.WaitFor(t, time.Minute, "the budgeted consumer to start once the alarm lifted", func() bool { return budgeted.Health().Ready })
+	if h := budgeted.Health(); h.Prefetch != consumer.DefaultPrefetch {
+		// 65 MiB holds 1 × 256 × 256 KiB + 256 KiB: no lowering needed;
+		// the assumed 128 MiB did not fit.
+		t.Errorf("prefetch %d, want %d with the probed limit", h.Prefetch, consumer.DefaultPrefetch)
+	}
+}
