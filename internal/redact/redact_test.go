@@ -70,6 +70,7 @@ func TestSecrets(t *testing.T) {
 		"api-key=k1; Session_ID=s2, clientSecret=c3 author=ann":               "api-key=xxxxx; Session_ID=xxxxx, clientSecret=xxxxx author=ann",
 		`500: {"error":"denied","refresh_token":"r-1","Password": "p 2"}`:     `500: {"error":"denied","refresh_token":"xxxxx","Password": "xxxxx"}`,
 		"Authorization: Basic dXNlcjpwdw== was refused":                       "Authorization: Basic xxxxx was refused",
+		"GET https://h/x?v=2&sig=a:b: 404 Not Found":                          "GET https://h/x?v=2&sig=xxxxx: 404 Not Found",
 		"sent authorization=Bearer%20abc and Bearer eyJhbGciOi.x.y, retrying": "sent authorization=xxxxx and Bearer xxxxx, retrying",
 		// Nothing secret: unchanged.
 		`Post "https://hooks.example:8443/x?v=1": dial tcp 10.0.0.1:8443: connection refused`: `Post "https://hooks.example:8443/x?v=1": dial tcp 10.0.0.1:8443: connection refused`,

@@ -41,8 +41,9 @@ func Secrets(text string) string {
 
 var (
 	// param is name=value, its value single- or double-quoted (key=value
-	// connection strings) or running to the next separator.
-	param = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-])([A-Za-z][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^&\s"';,<>\\]+)`)
+	// connection strings) or running to the next separator, but for a last
+	// ':' ("GET /x?token=abc: 404" keeps its colon).
+	param = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-])([A-Za-z][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^&\s"';,<>\\]*[^&\s"';,<>\\:])`)
 	// jsonField is "name": "value" in a JSON document (a response body).
 	jsonField = regexp.MustCompile(`"([A-Za-z][A-Za-z0-9_.\-]*)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
 	// authorization is an Authorization header, with or without its
