@@ -33,7 +33,7 @@ func TestEndSpanRedactsTheError(t *testing.T) {
 	var exception []string
 	for _, e := range s.Events() {
 		for _, a := range e.Attributes {
-			exception = append(exception, e.Name+" "+string(a.Key)+"="+a.Value.Emit())
+			exception = append(exception, e.Name+" "+string(a.Key)+"="+a.Value.String())
 		}
 	}
 	all := strings.Join(exception, "\n")
