@@ -42,10 +42,12 @@ bench:
 services:
 	scripts/services.sh
 
-# Short fuzzing of the decoders that read hostile input.
+# Short fuzzing of the decoders that read hostile input, and of the
+# redactor that keeps passwords out of error text.
 fuzz:
 	go test -run='^$$' -fuzz=FuzzDecodeEvent -fuzztime=30s .
 	go test -run='^$$' -fuzz=FuzzParseMetadata -fuzztime=30s ./dlq/
+	go test -run='^$$' -fuzz=FuzzRedactURL -fuzztime=30s ./internal/redact/
 
 # Fault injection on private RabbitMQ, Postgres and Redis instances (never
 # the shared ones): kills, broker and database faults and stalls, a memory

@@ -3,6 +3,8 @@ package warren
 import (
 	"sync"
 	"time"
+
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // Dependency is the state of a service that middleware calls for every
@@ -107,5 +109,5 @@ func (d *Dependency) State() DependencyState {
 	if d.downSince.IsZero() || d.lapsed(time.Now()) {
 		return DependencyState{Name: d.name, Up: true}
 	}
-	return DependencyState{Name: d.name, DownSince: d.downSince, Error: d.err.Error()}
+	return DependencyState{Name: d.name, DownSince: d.downSince, Error: redact.Secrets(d.err.Error())}
 }

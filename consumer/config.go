@@ -231,6 +231,9 @@ func (c Config) validate() error {
 	if err := validateName("Exchange", c.Exchange); err != nil {
 		add("%v", err)
 	}
+	if err := amqpx.CheckURL(c.URL); err != nil {
+		add("URL: %v", err)
+	}
 	for name, v := range map[string]int{"Channels": c.Channels, "Prefetch": c.Prefetch, "Workers": c.Workers, "MaxAttempts": c.MaxAttempts, "MaxBodyBytes": c.MaxBodyBytes} {
 		if v < 0 {
 			add("%s must not be negative, got %d", name, v)

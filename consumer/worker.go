@@ -14,6 +14,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // process runs one delivery through the handler and applies the ack policy:
@@ -71,7 +72,7 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	d = withTrustedHistory(d)
 	m, err := c.decode(d)
 	if err != nil {
-		return c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, err, time.Now())
+		return c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, redact.Error(err), time.Now())
 	}
 	ctx, endSpan := c.traceHandler(hctx, d, m)
 	var start time.Time
@@ -84,7 +85,12 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 		took = time.Since(start)
 	}
 	outcome, delay := warren.Classify(err)
-	endSpan(outcome, err)
+	endSpan(outcome, err) // the span redacts its own copy, keeping the error's type
+	// From here the handler's error becomes text that leaves the process
+	// (the x-warren-error header, log lines): a webhook's error may quote
+	// its endpoint's URL with a password or ?token=, and nobody who reads
+	// the DLQ should see them.
+	err = redact.Error(err)
 	v := c.decide(d, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
 	v.EventType, v.HandlerDuration = m.Event.Type, took
 	return v
@@ -223,12 +229,16 @@ func (c *BaseConsumer) ack(j job, d Disposition) Disposition {
 	return d
 }
 
-// invoke calls the handler, turning a panic into a transient error that
-// carries the stack: one bad message must not take the process down.
+// invoke calls the handler, turning a panic into a transient error: one
+// bad message must not take the process down. The stack goes to the log
+// only: the error becomes the x-warren-error header, which anyone reading
+// the DLQ sees, and the stack's source paths are not theirs to read.
 func (c *BaseConsumer) invoke(ctx context.Context, h warren.Handler, m *warren.Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v\n%s", r, debug.Stack())
+			err = fmt.Errorf("handler panicked: %v", r)
+			c.log.ErrorContext(ctx, "handler panicked", "event_id", m.Event.ID, "event_type", m.Event.Type,
+				"panic", redact.Secrets(fmt.Sprint(r)), "stack", redact.Secrets(string(debug.Stack())))
 		}
 	}()
 	return h.Handle(ctx, m)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // LoggingOptions configures [Logging]. The zero value is ready to use.
@@ -81,13 +82,13 @@ func logOutcome(ctx context.Context, logger *slog.Logger, opts LoggingOptions, m
 		attrs = append(attrs, slog.Bool("exhausted", true))
 	}
 	if err != nil {
-		attrs = append(attrs, slog.String("error", err.Error()))
+		attrs = append(attrs, slog.String("error", redact.Secrets(err.Error())))
 	}
 	if delay > 0 {
 		attrs = append(attrs, slog.Duration("delay", delay))
 	}
 	if pe := (*PanicError)(nil); errors.As(err, &pe) {
-		attrs = append(attrs, slog.String("stack", string(pe.Stack)))
+		attrs = append(attrs, slog.String("stack", redact.Secrets(string(pe.Stack))))
 	}
 	logger.LogAttrs(ctx, level, msg, attrs...)
 }

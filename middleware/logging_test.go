@@ -129,3 +129,27 @@ func TestLoggingReturnsTheError(t *testing.T) {
 		t.Errorf("Logging changed the error to %v", err)
 	}
 }
+
+// The error and a recovered panic's stack are logged with their secrets
+// masked: a handler's error may quote an endpoint's password or ?token=.
+func TestLoggingRedactsSecrets(t *testing.T) {
+	m := &warren.Message{Event: warren.Event{ID: "e1"}, Attempt: 1, MaxAttempts: 3}
+	for name, h := range map[string]warren.Handler{
+		"error": returning(errors.New("POST https://bob:s3cr3t-pw@hooks.example/x?token=tok-123&v=1: 500")),
+		"panic": warren.HandlerFunc(func(context.Context, *warren.Message) error {
+			panic("POST https://bob:s3cr3t-pw@hooks.example/x?token=tok-123&v=1: 500")
+		}),
+	} {
+		lines := logOnce(t, middleware.LoggingOptions{}, slog.LevelInfo, m, h)
+		if len(lines) != 1 {
+			t.Fatalf("%s: %d lines, want 1", name, len(lines))
+		}
+		text := lines[0].Error
+		if lines[0].Stack != nil {
+			text += *lines[0].Stack
+		}
+		if strings.Contains(text, "s3cr3t-pw") || strings.Contains(text, "tok-123") || !strings.Contains(lines[0].Error, "hooks.example/x?token=xxxxx&v=1") {
+			t.Errorf("%s: logged error %q is not redacted as expected", name, lines[0].Error)
+		}
+	}
+}

@@ -201,6 +201,9 @@ func (c Config) validate() error {
 	if err := outbox.ValidateTable(c.Table); err != nil {
 		add("Table: %v", err)
 	}
+	if err := amqpx.CheckURL(c.AMQPURL); err != nil {
+		add("AMQPURL: %v", err)
+	}
 	switch {
 	case strings.HasPrefix(c.Exchange, "amq."):
 		add("Exchange %q uses the broker's reserved prefix amq.", c.Exchange)

@@ -61,3 +61,25 @@ func TestRetryDelay(t *testing.T) {
 		t.Errorf("retry delays are not jittered: %d distinct values in 50", len(seen))
 	}
 }
+
+// A broker or database URL whose password does not parse (an unescaped '%'
+// or '#') is refused by New, and neither the error nor the pieces of the
+// URL that net/url quotes reveal the password.
+func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
+	for _, tc := range []struct {
+		cfg           relay.Config
+		secret, piece string
+	}{
+		{relay.Config{DatabaseURL: "postgres://u@localhost/db", AMQPURL: "amqp://guest:50%off@127.0.0.1:5672/"}, "50%off", "%of"},
+		{relay.Config{DatabaseURL: "postgres://u@localhost/db", AMQPURL: "amqp://guest:Hunter2#x@127.0.0.1:5672/"}, "Hunter2#x", "Hunter2"},
+		{relay.Config{DatabaseURL: "postgres://u:50%off@localhost/db"}, "50%off", "%of"},
+	} {
+		_, err := relay.New(tc.cfg)
+		if !errors.Is(err, relay.ErrInvalidConfig) {
+			t.Fatalf("New with AMQPURL %q, DatabaseURL %q: %v, want ErrInvalidConfig", tc.cfg.AMQPURL, tc.cfg.DatabaseURL, err)
+		}
+		if msg := err.Error(); strings.Contains(msg, tc.secret) || strings.Contains(msg, tc.piece) || !strings.Contains(msg, ":xxxxx@") {
+			t.Errorf("error reveals the password or not the URL: %s", msg)
+		}
+	}
+}

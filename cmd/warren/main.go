@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // command is one top-level verb. run gets the arguments after the verb.
@@ -60,7 +62,9 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, env, args[1:])
+		// Every command's error is printed here, redacted: it may quote a
+		// URL from a flag or the environment, or a broker's message.
+		err := redact.Error(c.run(ctx, env, args[1:]))
 		var usage *usageError
 		switch {
 		case err == nil:

@@ -31,8 +31,22 @@ type DialOptions struct {
 	Heartbeat time.Duration
 }
 
+// CheckURL returns an error when rawURL is not an AMQP URL the client can
+// dial. The parser's error quotes the raw URL, and a password that makes it
+// unparsable (an unescaped '%' or '#') comes back in it, in pieces: the
+// error returned has every piece masked.
+func CheckURL(rawURL string) error {
+	if _, err := amqp.ParseURI(rawURL); err != nil {
+		return fmt.Errorf("AMQP URL %s: %s", redact.URL(rawURL), redact.Text(err.Error(), rawURL))
+	}
+	return nil
+}
+
 // Dial opens one AMQP connection. Errors name the redacted URL.
 func Dial(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connection, error) {
+	if err := CheckURL(rawURL); err != nil {
+		return nil, err
+	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = 10 * time.Second
 	}
@@ -83,6 +97,9 @@ func NewBackOff(max time.Duration) backoff.BackOff {
 // DialRetry dials until it succeeds or ctx ends, waiting between attempts
 // as b says and logging each failure once with the redacted URL.
 func DialRetry(ctx context.Context, rawURL string, opts DialOptions, b backoff.BackOff, log *slog.Logger) (*amqp.Connection, error) {
+	if err := CheckURL(rawURL); err != nil {
+		return nil, err // no retry mends it
+	}
 	b.Reset()
 	for attempt := 1; ; attempt++ {
 		conn, err := Dial(ctx, rawURL, opts)

@@ -2,41 +2,20 @@ package redact
 
 import (
 	"net/url"
-	"regexp"
 	"strings"
 )
 
 const mask = "xxxxx"
 
-// kvPassword finds the password of a key=value connection string, quoted
-// or not.
-var kvPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]*)`)
-
-// urlPassword finds the password of a URL, even one that does not parse.
-var urlPassword = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@]*:([^@]*)@`)
-
-func isURL(s string) bool { return strings.Contains(s, "://") }
-
-// URL returns a connection string with its password replaced by "xxxxx".
-// A URL that does not parse is replaced whole, since it may still hold a
-// secret.
-func URL(conn string) string {
-	if !isURL(conn) {
-		return kvPassword.ReplaceAllString(conn, "${1}"+mask)
-	}
-	u, err := url.Parse(conn)
-	if err != nil {
-		return "<unparsable URL>"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", mask)
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
+// URL returns a connection string (a URL, or Postgres's key=value form)
+// with its password replaced by "xxxxx", for printing. It works on the
+// text, so a URL that does not parse is redacted too (a password with an
+// unescaped '%' or '#' is the usual reason it does not).
+func URL(conn string) string { return Secrets(conn) }
 
 // Text returns s with every password of the connection strings conns
-// replaced by "xxxxx", for text (an error message) that may quote them.
+// replaced by "xxxxx", and then put through [Secrets]: for text (an error
+// message) that may quote the passwords themselves, not only the URLs.
 func Text(s string, conns ...string) string {
 	for _, conn := range conns {
 		for _, secret := range passwords(conn) {
@@ -45,11 +24,12 @@ func Text(s string, conns ...string) string {
 			}
 		}
 	}
-	return s
+	return Secrets(s)
 }
 
-// Error returns err with the passwords of conns removed from its text. The
-// result still matches err with errors.Is and errors.As.
+// Error returns err with its text put through [Text] (the passwords of
+// conns, and whatever [Secrets] finds). The result still matches err with
+// errors.Is and errors.As; err itself comes back when nothing was masked.
 func Error(err error, conns ...string) error {
 	if err == nil {
 		return nil
@@ -69,24 +49,32 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.text }
 func (e *redactedError) Unwrap() error { return e.err }
 
+// passwords lists the forms in which conn's password may appear in an
+// error's text: as written and, for a URL that parses, decoded and
+// re-escaped.
 func passwords(conn string) []string {
-	var out []string
-	if isURL(conn) {
-		if m := urlPassword.FindStringSubmatch(conn); m != nil {
-			out = append(out, m[1])
-		}
-		if u, err := url.Parse(conn); err == nil {
-			if pw, ok := u.User.Password(); ok {
-				out = append(out, pw, url.UserPassword("", pw).String()[1:]) // raw and escaped
-			}
-			if pw := u.Query().Get("password"); pw != "" {
-				out = append(out, pw)
+	if !strings.Contains(conn, "://") {
+		var out []string
+		for _, m := range param.FindAllStringSubmatch(conn, -1) {
+			if secretName(m[1]) {
+				out = append(out, strings.Trim(m[2], `'"`))
 			}
 		}
 		return out
 	}
-	for _, m := range kvPassword.FindAllStringSubmatch(conn, -1) {
-		out = append(out, strings.Trim(m[2], "'"))
+	var out []string
+	if pw, ok := userinfoPassword(conn); ok {
+		out = append(out, pw)
+	}
+	if u, err := url.Parse(conn); err == nil {
+		if pw, ok := u.User.Password(); ok {
+			out = append(out, pw, url.UserPassword("", pw).String()[1:]) // raw and escaped
+		}
+		for name, values := range u.Query() {
+			if secretName(name) {
+				out = append(out, values...)
+			}
+		}
 	}
 	return out
 }

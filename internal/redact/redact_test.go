@@ -19,7 +19,9 @@ func TestURL(t *testing.T) {
 		"postgres://u@db/x?password=secret":             "postgres://u@db/x?password=xxxxx",
 		"host=db user=u password=secret dbname=x":       "host=db user=u password=xxxxx dbname=x",
 		"host=db password='se cret' dbname=x":           "host=db password=xxxxx dbname=x",
-		"postgres://u:secret@db:bad/x":                  "<unparsable URL>",
+		"postgres://u:secret@db:bad/x":                  "postgres://u:xxxxx@db:bad/x",
+		"amqp://guest:50%off@host/":                     "amqp://guest:xxxxx@host/",
+		"amqp://guest:Hunter2#x@host/":                  "amqp://guest:xxxxx@host/",
 		"::not a url::secret":                           "::not a url::secret",
 	} {
 		if got := redact.URL(in); got != want {
@@ -51,5 +53,47 @@ func TestErrorHidesEveryFormOfThePassword(t *testing.T) {
 	}
 	if redact.Error(nil, "x") != nil {
 		t.Error("nil must stay nil")
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	for in, want := range map[string]string{
+		// Passwords in URLs, whether they parse or not.
+		"POST https://bob:s3cr3t-pw@hooks.example/x?token=tok-123&v=1: 500 Internal Server Error": "POST https://bob:xxxxx@hooks.example/x?token=xxxxx&v=1: 500 Internal Server Error",
+		`parse "amqp://guest:50%off@host/": invalid URL escape "%of"`:                             `parse "amqp://guest:xxxxx@host/": invalid URL escape "xxxxx"`,
+		`parse "amqp://guest:Hunter2": invalid port ":Hunter2" after host`:                        `parse "amqp://guest:xxxxx": invalid port "xxxxx" after host`,
+		"dial amqp://u:p@ss/w#rd@broker:5672/vh failed":                                           "dial amqp://u:xxxxx@broker:5672/vh failed",
+		"redis://:pw123@127.0.0.1:6379/0 and amqp://a:b2c3@h/":                                    "redis://:xxxxx@127.0.0.1:6379/0 and amqp://a:xxxxx@h/",
+		// Secret-looking parameters, query, key=value and JSON.
+		"GET /cb?code=1&access_token=abc&X-Amz-Signature=f00d&sig=9&page=2":   "GET /cb?code=1&access_token=xxxxx&X-Amz-Signature=xxxxx&sig=xxxxx&page=2",
+		"host=db user=u password='se cret' dbname=x sslmode=disable":          "host=db user=u password=xxxxx dbname=x sslmode=disable",
+		"api-key=k1; Session_ID=s2, clientSecret=c3 author=ann":               "api-key=xxxxx; Session_ID=xxxxx, clientSecret=xxxxx author=ann",
+		`500: {"error":"denied","refresh_token":"r-1","Password": "p 2"}`:     `500: {"error":"denied","refresh_token":"xxxxx","Password": "xxxxx"}`,
+		"Authorization: Basic dXNlcjpwdw== was refused":                       "Authorization: Basic xxxxx was refused",
+		"GET https://h/x?v=2&sig=a:b: 404 Not Found":                          "GET https://h/x?v=2&sig=xxxxx: 404 Not Found",
+		"sent authorization=Bearer%20abc and Bearer eyJhbGciOi.x.y, retrying": "sent authorization=xxxxx and Bearer xxxxx, retrying",
+		// Nothing secret: unchanged.
+		`Post "https://hooks.example:8443/x?v=1": dial tcp 10.0.0.1:8443: connection refused`: `Post "https://hooks.example:8443/x?v=1": dial tcp 10.0.0.1:8443: connection refused`,
+		"http://[::1]:8080/a?b=c, mailto:ann@example.com, amqp://guest@host/, x=1":            "http://[::1]:8080/a?b=c, mailto:ann@example.com, amqp://guest@host/, x=1",
+		"invalid port \":99\" after host; the bearer token expired; key: value":               "invalid port \":99\" after host; the bearer token expired; key: value",
+		"handler panicked: runtime error: index out of range [3] with length 2":               "handler panicked: runtime error: index out of range [3] with length 2",
+	} {
+		if got := redact.Secrets(in); got != want {
+			t.Errorf("Secrets(%q)\n  = %q\nwant %q", in, got, want)
+		}
+		if got := redact.Secrets(want); got != want {
+			t.Errorf("Secrets is not idempotent on %q: %q", want, got)
+		}
+	}
+}
+
+func TestErrorMasksSecretsWithoutKnowingTheConnection(t *testing.T) {
+	cause := errors.New("POST https://bob:s3cr3t-pw@hooks.example/x?token=tok-123: 500")
+	err := redact.Error(errors.Join(cause, fs.ErrClosed))
+	if strings.Contains(err.Error(), "s3cr3t-pw") || strings.Contains(err.Error(), "tok-123") {
+		t.Errorf("Error left a secret in %q", err)
+	}
+	if !errors.Is(err, cause) || !errors.Is(err, fs.ErrClosed) {
+		t.Error("redacted error lost its causes")
 	}
 }

@@ -2,10 +2,14 @@ package tracecontext
 
 import (
 	"context"
+	"reflect"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // The helpers below are the span and header handling the relay (which
@@ -35,13 +39,26 @@ func StartSpan(ctx context.Context, tracer trace.Tracer, name string, kind trace
 }
 
 // EndSpan ends span, first recording err on it and marking it failed when
-// err is not nil.
+// err is not nil. The error's text is redacted: spans leave the process
+// for a tracing backend, and a handler's error may quote a secret.
 func EndSpan(span trace.Span, err error) {
 	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
+		text := redact.Secrets(err.Error())
+		// span.RecordError, with the message redacted.
+		span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+			semconv.ExceptionType(typeName(err)), semconv.ExceptionMessage(text)))
+		span.SetStatus(codes.Error, text)
 	}
 	span.End()
+}
+
+// typeName names err's type as span.RecordError does.
+func typeName(err error) string {
+	t := reflect.TypeOf(err)
+	if t.PkgPath() == "" && t.Name() == "" {
+		return t.String() // a pointer or another unnamed type
+	}
+	return t.PkgPath() + "." + t.Name()
 }
 
 // Inject writes the traceparent and tracestate headers (tracestate only

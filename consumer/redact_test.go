@@ -1,0 +1,150 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/middleware"
+)
+
+// logBuffer is a log destination that workers may write to at once.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newLoggedConsumer is newConsumer logging everything, down to debug, into
+// the returned buffer, with the Logging and Recover middleware in front of
+// the handlers as a service would have them.
+func newLoggedConsumer(t *testing.T) (*consumer.BaseConsumer, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.Logger = logger
+		cfg.MaxAttempts = 2
+		cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
+	})
+	c.Use(middleware.Logging(logger, middleware.LoggingOptions{}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("consumer log:\n%s", logs)
+		}
+	})
+	return c, logs
+}
+
+// A webhook's error quotes its endpoint's URL, password and ?token=
+// included. Neither reaches the retry's or the dead letter's x-warren-error
+// header, nor any log line (the consumer's or the Logging middleware's);
+// the host and the harmless parameters stay, so the error still says what
+// failed.
+func TestHandlerErrorSecretsStayOutOfHeadersAndLogs(t *testing.T) {
+	c, logs := newLoggedConsumer(t)
+	sendErr := errors.New("POST https://bob:s3cr3t-pw@hooks.example/x?token=tok-123&v=1: 500 Internal Server Error")
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return sendErr })
+	start(t, c)
+	topo := c.Topology()
+	newPublisher(t).events(topo.Exchange, "", event("leaky", "webhook.send"))
+
+	d := getOne(t, testenv.Channel(t), topo.DLQ, 60*time.Second)
+	meta := dlq.ParseMetadata(d.Headers)
+	if meta.Class != dlq.ClassExhausted || meta.Attempts != 2 {
+		t.Errorf("dead letter class %q after %d attempts, want exhausted after 2 (the redacted error must still classify)", meta.Class, meta.Attempts)
+	}
+	// The dead-lettered line follows the confirm of the copy we just read.
+	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return strings.Contains(logs.String(), "dead-lettered") })
+	log := logs.String()
+	for _, line := range []string{"retry scheduled", "event failed, will retry", "event failed, attempts exhausted"} {
+		if !strings.Contains(log, line) {
+			t.Errorf("log has no %q line carrying the error", line)
+		}
+	}
+	for where, text := range map[string]string{"x-warren-error header": meta.Error, "log": log} {
+		for _, secret := range []string{"s3cr3t-pw", "tok-123"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("%s reveals %q (header: %q)", where, secret, meta.Error)
+			}
+		}
+		for _, kept := range []string{"hooks.example/x", "v=1", "500 Internal Server Error"} {
+			if !strings.Contains(text, kept) {
+				t.Errorf("%s lost %q (header: %q)", where, kept, meta.Error)
+			}
+		}
+	}
+}
+
+// A panicking handler's dead letter says "handler panicked: <value>",
+// redacted, with no stack and no source path: whoever reads the DLQ is not
+// owed the service's source layout. The stack goes to the log.
+func TestPanicStackGoesToTheLogNotTheHeader(t *testing.T) {
+	c, logs := newLoggedConsumer(t)
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+		panic("GET https://ann:pan1c-pw@api.example/v1 failed")
+	})
+	start(t, c)
+	topo := c.Topology()
+	newPublisher(t).events(topo.Exchange, "", event("panicky", "webhook.send"))
+
+	d := getOne(t, testenv.Channel(t), topo.DLQ, 60*time.Second)
+	header := dlq.ParseMetadata(d.Headers).Error
+	if want := "handler panicked: GET https://ann:xxxxx@api.example/v1 failed"; header != want {
+		t.Errorf("x-warren-error %q, want %q", header, want)
+	}
+	for _, leak := range []string{".go:", "goroutine", "runtime/debug", "pan1c-pw"} {
+		if strings.Contains(header, leak) {
+			t.Errorf("x-warren-error holds %q: %s", leak, header)
+		}
+	}
+	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return strings.Contains(logs.String(), "dead-lettered") })
+	log := logs.String()
+	if strings.Count(log, `msg="handler panicked"`) != 2 {
+		t.Errorf("want one \"handler panicked\" line per attempt (2)")
+	}
+	if !strings.Contains(log, "stack=") || !strings.Contains(log, "redact_test.go:") {
+		t.Errorf("log lacks the panic's stack with this test's source line")
+	}
+	if strings.Contains(log, "pan1c-pw") {
+		t.Errorf("log reveals the panic value's password")
+	}
+}
+
+// A broker URL whose password does not parse (an unescaped '%' or '#') is
+// a configuration error, and neither the error nor the pieces of the URL
+// that net/url quotes reveal the password.
+func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
+	for _, tc := range []struct{ url, secret, piece string }{
+		{"amqp://guest:50%off@127.0.0.1:5672/", "50%off", "%of"},
+		{"amqp://guest:Hunter2#x@127.0.0.1:5672/", "Hunter2#x", "Hunter2"},
+	} {
+		_, err := consumer.New(consumer.Config{Name: "redacted", URL: tc.url})
+		if !errors.Is(err, consumer.ErrInvalidConfig) {
+			t.Fatalf("New with %s: %v, want ErrInvalidConfig", tc.url, err)
+		}
+		if msg := err.Error(); strings.Contains(msg, tc.secret) || strings.Contains(msg, tc.piece) || !strings.Contains(msg, "amqp://guest:xxxxx@") {
+			t.Errorf("error reveals the password or not the URL: %s", msg)
+		}
+	}
+}
