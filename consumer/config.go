@@ -133,10 +133,15 @@ type Config struct {
 	// max_message_size) for the decoded copies. Each session lowers its
 	// prefetch per channel until that fits (Health's Prefetch says to
 	// what), and Run fails with ErrOverMemoryBudget when even a prefetch
-	// of 1 does not. Go's heap grows to about twice the live bytes before
-	// it collects (GOGC=100); set GOMEMLIMIT accordingly. Default 0: no
-	// budget; the worst case is logged at start, with a warning above
-	// 1 GiB.
+	// of 1 does not. A limit the consumer does not know (the broker
+	// accepted the probe, or the probe failed; see BrokerMaxMessageSize)
+	// is planned at RabbitMQ's maximum, 512 MiB, so that the budget holds
+	// however far the limit was raised: set BrokerMaxMessageSize, or a
+	// broker limit the probe can read, to plan with the real one. Go's
+	// heap grows to about twice the live bytes before it collects
+	// (GOGC=100); set GOMEMLIMIT accordingly. Default 0: no budget; the
+	// worst case is logged at start (for an unknown limit, as a range:
+	// worst_case_bytes_at_least and _at_most), with a warning above 1 GiB.
 	MemoryBudget int64
 
 	// BrokerMaxMessageSize is the broker's max_message_size in bytes, for
@@ -144,9 +149,12 @@ type Config struct {
 	// not probe for it; a user without write permission on the default
 	// exchange, which the probe publishes to, should set it. Default 0:
 	// each session reads the limit by publishing one body of
-	// MaxBodyBytes+1 bytes that no queue receives; a broker that accepts
-	// it is assumed to have its version's default limit (128 MiB before
-	// RabbitMQ 4.0, 16 MiB from it).
+	// MaxBodyBytes+1 bytes that no queue receives, on a short connection
+	// of its own (the body is allocated for the probe and dropped after
+	// it, before the session consumes). A broker whose limit is at most
+	// MaxBodyBytes refuses it and names the limit; one that accepts it
+	// leaves the limit unknown, anywhere up to RabbitMQ's maximum of
+	// 512 MiB (see MemoryBudget).
 	BrokerMaxMessageSize int64
 
 	// ReconnectMaxDelay caps the wait between reconnect attempts, which

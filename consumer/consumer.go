@@ -260,9 +260,8 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		connected = true
 		c.ready.Store(true)
 		mem := c.memory.Load()
-		c.log.Info("consuming", "queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", redact.URL(c.cfg.URL),
-			"channels", c.cfg.Channels, "prefetch", mem.prefetch, "workers", c.cfg.Workers,
-			"broker_max_message_size", mem.limit.bytes, "max_message_size_source", mem.limit.source, "worst_case_bytes", mem.worstCase)
+		c.log.Info("consuming", append([]any{"queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", redact.URL(c.cfg.URL),
+			"channels", c.cfg.Channels, "prefetch", mem.prefetch, "workers", c.cfg.Workers}, mem.logAttrs()...)...)
 		started := time.Now()
 		select {
 		case <-ctx.Done():

@@ -76,7 +76,9 @@
 // Config.BrokerMaxMessageSize), logs the worst case, Channels × prefetch ×
 // limit + Workers × the largest decoded body, and under
 // Config.MemoryBudget lowers the prefetch to fit or refuses to start
-// (ErrOverMemoryBudget). See docs/adr/003-memory-budget.md.
+// (ErrOverMemoryBudget). A limit the probe cannot read (the broker
+// accepts the probe) is planned at RabbitMQ's maximum, 512 MiB. See
+// docs/adr/003-memory-budget.md.
 //
 // # Seeing what happens
 //

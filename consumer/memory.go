@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -34,16 +33,17 @@ var ErrOverMemoryBudget = errors.New("the broker's max_message_size does not fit
 const (
 	limitProbed     = "probed"     // the broker refused the probe and named its limit
 	limitConfigured = "configured" // Config.BrokerMaxMessageSize
-	limitAssumed    = "assumed"    // RabbitMQ's default for the server's version
+	// limitAssumed: the limit is unknown and the consumer plans with
+	// rabbitHardMaxMessageSize, the only value it can be sure is not
+	// exceeded. A version's default would do for a stock broker, but one
+	// whose limit was raised would then hold several times the stated
+	// worst case, and a MemoryBudget would not be honoured.
+	limitAssumed = "assumed"
 )
 
-// RabbitMQ's default max_message_size: 128 MiB up to 3.x, 16 MiB from 4.0.
-const (
-	rabbit3MaxMessageSize = 128 << 20
-	rabbit4MaxMessageSize = 16 << 20
-	// rabbitHardMaxMessageSize is the most max_message_size may be set to.
-	rabbitHardMaxMessageSize = 512 << 20
-)
+// rabbitHardMaxMessageSize is the most max_message_size may be set to:
+// RabbitMQ caps a larger setting at it.
+const rabbitHardMaxMessageSize = 512 << 20
 
 // probeTimeout bounds the whole probe: dial, publish and the broker's
 // answer.
@@ -56,8 +56,13 @@ const warnWorstCase = 1 << 30
 // brokerLimit is the broker's max_message_size as far as the consumer knows
 // it.
 type brokerLimit struct {
+	// bytes is the limit the consumer plans with: the broker's, or, when
+	// that is unknown (limitAssumed), RabbitMQ's hard maximum.
 	bytes  int64
 	source string // limitProbed, limitConfigured or limitAssumed
+	// atLeast is, for an unknown limit, what it is known to exceed: the
+	// size of a probe the broker accepted (0 when the probe failed).
+	atLeast int64
 	// why says, for an assumed limit, why the probe did not settle it.
 	why string
 	// probeFailed: the probe got no answer (an alarm, a timeout, a refused
@@ -65,14 +70,8 @@ type brokerLimit struct {
 	probeFailed bool
 }
 
-// probeResult is what a probe learned.
-type probeResult struct {
-	// limit is the broker's exact limit, or 0 when it accepted the probe
-	// (its limit is at least the probe's size).
-	limit int64
-	// version is the server's "version" property, "" if unknown.
-	version string
-}
+// exact reports whether the broker's limit is known rather than assumed.
+func (l brokerLimit) exact() bool { return l.source != limitAssumed }
 
 // errProbeTimeout is the cause of a probe that ran out of time.
 var errProbeTimeout = errors.New("the broker did not answer the size probe in time")
@@ -80,22 +79,26 @@ var errProbeTimeout = errors.New("the broker did not answer the size probe in ti
 // probeBrokerLimit reads the broker's max_message_size by publishing one
 // body of size bytes to the default exchange with a routing key no queue
 // has, on a connection of its own with publisher confirms. A broker whose
-// limit is below size closes the channel with 406 naming the limit; one
-// that accepts it confirms, and drops the message since nothing is bound.
+// limit is below size closes the channel with 406 naming the limit (limit
+// > 0, or -1 when its text does not parse); one that accepts it confirms,
+// and drops the message since nothing is bound (limit 0).
+//
+// The body is allocated here and dropped when the probe returns, before
+// the session's channels consume: a transient size bytes per session, not
+// counted in the worst case.
 //
 // The probe has a connection of its own because a broker under a memory
 // alarm stops reading any connection that publishes: on the consumer's
 // connection, the probe would stop the acks that let the broker free
 // memory. On its own, a block ends the probe at once, and probeTimeout
 // bounds every other silence.
-func probeBrokerLimit(ctx context.Context, url, name string, size int) (probeResult, error) {
+func probeBrokerLimit(ctx context.Context, url, name string, size int) (limit int64, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, errProbeTimeout)
 	defer cancel()
 	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: name, Timeout: probeTimeout})
 	if err != nil {
-		return probeResult{}, err
+		return 0, err
 	}
-	res := probeResult{version: serverVersion(conn)}
 
 	// A block is the broker's answer for as long as its alarm lasts: give
 	// up at once rather than wait out the timeout.
@@ -137,10 +140,10 @@ func probeBrokerLimit(ctx context.Context, url, name string, size int) (probeRes
 			case ok:
 				return errors.New("the broker nacked the size probe")
 			}
-			res.limit, err = limitFromClose(<-closed)
+			limit, err = limitFromClose(<-closed)
 			return err
 		case e := <-closed:
-			res.limit, err = limitFromClose(e)
+			limit, err = limitFromClose(e)
 			return err
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -149,7 +152,7 @@ func probeBrokerLimit(ctx context.Context, url, name string, size int) (probeRes
 	if err != nil && ctx.Err() != nil {
 		err = context.Cause(ctx) // the block or the timeout says it all
 	}
-	return res, err
+	return limit, err
 }
 
 // refusedSize matches RabbitMQ's 406 for an oversized message: "message
@@ -178,39 +181,22 @@ func limitFromClose(e *amqp.Error) (int64, error) {
 	return n, nil
 }
 
-// serverVersion is the broker's "version" server property.
-func serverVersion(conn *amqp.Connection) string {
-	v, _ := conn.Properties["version"].(string)
-	return v
-}
-
-// defaultMaxMessageSize is RabbitMQ's default max_message_size for a
-// server version; an unknown version gets the larger, 3.x default.
-func defaultMaxMessageSize(version string) int64 {
-	major, _, _ := strings.Cut(version, ".")
-	if n, err := strconv.Atoi(major); err == nil && n >= 4 {
-		return rabbit4MaxMessageSize
-	}
-	return rabbit3MaxMessageSize
-}
-
 // resolveLimit turns a probe's outcome (of a body of probeSize bytes) into
 // the limit the consumer plans with. A limit the broker named is exact;
-// otherwise Config.BrokerMaxMessageSize if set, else the default of the
-// server's version, "assumed", with the reason.
-func resolveLimit(cfg Config, probeSize int, res probeResult, err error) brokerLimit {
+// otherwise it is unknown and RabbitMQ's hard maximum is assumed, with the
+// reason.
+func resolveLimit(probeSize int, limit int64, err error) brokerLimit {
 	switch {
-	case err == nil && res.limit > 0:
-		return brokerLimit{bytes: res.limit, source: limitProbed}
-	case err == nil && res.limit < 0:
+	case err == nil && limit > 0:
+		return brokerLimit{bytes: limit, source: limitProbed}
+	case err == nil && limit < 0:
 		// Refused, its text unreadable: below the probe's size.
 		return brokerLimit{bytes: int64(probeSize - 1), source: limitProbed}
-	case cfg.BrokerMaxMessageSize > 0:
-		return brokerLimit{bytes: cfg.BrokerMaxMessageSize, source: limitConfigured}
 	}
-	l := brokerLimit{bytes: defaultMaxMessageSize(res.version), source: limitAssumed}
+	l := brokerLimit{bytes: rabbitHardMaxMessageSize, source: limitAssumed}
 	if err == nil {
-		l.why = fmt.Sprintf("the broker accepted a %d-byte probe, so its limit is larger; set Config.BrokerMaxMessageSize to state it", probeSize)
+		l.atLeast = int64(probeSize)
+		l.why = fmt.Sprintf("the broker accepted a %d-byte probe, so its limit is larger and unknown", probeSize)
 	} else {
 		l.why = fmt.Sprintf("size probe failed: %v", err)
 		l.probeFailed = true
@@ -224,36 +210,71 @@ type memoryPlan struct {
 	prefetch int // per channel, at most Config.Prefetch
 	// worstCase is the most bytes of message bodies the consumer can hold:
 	// Channels × prefetch × the limit in unacknowledged deliveries, plus
-	// Workers × the largest body decoded (the decoded event's copy).
+	// Workers × the largest body decoded (the decoded event's copy). With
+	// an unknown limit it is computed at the hard maximum: an upper bound.
 	worstCase int64
+	// worstCaseAtLeast is, with an unknown limit, the worst case at the
+	// least the limit is known to be (0 when nothing is known).
+	worstCaseAtLeast int64
+}
+
+// logAttrs are the plan's attributes for the start-up log. An unknown
+// limit gives a range, named so (…_at_least, …_at_most), rather than a
+// figure that looks exact.
+func (p memoryPlan) logAttrs() []any {
+	if p.limit.exact() {
+		return []any{"broker_max_message_size", p.limit.bytes, "max_message_size_source", p.limit.source, "worst_case_bytes", p.worstCase}
+	}
+	attrs := []any{"max_message_size_source", p.limit.source}
+	if p.limit.atLeast > 0 {
+		attrs = append(attrs, "broker_max_message_size_at_least", p.limit.atLeast, "worst_case_bytes_at_least", p.worstCaseAtLeast)
+	}
+	return append(attrs, "worst_case_bytes_at_most", p.worstCase)
 }
 
 // planMemory works out the prefetch that keeps the worst case within
 // cfg.MemoryBudget (no budget: cfg.Prefetch), or fails with
 // ErrOverMemoryBudget when even a prefetch of 1 does not fit.
 func planMemory(cfg Config, limit brokerLimit) (memoryPlan, error) {
-	decoding := mulSat(int64(cfg.Workers), min(int64(cfg.MaxBodyBytes), limit.bytes))
-	perPrefetch := mulSat(int64(cfg.Channels), limit.bytes) // one more delivery on every channel
 	plan := memoryPlan{limit: limit, prefetch: cfg.Prefetch}
 	if cfg.MemoryBudget > 0 {
-		fits := (cfg.MemoryBudget - decoding) / perPrefetch // floor; negative when decoding alone is over
+		decoding := decodingBytes(cfg, limit.bytes)
+		fits := (cfg.MemoryBudget - decoding) / mulSat(int64(cfg.Channels), limit.bytes) // floor; negative when decoding alone is over
 		if fits < 1 {
 			return plan, budgetError(cfg, limit, decoding)
 		}
 		plan.prefetch = int(min(fits, int64(cfg.Prefetch)))
 	}
-	plan.worstCase = addSat(mulSat(perPrefetch, int64(plan.prefetch)), decoding)
+	plan.worstCase = worstCase(cfg, plan.prefetch, limit.bytes)
+	if !limit.exact() && limit.atLeast > 0 {
+		plan.worstCaseAtLeast = worstCase(cfg, plan.prefetch, limit.atLeast)
+	}
 	return plan, nil
+}
+
+// worstCase is Channels × prefetch × limit in unacknowledged deliveries
+// plus the decoding.
+func worstCase(cfg Config, prefetch int, limit int64) int64 {
+	inFlight := mulSat(mulSat(int64(cfg.Channels), limit), int64(prefetch))
+	return addSat(inFlight, decodingBytes(cfg, limit))
+}
+
+// decodingBytes is Workers × the largest body a worker decodes.
+func decodingBytes(cfg Config, limit int64) int64 {
+	return mulSat(int64(cfg.Workers), min(int64(cfg.MaxBodyBytes), limit))
 }
 
 func budgetError(cfg Config, limit brokerLimit, decoding int64) error {
 	need := addSat(mulSat(int64(cfg.Channels), limit.bytes), decoding)
+	source := limit.source
 	fixes := "raise Config.MemoryBudget, or lower the broker's max_message_size (rabbitmq.conf: max_message_size = <bytes>)"
-	if limit.source == limitAssumed {
-		fixes += ", or state the broker's limit in Config.BrokerMaxMessageSize (" + limit.why + ")"
+	if !limit.exact() {
+		source += ": RabbitMQ's maximum, since " + limit.why
+		fixes = fmt.Sprintf("state the broker's limit in Config.BrokerMaxMessageSize, or lower the broker's max_message_size to at most MaxBodyBytes (%d) so the probe reads it, or raise Config.MemoryBudget",
+			cfg.MaxBodyBytes)
 	}
 	return fmt.Errorf("%w: memory budget %d bytes < %d channels × prefetch 1 × max_message_size %d bytes (%s) + %d workers × %d bytes decoding = %d bytes; %s",
-		ErrOverMemoryBudget, cfg.MemoryBudget, cfg.Channels, limit.bytes, limit.source,
+		ErrOverMemoryBudget, cfg.MemoryBudget, cfg.Channels, limit.bytes, source,
 		cfg.Workers, min(int64(cfg.MaxBodyBytes), limit.bytes), need, fixes)
 }
 
@@ -276,7 +297,7 @@ func addSat(a, b int64) int64 {
 // planSession reads the broker's limit (or takes the configured one) and
 // plans the session's prefetch, logging what a reader of the start-up log
 // needs: a failed probe, a lowered prefetch, a worst case too large for
-// no budget. A failed probe under a budget the assumed limit does not fit
+// no budget. A failed probe under a budget the hard maximum does not fit
 // is an error that another session may not have (the alarm lifts), not
 // ErrOverMemoryBudget.
 func (c *BaseConsumer) planSession(ctx context.Context) (memoryPlan, error) {
@@ -288,26 +309,30 @@ func (c *BaseConsumer) planSession(ctx context.Context) (memoryPlan, error) {
 		limit = brokerLimit{bytes: cfg.BrokerMaxMessageSize, source: limitConfigured}
 	} else {
 		size := cfg.MaxBodyBytes + 1
-		res, err := probeBrokerLimit(ctx, cfg.URL, c.connectionName()+" size probe", size)
-		limit = resolveLimit(cfg, size, res, err)
+		probed, err := probeBrokerLimit(ctx, cfg.URL, c.connectionName()+" size probe", size)
+		limit = resolveLimit(size, probed, err)
 	}
 	plan, err := planMemory(cfg, limit)
 	switch {
 	case err != nil && limit.probeFailed:
 		// %v, not %w: not ErrOverMemoryBudget, which stops Run for good.
-		return plan, fmt.Errorf("the broker's max_message_size is unknown and its default might not fit: %v", err)
+		return plan, fmt.Errorf("the broker's max_message_size is unknown and RabbitMQ's maximum does not fit: %v", err)
 	case err != nil:
 		return plan, err
 	case limit.probeFailed:
-		c.log.Warn("could not read the broker's max_message_size; assuming its default", "max_message_size", limit.bytes, "reason", limit.why)
+		c.log.Warn("could not read the broker's max_message_size; planning with RabbitMQ's maximum", "max_message_size", limit.bytes, "reason", limit.why)
 	}
 	switch {
 	case plan.prefetch < cfg.Prefetch:
 		c.log.Info("prefetch lowered to fit the memory budget", "prefetch", cfg.Prefetch, "effective_prefetch", plan.prefetch,
-			"memory_budget", cfg.MemoryBudget, "max_message_size", limit.bytes)
+			"memory_budget", cfg.MemoryBudget, "max_message_size", limit.bytes, "max_message_size_source", limit.source)
 	case cfg.MemoryBudget == 0 && plan.worstCase > warnWorstCase:
-		c.log.Warn("the consumer may hold more than 1 GiB of message bodies; set the broker's max_message_size (rabbitmq.conf) or Config.MemoryBudget",
-			"worst_case_bytes", plan.worstCase, "max_message_size", limit.bytes, "max_message_size_source", limit.source)
+		msg := "the consumer may hold more than 1 GiB of message bodies; set the broker's max_message_size (rabbitmq.conf) or Config.MemoryBudget"
+		if !limit.exact() {
+			msg = fmt.Sprintf("the broker's max_message_size is unknown (%s) and may be up to RabbitMQ's maximum: the consumer may hold more than 1 GiB of message bodies; lower it to at most MaxBodyBytes (%d) so the probe reads it, or set Config.BrokerMaxMessageSize, or Config.MemoryBudget",
+				limit.why, cfg.MaxBodyBytes)
+		}
+		c.log.Warn(msg, plan.logAttrs()...)
 	}
 	return plan, nil
 }

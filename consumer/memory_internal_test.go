@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ const mib = 1 << 20
 
 func TestPlanMemoryWithoutBudgetKeepsPrefetch(t *testing.T) {
 	cfg := Config{Name: "q"}.withDefaults()
-	plan, err := planMemory(cfg, brokerLimit{bytes: 128 * mib, source: limitAssumed})
+	plan, err := planMemory(cfg, brokerLimit{bytes: 128 * mib, source: limitConfigured})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +63,9 @@ func TestPlanMemoryLowersPrefetchToFitTheBudget(t *testing.T) {
 func TestPlanMemoryRefusesABudgetBelowPrefetchOne(t *testing.T) {
 	cfg := Config{Name: "q", Channels: 4, Workers: 2, MemoryBudget: 64 * mib}.withDefaults()
 	for _, limit := range []brokerLimit{
-		{bytes: 16 * mib, source: limitProbed},                     // 4 × 16 MiB + 2 MiB > 64 MiB
-		{bytes: 128 * mib, source: limitAssumed, why: "the probe"}, // far over
+		{bytes: 16 * mib, source: limitProbed},                                    // 4 × 16 MiB + 2 MiB > 64 MiB
+		{bytes: 128 * mib, source: limitConfigured},                               // far over
+		{bytes: rabbitHardMaxMessageSize, source: limitAssumed, why: "the probe"}, // farther
 	} {
 		_, err := planMemory(cfg, limit)
 		if !errors.Is(err, ErrOverMemoryBudget) {
@@ -75,9 +77,80 @@ func TestPlanMemoryRefusesABudgetBelowPrefetchOne(t *testing.T) {
 				t.Errorf("error %q does not say %q", msg, want)
 			}
 		}
-		if limit.source == limitAssumed && !strings.Contains(msg, "Config.BrokerMaxMessageSize") {
-			t.Errorf("error %q for an assumed limit does not point at Config.BrokerMaxMessageSize", msg)
+		if limit.source == limitAssumed && (!strings.Contains(msg, "Config.BrokerMaxMessageSize") || !strings.Contains(msg, "at most MaxBodyBytes (1048576) so the probe reads it")) {
+			t.Errorf("error %q for an unknown limit does not point at Config.BrokerMaxMessageSize and a limit the probe can read", msg)
 		}
+	}
+}
+
+// A broker that accepts the probe may have any limit up to RabbitMQ's
+// maximum: a budget is planned with that maximum, so it holds however far
+// the operator raised the limit, and refuses what only a smaller limit
+// would fit.
+func TestPlanMemoryWithAnUnknownLimitUsesTheMaximum(t *testing.T) {
+	unknown := resolveLimit(mib+1, 0, nil) // the broker accepted a 1 MiB + 1 probe
+	cfg := Config{Name: "q", Channels: 2, Prefetch: 100, Workers: 8}.withDefaults()
+
+	cfg.MemoryBudget = 2*3*512*mib + 8*mib // 2 channels × 3 × 512 MiB + 8 workers × 1 MiB
+	plan, err := planMemory(cfg, unknown)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.prefetch != 3 || plan.worstCase != cfg.MemoryBudget {
+		t.Errorf("plan = prefetch %d, worst case %d; want 3, %d", plan.prefetch, plan.worstCase, cfg.MemoryBudget)
+	}
+
+	// Enough for 2 × 1 × 128 MiB, the 3.x default, but not for the maximum.
+	cfg.MemoryBudget = 2*128*mib + 8*mib
+	if _, err := planMemory(cfg, unknown); !errors.Is(err, ErrOverMemoryBudget) {
+		t.Errorf("budget %d with an unknown limit: err %v, want ErrOverMemoryBudget", cfg.MemoryBudget, err)
+	}
+}
+
+// Without a budget, an unknown limit is logged as a range whose names say
+// so: at least what the accepted probe shows, at most RabbitMQ's maximum.
+// A known one is logged exactly.
+func TestMemoryPlanLogsAnUnknownLimitAsARange(t *testing.T) {
+	cfg := Config{Name: "q", Channels: 2, Prefetch: 10, Workers: 4}.withDefaults()
+	attrs := func(l brokerLimit) map[string]any {
+		plan, err := planMemory(cfg, l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kv := plan.logAttrs()
+		m := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	cases := []struct {
+		name  string
+		limit brokerLimit
+		want  map[string]any
+	}{
+		{"accepted", resolveLimit(mib+1, 0, nil), map[string]any{
+			"max_message_size_source":          limitAssumed,
+			"broker_max_message_size_at_least": int64(mib + 1),
+			"worst_case_bytes_at_least":        int64(2*10*(mib+1) + 4*mib),
+			"worst_case_bytes_at_most":         int64(2*10*512*mib + 4*mib),
+		}},
+		{"probe failed", resolveLimit(mib+1, 0, errors.New("blocked")), map[string]any{
+			"max_message_size_source":  limitAssumed,
+			"worst_case_bytes_at_most": int64(2*10*512*mib + 4*mib),
+		}},
+		{"probed", resolveLimit(mib+1, 262144, nil), map[string]any{
+			"max_message_size_source": limitProbed,
+			"broker_max_message_size": int64(262144),
+			"worst_case_bytes":        int64(2*10*262144 + 4*262144),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := attrs(tc.limit); !maps.Equal(got, tc.want) {
+				t.Errorf("log attributes %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 
@@ -95,23 +168,20 @@ func TestPlanMemorySaturates(t *testing.T) {
 func TestResolveLimit(t *testing.T) {
 	const probe = mib + 1
 	cases := []struct {
-		name       string
-		configured int64
-		res        probeResult
-		err        error
-		want       brokerLimit
+		name  string
+		limit int64
+		err   error
+		want  brokerLimit
 	}{
-		{"refused with the limit", 4 * mib, probeResult{limit: 262144}, nil, brokerLimit{bytes: 262144, source: limitProbed}},
-		{"refused, text unreadable", 0, probeResult{limit: -1}, nil, brokerLimit{bytes: mib, source: limitProbed}},
-		{"accepted, configured", 4 * mib, probeResult{version: "3.10.8"}, nil, brokerLimit{bytes: 4 * mib, source: limitConfigured}},
-		{"accepted, 3.x", 0, probeResult{version: "3.10.8"}, nil, brokerLimit{bytes: 128 * mib, source: limitAssumed}},
-		{"accepted, 4.x", 0, probeResult{version: "4.1.0"}, nil, brokerLimit{bytes: 16 * mib, source: limitAssumed}},
-		{"failed, version unknown", 0, probeResult{}, errors.New("blocked"), brokerLimit{bytes: 128 * mib, source: limitAssumed, probeFailed: true}},
+		{"refused with the limit", 262144, nil, brokerLimit{bytes: 262144, source: limitProbed}},
+		{"refused, text unreadable", -1, nil, brokerLimit{bytes: mib, source: limitProbed}},
+		{"accepted", 0, nil, brokerLimit{bytes: 512 * mib, source: limitAssumed, atLeast: probe}},
+		{"failed", 0, errors.New("blocked"), brokerLimit{bytes: 512 * mib, source: limitAssumed, probeFailed: true}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := resolveLimit(Config{BrokerMaxMessageSize: tc.configured}, probe, tc.res, tc.err)
-			if got.bytes != tc.want.bytes || got.source != tc.want.source || got.probeFailed != tc.want.probeFailed {
+			got := resolveLimit(probe, tc.limit, tc.err)
+			if got.bytes != tc.want.bytes || got.source != tc.want.source || got.atLeast != tc.want.atLeast || got.probeFailed != tc.want.probeFailed {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 			if got.source == limitAssumed && got.why == "" {
@@ -148,16 +218,13 @@ func TestProbeReadsTheBrokersLimit(t *testing.T) {
 	node := localrabbit.Shared(t)
 	node.SetMaxMessageSize(t, 262144)
 	ctx := context.Background()
-	res, err := probeBrokerLimit(ctx, node.URL(), t.Name(), mib+1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.limit != 262144 || !strings.HasPrefix(res.version, "3.") && !strings.HasPrefix(res.version, "4.") {
-		t.Errorf("probe = %+v, want limit 262144 and the server's version", res)
+	limit, err := probeBrokerLimit(ctx, node.URL(), t.Name(), mib+1)
+	if err != nil || limit != 262144 {
+		t.Errorf("probe = %d, %v; want limit 262144", limit, err)
 	}
 
-	res, err = probeBrokerLimit(ctx, testenv.AMQPURL(t), t.Name(), mib+1)
-	if err != nil || res.limit != 0 {
-		t.Errorf("probe of the shared broker = %+v, %v; want it accepted (limit 0)", res, err)
+	limit, err = probeBrokerLimit(ctx, testenv.AMQPURL(t), t.Name(), mib+1)
+	if err != nil || limit != 0 {
+		t.Errorf("probe of the shared broker = %d, %v; want it accepted (limit 0)", limit, err)
 	}
 }

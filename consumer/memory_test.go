@@ -161,10 +161,10 @@ func TestMemoryBudgetTooSmallRefusesToStart(t *testing.T) {
 
 // A broker under a memory alarm blocks the probe's publish. Start must not
 // hang on it: the block ends the probe at once, a consumer without a
-// budget assumes the version's default and consumes (on a connection the
-// probe never published on, so the broker keeps reading it), and one with
-// a budget that default would not fit waits for the alarm to lift instead
-// of refusing for good.
+// budget plans with RabbitMQ's maximum limit and consumes (on a
+// connection the probe never published on, so the broker keeps reading
+// it), and one with a budget that maximum would not fit waits for the
+// alarm to lift instead of refusing for good.
 func TestSizeProbeUnderAlarmDoesNotHangStart(t *testing.T) {
 	node := localrabbit.Shared(t)
 	node.SetMaxMessageSize(t, nodeLimit)
@@ -199,7 +199,7 @@ func TestSizeProbeUnderAlarmDoesNotHangStart(t *testing.T) {
 		}
 	})
 	testenv.WaitFor(t, time.Minute, "a start refused for the unknown limit", func() bool {
-		return budgetLog.has("max_message_size is unknown and its default might not fit")
+		return budgetLog.has("max_message_size is unknown and RabbitMQ's maximum does not fit")
 	})
 	if !budgetLog.has("size probe failed: the broker blocked the probe's connection") {
 		t.Error("the refusal does not say the broker blocked the probe")
@@ -214,7 +214,75 @@ func TestSizeProbeUnderAlarmDoesNotHangStart(t *testing.T) {
 	testenv.WaitFor(t, time.Minute, "the budgeted consumer to start once the alarm lifted", func() bool { return budgeted.Health().Ready })
 	if h := budgeted.Health(); h.Prefetch != consumer.DefaultPrefetch {
 		// 65 MiB holds 1 × 256 × 256 KiB + 256 KiB: no lowering needed;
-		// the assumed 128 MiB did not fit.
+		// the assumed 512 MiB did not fit.
 		t.Errorf("prefetch %d, want %d with the probed limit", h.Prefetch, consumer.DefaultPrefetch)
 	}
+}
+
+// The shared broker accepts the probe (its limit is the 3.x default,
+// 128 MiB, above MaxBodyBytes+1), so the consumer does not learn its
+// limit, which could have been raised as far as RabbitMQ's maximum of
+// 512 MiB. Under a budget it plans with that maximum: a budget that only
+// a smaller limit would fit refuses to start and names the fixes, and one
+// that fits the maximum gets the prefetch the maximum allows. The log
+// states the worst case as a range, not as a figure that looks exact.
+func TestMemoryBudgetWithAnUnknownLimitPlansAtTheMaximum(t *testing.T) {
+	const maxLimit = 512 << 20
+	t.Run("refused", func(t *testing.T) {
+		// 1 channel × 1 × 128 MiB + 1 MiB would fit; 512 MiB does not.
+		c := newConsumer(t, func(cfg *consumer.Config) {
+			cfg.Channels, cfg.Workers, cfg.MemoryBudget = 1, 1, 256<<20
+		})
+		c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		var err error
+		returned := false
+		testenv.WaitFor(t, time.Minute, "Run to refuse or the consumer to start", func() bool {
+			select {
+			case err = <-done:
+				returned = true
+				return true
+			default:
+				return c.Health().Ready
+			}
+		})
+		if !returned {
+			h := c.Health()
+			cancel()
+			<-done
+			t.Fatalf("started with prefetch %d and a worst case of %d bytes, over the budget if the broker's limit was raised", h.Prefetch, h.WorstCaseBytes)
+		}
+		if !errors.Is(err, consumer.ErrOverMemoryBudget) {
+			t.Fatalf("Run = %v, want ErrOverMemoryBudget", err)
+		}
+		for _, want := range []string{"268435456", fmt.Sprintf("max_message_size %d bytes (assumed", maxLimit), "Config.BrokerMaxMessageSize", "at most MaxBodyBytes (1048576)"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+	})
+	t.Run("planned", func(t *testing.T) {
+		const budget = 4*maxLimit + 1<<20 // prefetch 4 of 512 MiB + 1 worker × 1 MiB
+		var log *logLines
+		c := newConsumer(t, func(cfg *consumer.Config) {
+			cfg.Channels, cfg.Prefetch, cfg.Workers, cfg.MemoryBudget = 1, 10, 1, budget
+			log = captureLog(t, cfg)
+		})
+		c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+		start(t, c)
+		if h := c.Health(); h.Prefetch != 4 || h.WorstCaseBytes != budget {
+			t.Errorf("Health reports prefetch %d, worst case %d; want 4, %d", h.Prefetch, h.WorstCaseBytes, int64(budget))
+		}
+		for _, want := range []string{"max_message_size_source=assumed", "broker_max_message_size_at_least=1048577", fmt.Sprintf("worst_case_bytes_at_most=%d", int64(budget))} {
+			if !log.has(want) {
+				t.Errorf("the start-up log does not say %q", want)
+			}
+		}
+		if log.has("worst_case_bytes=") {
+			t.Error("the start-up log states an exact worst case for an unknown limit")
+		}
+	})
 }

@@ -90,7 +90,9 @@ type Health struct {
 	// or lower to fit Config.MemoryBudget (0 before the first session).
 	Prefetch int `json:"prefetch,omitempty"`
 	// WorstCaseBytes is the most bytes of message bodies the current
-	// session can hold (see Config.MemoryBudget).
+	// session can hold (see Config.MemoryBudget). When the broker's
+	// max_message_size is unknown it is computed at RabbitMQ's maximum,
+	// 512 MiB: an upper bound, logged as worst_case_bytes_at_most.
 	WorstCaseBytes int64 `json:"worst_case_bytes,omitempty"`
 	// Dependencies are the states of Config.Dependencies.
 	Dependencies []warren.DependencyState `json:"dependencies,omitempty"`
