@@ -20,8 +20,9 @@
 //   - [Queue.Purge] deletes messages; [Queue.ImportFile] publishes an
 //     export file back, checking every line first and then holding one line
 //     at a time ([Queue.Import] takes messages read with [ReadMessages]):
-//     exactly as exported into a DLQ, without the broker's death headers
-//     into any other queue. Messages naming another origin than the DLQ's
+//     exactly as exported into a DLQ; into any other queue with the failure
+//     record reset as a replay resets it, so the consumer gives it a full
+//     set of attempts. Messages naming another origin than the DLQ's
 //     queue are imported only into a target the caller names.
 //
 // An export is JSON Lines, one [Message] a line ([Message.MarshalJSON]),

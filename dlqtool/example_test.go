@@ -80,13 +80,8 @@ func ExampleQueue_Replay() {
 
 func ExampleQueue_Stats() {
 	ctx := context.Background()
-	conn, consumer, cleanup := exampleSetup(ctx)
+	q, cleanup := exampleQueue(ctx)
 	defer cleanup()
-
-	q, err := dlqtool.Open(ctx, conn, consumer)
-	if err != nil {
-		log.Fatal(err)
-	}
 	st, err := q.Stats(ctx, dlqtool.StatsOptions{})
 	if err != nil {
 		log.Fatal(err)
@@ -103,13 +98,8 @@ func ExampleQueue_Stats() {
 
 func ExampleQueue_Export() {
 	ctx := context.Background()
-	conn, consumer, cleanup := exampleSetup(ctx)
+	q, cleanup := exampleQueue(ctx)
 	defer cleanup()
-
-	q, err := dlqtool.Open(ctx, conn, consumer)
-	if err != nil {
-		log.Fatal(err)
-	}
 	var export strings.Builder
 	n, err := q.Export(ctx, &export, dlqtool.ExportOptions{Filter: dlqtool.Filter{EventIDs: []string{"e3"}}})
 	if err != nil {
@@ -128,13 +118,8 @@ func ExampleQueue_Export() {
 // checking every line: a damaged file publishes nothing.
 func ExampleQueue_ImportFile() {
 	ctx := context.Background()
-	conn, consumer, cleanup := exampleSetup(ctx)
+	q, cleanup := exampleQueue(ctx)
 	defer cleanup()
-
-	q, err := dlqtool.Open(ctx, conn, consumer)
-	if err != nil {
-		log.Fatal(err)
-	}
 	var export strings.Builder
 	if _, err := q.Export(ctx, &export, dlqtool.ExportOptions{}); err != nil {
 		log.Fatal(err)
@@ -206,17 +191,24 @@ func exampleSetup(ctx context.Context) (*amqp.Connection, string, func()) {
 	}
 }
 
+// exampleQueue opens the dead-letter queue exampleSetup fills (as
+// ExampleQueue_Replay shows); cleanup deletes it.
+func exampleQueue(ctx context.Context) (*dlqtool.Queue, func()) {
+	conn, consumer, cleanup := exampleSetup(ctx)
+	q, err := dlqtool.Open(ctx, conn, consumer)
+	if err != nil {
+		cleanup()
+		log.Fatal(err)
+	}
+	return q, cleanup
+}
+
 // An export whose messages name another consumer's queue as their origin
 // goes into this consumer's DLQ only when the target is named.
 func ExampleQueue_Import() {
 	ctx := context.Background()
-	conn, consumer, cleanup := exampleSetup(ctx)
+	q, cleanup := exampleQueue(ctx)
 	defer cleanup()
-
-	q, err := dlqtool.Open(ctx, conn, consumer)
-	if err != nil {
-		log.Fatal(err)
-	}
 	line, err := json.Marshal(dlqtool.Message{Publishing: amqp.Publishing{
 		MessageId: "b1", Body: []byte("{}"),
 		Headers: dlq.Stamp(nil, dlq.Failure{Err: "declined", At: time.Now(), Queue: "billing", Consumer: "billing"}, 1, dlq.ClassPermanent),

@@ -827,10 +827,14 @@ type ImportOptions struct {
 //
 // Into a dead-letter queue (this one, or any whose name ends in ".dlq")
 // messages go exactly as they are, headers included: that is where their
-// history belongs. Into any other queue they go without RabbitMQ's death
-// headers, through [dlq.StripDeaths]: a message whose x-death names the queue
-// it is imported into would otherwise be dropped by the broker on its first
-// retry.
+// history belongs. Into any other queue they go as [Queue.Replay] sends
+// them: their failure record reset (error, class, attempts, failure times,
+// RabbitMQ's x-death, through [dlq.StripDeaths]), the origin queue set to
+// the one the dead-letter queue belongs to, and the replay count raised by
+// one. The consumer trusts the history of such a delivery, so a message
+// imported with its attempts spent would otherwise be dead-lettered again
+// on its first failure, and one whose x-death names the queue it is
+// imported into would be dropped by the broker on its first retry.
 //
 // Without opts.To, a message whose headers name an origin queue other than
 // the one the dead-letter queue belongs to is refused before anything is
@@ -954,7 +958,11 @@ func (im *importer) publishing(m *Message) (amqp.Publishing, error) {
 		}
 	}
 	if !im.toDLQ {
-		p.Headers = dlq.StripDeaths(p.Headers, m.Origin())
+		// Out of a dead-letter queue, a message's history must not follow
+		// it: the consumer trusts the headers of a delivery from the
+		// default exchange, so spent attempts would dead-letter it again
+		// on its first failure. Reset exactly as a replay does.
+		p = replayPublishing(m, im.q.consumer)
 	}
 	return p, nil
 }

@@ -158,13 +158,23 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 			// sends every delivery it dispatched to this consumer before
 			// the cancel-ok, and amqp091-go hands them over before it
 			// closes deliveries, so the loop reads on until that close.
-			if err := amqpx.Bound(ctx, q.conn, func() error { return ch.Cancel(scanTag, false) }); err != nil {
+			if err := q.cancelRead(ctx, ch); err != nil {
 				return fmt.Errorf("reading %q: end the read: %w", q.name, err)
 			}
 			cancelled, idleC = true, nil
 		}
 	}
 	return nil
+}
+
+// cancelRead cancels a scan's consumer on ch. Like every round trip of a
+// Queue (see Open), the broker gets SetupTimeout to answer, however long
+// ctx lasts: one that stopped reading the connection would otherwise hold
+// the scan for good, since its heartbeats keep the connection alive.
+func (q *Queue) cancelRead(ctx context.Context, ch *amqp.Channel) error {
+	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	defer cancel()
+	return amqpx.Bound(ctx, q.conn, func() error { return ch.Cancel(scanTag, false) })
 }
 
 // scanTag is the consumer tag of a scan; each scan has a channel of its own.

@@ -161,3 +161,44 @@ func toPublishings(ms []dlqtool.Message) []amqp.Publishing {
 	}
 	return out
 }
+
+// The messages a peek counted are taken by another client before its read
+// starts, so the peek cancels its read to learn whether any is still on its
+// way; the broker stops reading the connection just as that cancel is
+// sent. Peek returns within SetupTimeout and a margin, with an error saying
+// the broker did not answer, as Open promises for every round trip (it hung
+// when the cancel was bounded only by the caller's context).
+func TestPeekReturnsWhenTheBrokerStopsReadingAsItEnds(t *testing.T) {
+	defer dlqtool.SetIdleWait(10 * time.Millisecond)()
+	f := newFixture(t)
+	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, mixed(f.top, 3, time.Now()))
+	q, proxy := f.throughProxy(t)
+	purged := make(chan error, 1)
+	cancelSent := make(chan struct{})
+	proxy.OnClientMethod(func(class, method uint16) {
+		switch {
+		case class == testenv.BasicClass && method == testenv.BasicConsume:
+			// On the test's own connection, before the consume reaches the broker.
+			_, err := f.ch.QueuePurge(f.top.DLQ, false)
+			purged <- err
+		case class == testenv.BasicClass && method == testenv.BasicCancel:
+			proxy.StopReading(true)
+			close(cancelSent)
+		}
+	})
+
+	_, err := returnsWithin(t, proxy, amqpx.SetupTimeout+20*time.Second, "Peek", func() ([]dlqtool.Message, error) {
+		return q.Peek(context.Background(), dlqtool.PeekOptions{})
+	})
+	if perr := <-purged; perr != nil {
+		t.Fatalf("purge before the peek's read: %v", perr)
+	}
+	select {
+	case <-cancelSent:
+	default:
+		t.Fatalf("Peek = %v without cancelling its read; the test did not reach the path it is for", err)
+	}
+	if !errors.Is(err, amqpx.ErrNoAnswer) {
+		t.Fatalf("Peek = %v, want an error wrapping ErrNoAnswer", err)
+	}
+}

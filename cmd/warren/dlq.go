@@ -107,7 +107,7 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "import", args: "FILE", summary: "publish messages from a JSON Lines file into a queue", changes: true,
-		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) are left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published (without --to, a message whose headers name an origin queue other than the one the dead-letter queue belongs to is refused; name the target with --to to import it anyway): it is read twice, first to check every line, then to publish one message at a time, so memory holds one line (about twice its size), never the file. FILE '-' reads standard input (then --yes is required), copied first to a temporary file in $TMPDIR that is removed afterwards. Lines are at most 16 MiB unless --max-line-bytes says otherwise: enough for a text body of nearly 16 MiB or a binary one of 12 MiB (base64 adds a third).",
+		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), each message goes as 'warren dlq replay' sends it: its failure record reset (error, class, attempts, failure times) so the consumer gives it a full set of attempts, its replay count raised, and RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published (without --to, a message whose headers name an origin queue other than the one the dead-letter queue belongs to is refused; name the target with --to to import it anyway): it is read twice, first to check every line, then to publish one message at a time, so memory holds one line (about twice its size), never the file. FILE '-' reads standard input (then --yes is required). Standard input, a FIFO or a process substitution such as <(warren dlq export ...) cannot be read twice, so it is copied first to a temporary file in $TMPDIR, at most --max-spool-bytes, whose name is removed at once; a regular file is read where it is. Lines are at most 16 MiB unless --max-line-bytes says otherwise: enough for a text body of nearly 16 MiB or a binary one of 12 MiB (base64 adds a third).",
 		examples: []string{
 			"warren dlq import --queue webhook webhook-dead.jsonl",
 			"warren dlq export --queue webhook --amqp-url \"$OLD\" | warren dlq import --queue webhook --amqp-url \"$NEW\" --yes -",
@@ -116,12 +116,20 @@ var dlqSubs = []dlqSub{
 			fs.String(&o.to, "to", "QUEUE", "publish into QUEUE instead of the dead-letter queue; needed for messages whose headers name another origin queue", "")
 			o.maxLineBytes = dlqtool.MaxLineBytes
 			fs.Var(&o.maxLineBytes, "max-line-bytes", "SIZE", "refuse a file with a line longer than SIZE (bytes, or with KiB, MiB, GiB); reading a line holds about twice the line in memory (default 16MiB)")
+			o.maxSpoolBytes = defaultMaxSpoolBytes
+			fs.Var(&o.maxSpoolBytes, "max-spool-bytes", "SIZE", "refuse standard input, a FIFO or a process substitution longer than SIZE, which is copied to a temporary file in $TMPDIR (a tmpfs holds it in memory) to be read twice; a regular file is read where it is (default 1GiB)")
 			fs.Bool(&o.yes, "yes", "do not ask for confirmation")
 			o.jsonFlag(fs)
 		},
 		run: runDLQImport,
 	},
 }
+
+// defaultMaxSpoolBytes bounds the copy an import makes of input it cannot
+// read twice: room for an export of about a million small dead letters,
+// while a runaway writer fails with a clear error rather than filling
+// $TMPDIR, which may be a tmpfs held in memory.
+const defaultMaxSpoolBytes = 1 << 30
 
 // dlqOptions holds every flag of every subcommand; each registers its own.
 type dlqOptions struct {
@@ -136,6 +144,7 @@ type dlqOptions struct {
 	to, output, by       string
 	dryRun, yes          bool
 	maxLineBytes         sizeFlag
+	maxSpoolBytes        sizeFlag
 }
 
 func (o *dlqOptions) commonFlags(fs *flagSet) {

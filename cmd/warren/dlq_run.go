@@ -342,26 +342,14 @@ func runDLQExport(ctx context.Context, c *dlqCall) (err error) {
 }
 
 func runDLQImport(ctx context.Context, c *dlqCall) error {
-	name := c.args[0]
-	var file *os.File
-	if name == "-" {
-		spool, err := spoolStdin()
-		if err != nil {
-			return err
-		}
-		defer os.Remove(spool.Name())
-		file, name = spool, "standard input"
-	} else {
-		var err error
-		if file, err = os.Open(name); err != nil {
-			return err
-		}
+	file, name, err := openImport(ctx, c.args[0], int64(c.opts.maxSpoolBytes))
+	if err != nil {
+		return err
 	}
 	defer file.Close()
 	target := cmp.Or(c.opts.to, c.queue.Name())
 	var (
 		res       dlqtool.Result
-		err       error
 		confirmed bool
 	)
 	opts := dlqtool.ImportOptions{To: c.opts.to, MaxLineBytes: int(c.opts.maxLineBytes), Checked: func(n int) error {
@@ -385,24 +373,85 @@ func runDLQImport(ctx context.Context, c *dlqCall) error {
 	return c.report("import", res, err)
 }
 
-// spoolStdin copies standard input to a temporary file, which the caller
-// removes: an import reads its input twice (checking every line before
-// publishing any), and a pipe cannot be read again.
-func spoolStdin() (*os.File, error) {
+// openImport opens what an import reads, named by arg ("-" for standard
+// input). An import reads its input twice (checking every line before
+// publishing any), so it needs a file it can seek in. A regular file is
+// read where it is; anything else (standard input, a FIFO, a process
+// substitution's /dev/fd/N) cannot be read again and is copied first to a
+// temporary file in $TMPDIR, removed when the returned file is closed
+// (on Linux at once: the open file outlives its name). The copy is at most
+// maxBytes, as $TMPDIR may be a tmpfs held in memory, and it ends when ctx
+// does: a writer that stalls does not hold the command past Ctrl-C.
+func openImport(ctx context.Context, arg string, maxBytes int64) (*os.File, string, error) {
+	if arg == "-" {
+		return readable(ctx, dlqStdin, "standard input", maxBytes)
+	}
+	// Opening a FIFO waits for its writer.
+	file, err := interruptible(ctx, func() (*os.File, error) { return os.Open(arg) })
+	if err != nil {
+		return nil, arg, err
+	}
+	f, name, err := readable(ctx, file, arg, maxBytes)
+	if f != file {
+		file.Close()
+	}
+	return f, name, err
+}
+
+// readable returns src if it is a regular file, or else a spool of it.
+func readable(ctx context.Context, src io.Reader, name string, maxBytes int64) (*os.File, string, error) {
+	if f, ok := src.(*os.File); ok {
+		if info, err := f.Stat(); err == nil && info.Mode().IsRegular() {
+			return f, name, nil
+		}
+	}
+	f, err := spool(ctx, src, name, maxBytes)
+	return f, name, err
+}
+
+// spool copies src to a temporary file in $TMPDIR, at most maxBytes, and
+// returns it open at its start, its name already removed.
+func spool(ctx context.Context, src io.Reader, name string, maxBytes int64) (*os.File, error) {
 	f, err := os.CreateTemp("", "warren-import-*.jsonl")
 	if err != nil {
-		return nil, fmt.Errorf("spool standard input: %w", err)
+		return nil, fmt.Errorf("spool %s: %w", name, err)
 	}
-	_, err = io.Copy(f, dlqStdin)
-	if err == nil {
-		_, err = f.Seek(0, io.SeekStart)
+	os.Remove(f.Name()) // the open file stays readable; an interrupt leaves nothing behind
+	n, err := interruptible(ctx, func() (int64, error) { return io.Copy(f, io.LimitReader(src, maxBytes+1)) })
+	if err == nil && n > maxBytes {
+		err = fmt.Errorf("%s is longer than %d bytes, the most an import copies to $TMPDIR to read it twice; import a regular file, or raise the limit with --max-spool-bytes", name, maxBytes)
+	} else if err == nil {
+		if _, err = f.Seek(0, io.SeekStart); err == nil {
+			return f, nil
+		}
 	}
-	if err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, fmt.Errorf("spool standard input to %s: %w", f.Name(), err)
+	// Closing f also fails the next write of a copy still waiting on src.
+	f.Close()
+	return nil, fmt.Errorf("spool %s to $TMPDIR: %w", name, err)
+}
+
+// interruptible runs f, which waits on a writer (reading a pipe, opening a
+// FIFO), and returns its result, or ctx's error as soon as ctx ends
+// (Ctrl-C). A wait in the kernel for another process cannot be cancelled,
+// so f then finishes on its own, when the writer acts or the process
+// exits, and what it returns is thrown away: the command is on its way out.
+func interruptible[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
 	}
-	return f, nil
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 var verbs = map[string]struct{ doing, did, would string }{

@@ -27,6 +27,9 @@ type Proxy struct {
 	conns   map[net.Conn]struct{}
 	refused atomic.Int64
 	wg      sync.WaitGroup
+	// onMethod, if set, sees each AMQP method a client sends before the
+	// proxy passes it on (see [Proxy.OnClientMethod]).
+	onMethod atomic.Pointer[func(class, method uint16)]
 }
 
 const (
@@ -141,8 +144,33 @@ func (p *Proxy) pipe(src, dst net.Conn, dir int) {
 	}
 }
 
-// heartbeatFrame is the AMQP 0-9-1 frame type of a heartbeat.
-const heartbeatFrame = 8
+// AMQP 0-9-1 frame types.
+const (
+	methodFrame    = 1
+	heartbeatFrame = 8
+)
+
+// AMQP 0-9-1 class and method ids, for [Proxy.OnClientMethod].
+const (
+	BasicClass   = 60
+	BasicConsume = 20
+	BasicCancel  = 30
+)
+
+// OnClientMethod, on a proxy from StartAMQPProxy, calls f with the class
+// and method id of every method frame a client sends, before the proxy
+// passes the frame on: a test can act at an exact step of a client's
+// conversation with the broker (take messages away before a consume
+// reaches it, or StopReading from one method on), which no timing can do.
+// f runs on the proxy's reader of that connection, so it must not wait on
+// the same client. A nil f stops the calls.
+func (p *Proxy) OnClientMethod(f func(class, method uint16)) {
+	if f == nil {
+		p.onMethod.Store(nil)
+		return
+	}
+	p.onMethod.Store(&f)
+}
 
 // pipeAMQP copies a client's AMQP frames to the server. Heartbeat frames
 // are written at once, even while the server is not reading; the others in
@@ -203,6 +231,9 @@ func (p *Proxy) pipeAMQP(client, server net.Conn) {
 				return
 			}
 			continue
+		}
+		if f := p.onMethod.Load(); f != nil && frame[0] == methodFrame && len(frame) >= 7+4 {
+			(*f)(binary.BigEndian.Uint16(frame[7:]), binary.BigEndian.Uint16(frame[9:]))
 		}
 		held <- frame
 	}
