@@ -25,7 +25,7 @@ const (
 	faultReceiverSlow   faultKind = "receiver slow (up to 12s; sender timeout 10s)"
 	faultHostile        faultKind = "hostile input burst"
 	faultMemoryAlarm    faultKind = "broker memory alarm, every relay and consumer stopped (SIGTERM) while it holds"
-	faultDLQImport      faultKind = "dead letters moved back: dlq export + import --to origin (headers kept), handler fails once"
+	faultDLQImport      faultKind = "dead letters moved back: dlq export + import --to origin (failure record reset), handler fails once"
 	faultDLQShovel      faultKind = "dead letters moved back: shovel DLQ → origin (x-death kept), handler fails once"
 	faultPGStall        faultKind = "Postgres stalled (server SIGSTOP)"
 	faultRedisStall     faultKind = "Redis stalled (server SIGSTOP)"
