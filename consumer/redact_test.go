@@ -128,3 +128,19 @@ func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
 		}
 	}
 }
+
+// A service logs through its consumer's Config().Logger (examples/webhook
+// logs its dedup store's errors there); those lines are redacted like the
+// consumer's own, whatever logger the service configured.
+func TestConfigLoggerRedacts(t *testing.T) {
+	logs := &logLines{}
+	c, err := consumer.New(consumer.Config{Name: testenv.Name(t, "q"), URL: testenv.AMQPURL(t), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const password = "pw-s3cr3t-31"
+	c.Config().Logger.Warn("could not release a webhook claim", "error", errors.New("dial redis://:"+password+"@cache:6379/0: i/o timeout"))
+	if log := logs.String(); strings.Contains(log, password) || !strings.Contains(log, "redis://:xxxxx@cache:6379/0") {
+		t.Errorf("want the error redacted: %s", log)
+	}
+}
