@@ -14,6 +14,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // QueueType selects the RabbitMQ queue type for the consumer's queues.
@@ -162,7 +163,9 @@ type Config struct {
 	ReconnectMaxDelay time.Duration
 
 	// Logger receives the consumer's own log lines (connection changes,
-	// dead letters, publish failures). Default slog.Default().
+	// dead letters, publish failures), redacted (internal/redact):
+	// credentials in them are masked. [BaseConsumer.Config] returns it
+	// redacting, for the service's own lines. Default slog.Default().
 	Logger *slog.Logger
 
 	// Observer, when set, is told of every delivery received and settled
@@ -226,7 +229,9 @@ func (c Config) withDefaults() Config {
 		c.RetryDelays = DefaultRetryDelays
 	}
 	c.RetryDelays = slices.Clone(c.RetryDelays)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
+	// Every line logged through the consumer's logger, the service's own
+	// included (Config().Logger), goes through the one redaction step.
+	c.Logger = redact.Logger(c.Logger)
 	return c
 }
 

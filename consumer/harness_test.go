@@ -1,12 +1,15 @@
 package consumer_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +22,32 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
+
+// logLines is a log that workers may write to at once and the test reads
+// back; when out is set, it is also written there (the test's output).
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	out io.Writer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	if l.out == nil {
+		return len(p), nil
+	}
+	return l.out.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func (l *logLines) has(s string) bool { return strings.Contains(l.String(), s) }
 
 // newConsumer builds a consumer with unique names whose queues and
 // exchanges are deleted when t ends. tweak adjusts the config.

@@ -1,11 +1,9 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -22,26 +20,6 @@ import (
 
 // The private node's max_message_size in these tests.
 const nodeLimit = 256 << 10
-
-// logLines is a log the test reads back, also written to the test's output.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	out io.Writer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf.Write(p)
-	return l.out.Write(p)
-}
-
-func (l *logLines) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.buf.String(), s)
-}
 
 func captureLog(t *testing.T, cfg *consumer.Config) *logLines {
 	l := &logLines{out: t.Output()}

@@ -1,12 +1,10 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,30 +15,12 @@ import (
 	"github.com/warrenmq/warren/middleware"
 )
 
-// logBuffer is a log destination that workers may write to at once.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // newLoggedConsumer is newConsumer logging everything, down to debug, into
 // the returned buffer, with the Logging and Recover middleware in front of
 // the handlers as a service would have them.
-func newLoggedConsumer(t *testing.T) (*consumer.BaseConsumer, *logBuffer) {
+func newLoggedConsumer(t *testing.T) (*consumer.BaseConsumer, *logLines) {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &logLines{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.Logger = logger
@@ -75,7 +55,7 @@ func TestHandlerErrorSecretsStayOutOfHeadersAndLogs(t *testing.T) {
 		t.Errorf("dead letter class %q after %d attempts, want exhausted after 2 (the redacted error must still classify)", meta.Class, meta.Attempts)
 	}
 	// The dead-lettered line follows the confirm of the copy we just read.
-	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return strings.Contains(logs.String(), "dead-lettered") })
+	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return logs.has("dead-lettered") })
 	log := logs.String()
 	for _, line := range []string{"retry scheduled", "event failed, will retry", "event failed, attempts exhausted"} {
 		if !strings.Contains(log, line) {
@@ -118,7 +98,7 @@ func TestPanicStackGoesToTheLogNotTheHeader(t *testing.T) {
 			t.Errorf("x-warren-error holds %q: %s", leak, header)
 		}
 	}
-	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return strings.Contains(logs.String(), "dead-lettered") })
+	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return logs.has("dead-lettered") })
 	log := logs.String()
 	if strings.Count(log, `msg="handler panicked"`) != 2 {
 		t.Errorf("want one \"handler panicked\" line per attempt (2)")
@@ -146,5 +126,21 @@ func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, tc.secret) || strings.Contains(msg, tc.piece) || !strings.Contains(msg, "amqp://guest:xxxxx@") {
 			t.Errorf("error reveals the password or not the URL: %s", msg)
 		}
+	}
+}
+
+// A service logs through its consumer's Config().Logger (examples/webhook
+// logs its dedup store's errors there); those lines are redacted like the
+// consumer's own, whatever logger the service configured.
+func TestConfigLoggerRedacts(t *testing.T) {
+	logs := &logLines{}
+	c, err := consumer.New(consumer.Config{Name: testenv.Name(t, "q"), URL: testenv.AMQPURL(t), Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const password = "pw-s3cr3t-31"
+	c.Config().Logger.Warn("could not release a webhook claim", "error", errors.New("dial redis://:"+password+"@cache:6379/0: i/o timeout"))
+	if log := logs.String(); strings.Contains(log, password) || !strings.Contains(log, "redis://:xxxxx@cache:6379/0") {
+		t.Errorf("want the error redacted: %s", log)
 	}
 }

@@ -238,7 +238,7 @@ func (c *BaseConsumer) invoke(ctx context.Context, h warren.Handler, m *warren.M
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panicked: %v", r)
 			c.log.ErrorContext(ctx, "handler panicked", "event_id", m.Event.ID, "event_type", m.Event.Type,
-				"panic", redact.Secrets(fmt.Sprint(r)), "stack", redact.Secrets(string(debug.Stack())))
+				"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 		}
 	}()
 	return h.Handle(ctx, m)

@@ -73,7 +73,8 @@ type DedupOptions struct {
 
 	// Logger receives what an outcome cannot carry: a lease lost under a
 	// slow handler, a done-mark that could not be written, a store error
-	// passed over in FailOpen mode. Default slog.Default().
+	// passed over in FailOpen mode, redacted (internal/redact): the
+	// store's error may quote its connection string. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -123,7 +124,7 @@ func Dedup(store dedup.Store, opts DedupOptions) warren.Middleware {
 	if store == nil {
 		panic("middleware: Dedup: nil store")
 	}
-	d := &deduper{opts: opts}
+	d := &deduper{opts: opts, log: redacting(opts.Logger)}
 	if opts.Lease < 0 || opts.BusyDelay < 0 || opts.StoreTimeout < 0 || opts.UnavailableDelay < 0 {
 		panic(fmt.Sprintf("middleware: Dedup: negative duration (Lease %v, BusyDelay %v, StoreTimeout %v, UnavailableDelay %v)",
 			opts.Lease, opts.BusyDelay, opts.StoreTimeout, opts.UnavailableDelay))
@@ -153,6 +154,7 @@ type deduper struct {
 	store dedup.Store      // dedup.Bounded: every call bounded and reported
 	tx    dedup.Transactor // store's, non-nil in transactional mode
 	opts  DedupOptions
+	log   func() *slog.Logger
 }
 
 func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Handler) error {
@@ -173,7 +175,7 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 			return fmt.Errorf("dedup: %w", err)
 		}
 		if d.opts.FailOpen && ctx.Err() == nil {
-			d.log(ctx, slog.LevelWarn, "dedup store failed; handling the event without deduplication (FailOpen)", m, key, err)
+			d.logStoreError(ctx, slog.LevelWarn, "dedup store failed; handling the event without deduplication (FailOpen)", m, key, err)
 			return next.Handle(ctx, m)
 		}
 		// The handler has not run: the failure is the store's, not the
@@ -221,11 +223,11 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 			// The lease ran out before the handler finished and another
 			// claimer took the key over: the event may be handled twice. What remains guaranteed is that it is not lost: the key's
 			// new holder completes or releases it on its own.
-			d.log(ctx, slog.LevelWarn, "dedup lease expired before the handler finished; the event may be handled twice (make Lease longer than the handler's Timeout)", m, key, cerr)
+			d.logStoreError(ctx, slog.LevelWarn, "dedup lease expired before the handler finished; the event may be handled twice (make Lease longer than the handler's Timeout)", m, key, cerr)
 		} else {
 			// The lease still holds the key until it expires, so immediate
 			// redeliveries are held off; a redelivery after that runs again.
-			d.log(ctx, slog.LevelError, "event handled but its done-mark was not written; a later redelivery may handle it again", m, key, cerr)
+			d.logStoreError(ctx, slog.LevelError, "event handled but its done-mark was not written; a later redelivery may handle it again", m, key, cerr)
 		}
 	}
 	return err
@@ -287,13 +289,12 @@ func (d *deduper) release(ctx context.Context, m *warren.Message, c dedup.Claim)
 	if err := d.store.Release(ctx, c); err != nil {
 		// The retry waits for the lease to expire (deferred as busy
 		// meanwhile) instead of running at once. Nothing is lost.
-		d.log(ctx, slog.LevelWarn, "dedup release failed; the retry waits for the lease to expire", m, c.Key, err)
+		d.logStoreError(ctx, slog.LevelWarn, "dedup release failed; the retry waits for the lease to expire", m, c.Key, err)
 	}
 }
 
-func (d *deduper) log(ctx context.Context, level slog.Level, msg string, m *warren.Message, key string, err error) {
-	logger := cmp.Or(d.opts.Logger, slog.Default())
-	logger.LogAttrs(ctx, level, msg,
+func (d *deduper) logStoreError(ctx context.Context, level slog.Level, msg string, m *warren.Message, key string, err error) {
+	d.log().LogAttrs(ctx, level, msg,
 		slog.String("event_id", m.Event.ID),
 		slog.String("consumer", m.Consumer),
 		slog.String("dedup_key", key),

@@ -247,6 +247,24 @@ func TestDedupStoreErrors(t *testing.T) {
 	})
 }
 
+// A store's error may quote its connection string; the lines Dedup logs
+// about it (the store passed over in FailOpen mode, a release that failed)
+// must not, whatever logger the service gave it.
+func TestDedupStoreErrorLogIsRedacted(t *testing.T) {
+	const password = "pw-s3cr3t-42"
+	down := errors.New("dial redis://:" + password + "@cache:6379/0: connection refused")
+	for _, s := range []*faultyStore{
+		{Store: testenv.MemoryStore(t), claimErr: down},
+		{Store: testenv.MemoryStore(t), releaseErr: down},
+	} {
+		logger, logs := jsonLogger()
+		middleware.Dedup(s, middleware.DedupOptions{FailOpen: true, Logger: logger})(returning(errors.New("503"))).Handle(context.Background(), msg("c", "e"))
+		if log := logs.String(); strings.Contains(log, password) || !strings.Contains(log, "redis://:xxxxx@cache:6379/0") {
+			t.Errorf("want the store's error logged redacted: %s", log)
+		}
+	}
+}
+
 // txStore is a memory store with a Transactor whose commit can be made to
 // fail, to check how Dedup reads WithinTx's errors (dedup/postgres tests
 // the real transactions).

@@ -30,20 +30,29 @@ type LoggingOptions struct {
 // that will be retried at Warn; a permanent failure, or a transient one on
 // the last attempt (exhausted: it will be dead-lettered), at Error.
 //
-// A nil logger means slog.Default().
+// Every line is redacted (internal/redact): credentials that an error
+// quotes are masked. A nil logger means slog.Default().
 func Logging(logger *slog.Logger, opts LoggingOptions) warren.Middleware {
+	log := redacting(logger)
 	return func(next warren.Handler) warren.Handler {
 		return warren.HandlerFunc(func(ctx context.Context, m *warren.Message) error {
 			start := time.Now()
 			err := next.Handle(ctx, m)
-			l := logger
-			if l == nil {
-				l = slog.Default() // looked up per message so slog.SetDefault after startup applies
-			}
-			logOutcome(ctx, l, opts, m, err, time.Since(start))
+			logOutcome(ctx, log(), opts, m, err, time.Since(start))
 			return err
 		})
 	}
+}
+
+// redacting returns the logger a middleware writes to: logger, redacted,
+// or when logger is nil slog.Default(), looked up at each call so that
+// slog.SetDefault after startup applies.
+func redacting(logger *slog.Logger) func() *slog.Logger {
+	if logger == nil {
+		return func() *slog.Logger { return redact.Logger(slog.Default()) }
+	}
+	logger = redact.Logger(logger)
+	return func() *slog.Logger { return logger }
 }
 
 func logOutcome(ctx context.Context, logger *slog.Logger, opts LoggingOptions, m *warren.Message, err error, took time.Duration) {
@@ -82,13 +91,13 @@ func logOutcome(ctx context.Context, logger *slog.Logger, opts LoggingOptions, m
 		attrs = append(attrs, slog.Bool("exhausted", true))
 	}
 	if err != nil {
-		attrs = append(attrs, slog.String("error", redact.Secrets(err.Error())))
+		attrs = append(attrs, slog.String("error", err.Error()))
 	}
 	if delay > 0 {
 		attrs = append(attrs, slog.Duration("delay", delay))
 	}
 	if pe := (*PanicError)(nil); errors.As(err, &pe) {
-		attrs = append(attrs, slog.String("stack", redact.Secrets(string(pe.Stack))))
+		attrs = append(attrs, slog.String("stack", string(pe.Stack)))
 	}
 	logger.LogAttrs(ctx, level, msg, attrs...)
 }

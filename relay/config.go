@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -121,7 +122,8 @@ type Config struct {
 	// 100ms. Default 15s.
 	ReconnectMaxDelay time.Duration
 
-	// Logger receives the relay's log lines. Default slog.Default().
+	// Logger receives the relay's log lines, redacted (internal/redact):
+	// credentials in them are masked. Default slog.Default().
 	Logger *slog.Logger
 
 	// Observer, when set, is told of every wake-up, publish verdict and
@@ -184,7 +186,8 @@ func (c Config) withDefaults() Config {
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
 	c.ReconnectMaxDelay = cmp.Or(c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
-	c.Logger = cmp.Or(c.Logger, slog.Default())
+	// Every line the relay logs goes through the one redaction step.
+	c.Logger = redact.Logger(c.Logger)
 	return c
 }
 

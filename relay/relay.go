@@ -540,6 +540,9 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 				notSentErr = cmp.Or(notSentErr, res.err)
 			}
 		case failed, rejected:
+			// Redacted before it is written: last_error leaves the
+			// process, into Postgres and `warren outbox dead`.
+			res.err = redact.Error(res.err, r.cfg.AMQPURL, r.cfg.DatabaseURL)
 			bad.add(c, res, r.cfg.RetryMin, r.cfg.RetryMax)
 		}
 	}

@@ -24,6 +24,11 @@ func FuzzRedactURL(f *testing.F) {
 	f.Add("https", "bob", "s3cr3t-pw", "hooks.example", 443, "/x", "token", "tok-123")
 	f.Add("redis", "", "p@ss/w0rd", "127.0.0.1", 6379, "/0", "db", "0")
 	f.Add("postgres", "u", `q"uo\te`, "db", 0, "/x", "sslmode", "disable")
+	f.Add("https", "bob", "pw-4567", "api.example", 0, "/cb", "access%5Ftoken", "at-1")
+	f.Add("https", "", "jwt-pw-1", "api.example", 0, "/", "jwt", "eyJ.x.y")
+	f.Add("https", "u", "hmac-pw-1", "api.example", 0, "/hook", "hmac", "9f86d0")
+	f.Add("ftp", "u", "pw-pw-pw", "files.example", 21, "/", "pw", "hunter2")
+	f.Add("https", "u", "code-pw-1", "api.example", 0, "/cb", "code", "500")
 	f.Fuzz(func(t *testing.T, scheme, user, password, host string, port int, path, name, value string) {
 		scheme = keep(scheme, func(r rune) bool { return 'a' <= r && r <= 'z' })
 		user = keep(user, func(r rune) bool { return r > ' ' && r < 0x7f && !strings.ContainsRune(":/?#@[", r) })

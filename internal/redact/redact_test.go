@@ -72,7 +72,11 @@ func TestSecrets(t *testing.T) {
 		"Authorization: Basic dXNlcjpwdw== was refused":                       "Authorization: Basic xxxxx was refused",
 		"GET https://h/x?v=2&sig=a:b: 404 Not Found":                          "GET https://h/x?v=2&sig=xxxxx: 404 Not Found",
 		"sent authorization=Bearer%20abc and Bearer eyJhbGciOi.x.y, retrying": "sent authorization=xxxxx and Bearer xxxxx, retrying",
+		// Names percent-encoded (once or twice), and jwt, hmac, pw.
+		"GET /cb?access%5Ftoken=at-1&api%5fkey=k-2&p%2561ssword=p-3&v=1": "GET /cb?access%5Ftoken=xxxxx&api%5fkey=xxxxx&p%2561ssword=xxxxx&v=1",
+		"jwt=eyJ.x.y hmac=9f86d0 pw=hunter2 X-Hub-Hmac-Sha256=ab12":      "jwt=xxxxx hmac=xxxxx pw=xxxxx X-Hub-Hmac-Sha256=xxxxx",
 		// Nothing secret: unchanged.
+		"upstream said code=500; exit code=1; 100%25 done, a%zz=1, pwm=on":                    "upstream said code=500; exit code=1; 100%25 done, a%zz=1, pwm=on",
 		`Post "https://hooks.example:8443/x?v=1": dial tcp 10.0.0.1:8443: connection refused`: `Post "https://hooks.example:8443/x?v=1": dial tcp 10.0.0.1:8443: connection refused`,
 		"http://[::1]:8080/a?b=c, mailto:ann@example.com, amqp://guest@host/, x=1":            "http://[::1]:8080/a?b=c, mailto:ann@example.com, amqp://guest@host/, x=1",
 		"invalid port \":99\" after host; the bearer token expired; key: value":               "invalid port \":99\" after host; the bearer token expired; key: value",

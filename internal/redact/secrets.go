@@ -1,6 +1,7 @@
 package redact
 
 import (
+	"net/url"
 	"regexp"
 	"strings"
 )
@@ -43,7 +44,8 @@ var (
 	// param is name=value, its value single- or double-quoted (key=value
 	// connection strings) or running to the next separator, but for a last
 	// ':' ("GET /x?token=abc: 404" keeps its colon).
-	param = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-])([A-Za-z][A-Za-z0-9_.\-]*)[ \t]*=[ \t]*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^&\s"';,<>\\]*[^&\s"';,<>\\:])`)
+	// The name may be percent-encoded ("access%5Ftoken=").
+	param = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-])([A-Za-z](?:[A-Za-z0-9_.\-]|%[0-9A-Fa-f]{2})*)[ \t]*=[ \t]*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^&\s"';,<>\\]*[^&\s"';,<>\\:])`)
 	// jsonField is "name": "value" in a JSON document (a response body).
 	jsonField = regexp.MustCompile(`"([A-Za-z][A-Za-z0-9_.\-]*)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
 	// authorization is an Authorization header, with or without its
@@ -60,19 +62,24 @@ var (
 )
 
 // secretName reports whether a parameter named name probably holds a
-// secret: ignoring case and the separators '-', '_' and '.', a name that
-// contains token, secret, password, passwd, passphrase, credential,
-// signature, apikey, accesskey, privatekey or session, or that is key, sig,
-// pwd, pass, auth, authorization or ends in auth.
+// secret: percent-decoded, and ignoring case and the separators '-', '_'
+// and '.', a name that contains token, secret, password, passwd,
+// passphrase, credential, signature, apikey, accesskey, privatekey,
+// session, jwt or hmac, or that is key, sig, pwd, pw, pass, auth,
+// authorization or ends in auth.
+//
+// A bare "code" is not one, although OAuth's ?code= is a short-lived
+// credential: "code=500" and "exit code=1" are ordinary error text, and
+// masking them would hide what went wrong.
 func secretName(name string) bool {
-	n := strings.ToLower(nameSeparators.Replace(name))
+	n := strings.ToLower(nameSeparators.Replace(decodeName(name)))
 	for _, word := range secretWords {
 		if strings.Contains(n, word) {
 			return true
 		}
 	}
 	switch n {
-	case "key", "sig", "pwd", "pass", "authorization":
+	case "key", "sig", "pwd", "pw", "pass", "authorization":
 		return true
 	}
 	return strings.HasSuffix(n, "auth")
@@ -80,8 +87,21 @@ func secretName(name string) bool {
 
 var (
 	nameSeparators = strings.NewReplacer("-", "", "_", "", ".", "")
-	secretWords    = []string{"token", "secret", "password", "passwd", "passphrase", "credential", "signature", "apikey", "accesskey", "privatekey", "session"}
+	secretWords    = []string{"token", "secret", "password", "passwd", "passphrase", "credential", "signature", "apikey", "accesskey", "privatekey", "session", "jwt", "hmac"}
 )
+
+// decodeName percent-decodes name, again while that changes it (a name
+// escaped twice), a few times at most.
+func decodeName(name string) string {
+	for range 3 {
+		decoded, err := url.PathUnescape(name)
+		if err != nil || decoded == name {
+			break
+		}
+		name = decoded
+	}
+	return name
+}
 
 // maskGroup replaces submatch group of every match of re in text by the
 // mask, when keep is nil or keep(submatch 1) is true. An empty group is

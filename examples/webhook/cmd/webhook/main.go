@@ -27,7 +27,9 @@ import (
 )
 
 func main() {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	// Redacted once here: the service's own lines too, not only those
+	// the consumer writes.
+	log := redact.Logger(slog.New(slog.NewJSONHandler(os.Stderr, nil)))
 	if err := run(log); err != nil {
 		log.Error("webhook service failed", "error", err)
 		os.Exit(1)
