@@ -79,7 +79,7 @@ func DecodeEvent(body []byte) (Event, error) {
 
 // Validate reports whether the event carries what routing and deduplication
 // need: an event_id and an event_type, neither containing a control
-// character.
+// character nor starting or ending with white space.
 //
 // Control characters (U+0000 to U+001F, U+007F to U+009F: newline, carriage
 // return, tab, NUL, escape, …) are refused because the id and type travel
@@ -90,6 +90,12 @@ func DecodeEvent(body []byte) (Event, error) {
 // (Postgres text cannot hold NUL) and the operator's terminal. Such an
 // event is malformed, which no retry can fix: the consumer dead-letters it
 // at once, class undecodable.
+//
+// Leading or trailing white space is refused because HTTP strips it from a
+// header value (Go's client when it sends, receivers when they read): the
+// webhook's receiver would see "ev-1" for " ev-1", so the signature over
+// the id would not verify, and " ev-1" and "ev-1" would be one event to
+// its deduplication. In logs and terminals the two look the same too.
 func (e *Event) Validate() error {
 	switch {
 	case strings.TrimSpace(e.ID) == "":
@@ -101,6 +107,9 @@ func (e *Event) Validate() error {
 		if i := strings.IndexFunc(f.value, unicode.IsControl); i >= 0 {
 			r, _ := utf8.DecodeRuneInString(f.value[i:])
 			return &invalidError{msg: fmt.Sprintf("%s contains a control character (%U at byte %d)", f.name, r, i)}
+		}
+		if strings.TrimSpace(f.value) != f.value {
+			return &invalidError{msg: f.name + " starts or ends with white space"}
 		}
 	}
 	return nil

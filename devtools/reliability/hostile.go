@@ -373,14 +373,16 @@ const (
 	// redirectPrefix: the endpoint answers 307 to a second receiver, the
 	// redirect target, which must see nothing.
 	redirectPrefix = "reliability.redirect."
-	// secretPrefix: the endpoint's URL carries a password and a token, and
-	// it refuses every delivery with 400, so the URL reaches the error.
+	// secretPrefix: the endpoint's URL carries a password, a token and,
+	// Slack-style, a key in its path, and it refuses every delivery with
+	// 400 and a body quoting the path, so the URL reaches the error.
 	secretPrefix = "reliability.secret."
-	// The secrets in that URL. Neither may appear in a log line or a
+	// The secrets in that URL. None may appear in a log line or a
 	// dead-letter header.
 	endpointUser     = "hostile-user"
 	endpointPassword = "pw-Hunter2-never-logged"
 	endpointToken    = "tok-5e3c9a-never-logged"
+	endpointPathKey  = "key-7Fq2Lx9v-never-logged"
 )
 
 // hostileEndpoints serves the redirecting and the refusing endpoint, and
@@ -409,8 +411,9 @@ func startHostileEndpoints() (*hostileEndpoints, error) {
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, targetURL+"/hook", http.StatusTemporaryRedirect)
 	})
-	mux.HandleFunc("/refuse", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "reliability: this endpoint refuses every delivery", http.StatusBadRequest)
+	mux.HandleFunc("/refuse/", func(w http.ResponseWriter, r *http.Request) {
+		// Quoting the request's path, as many error pages do.
+		http.Error(w, "reliability: "+r.URL.Path+" refuses every delivery", http.StatusBadRequest)
 	})
 	base, err := e.serve(mux)
 	if err != nil {
@@ -419,7 +422,7 @@ func startHostileEndpoints() (*hostileEndpoints, error) {
 	}
 	host := strings.TrimPrefix(base, "http://")
 	e.redirectURL = base + "/redirect"
-	e.secretURL = "http://" + endpointUser + ":" + endpointPassword + "@" + host + "/refuse?tenant=acme&token=" + endpointToken
+	e.secretURL = "http://" + endpointUser + ":" + endpointPassword + "@" + host + "/refuse/services/T0RELIAB/B0RELIAB/" + endpointPathKey + "?tenant=acme&token=" + endpointToken
 	return e, nil
 }
 
@@ -449,11 +452,13 @@ func (e *hostileEndpoints) webhookURLs() string {
 type secret struct{ what, value string }
 
 // runSecrets lists the secrets of a run: the refusing endpoint's
-// password, token and basic-auth credentials, and the signing secret.
+// password, token, path key and basic-auth credentials, and the signing
+// secret.
 func runSecrets() []secret {
 	return []secret{
 		{"endpoint password", endpointPassword},
 		{"endpoint token", endpointToken},
+		{"endpoint path key", endpointPathKey},
 		{"endpoint basic-auth credentials", base64.StdEncoding.EncodeToString([]byte(endpointUser + ":" + endpointPassword))},
 		{"webhook signing secret", webhookSecret},
 	}

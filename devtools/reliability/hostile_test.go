@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -104,8 +105,8 @@ func TestHostileEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pw, _ := u.User.Password(); pw != endpointPassword || u.Query().Get("token") != endpointToken {
-		t.Fatalf("secret URL %s does not carry the password and token", e.secretURL)
+	if pw, _ := u.User.Password(); pw != endpointPassword || u.Query().Get("token") != endpointToken || !strings.HasSuffix(u.Path, "/"+endpointPathKey) {
+		t.Fatalf("secret URL %s does not carry the password, token and path key", e.secretURL)
 	}
 
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -129,9 +130,34 @@ func TestHostileEndpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("refusing endpoint answered %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), endpointPathKey) {
+		t.Fatalf("refusing endpoint answered %d %q, want 400 quoting the path key", resp.StatusCode, body)
+	}
+}
+
+// The sender's error for the refusing endpoint, which becomes the dead
+// letter's header and the log line the run scans, holds none of the run's
+// secrets: not the path key, though the URL and the body both carry it.
+func TestRefusingEndpointErrorHoldsNoSecret(t *testing.T) {
+	e, err := startHostileEndpoints()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	body := []byte(`{"event_id":"ev-1","event_type":"` + secretPrefix + `created"}`)
+	ev, err := warren.DecodeEvent(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &webhook.Sender{Secret: []byte(webhookSecret)}
+	err = s.Send(t.Context(), webhook.Endpoint{URL: e.secretURL}, &warren.Message{Event: ev, Body: body})
+	if err == nil || !strings.Contains(err.Error(), "400") {
+		t.Fatalf("Send = %v, want the endpoint's 400", err)
+	}
+	if leaks := secretsIn(err.Error(), runSecrets()); len(leaks) != 0 {
+		t.Fatalf("the error carries the %s", strings.Join(leaks, ", "))
 	}
 }
 

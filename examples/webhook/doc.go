@@ -53,9 +53,13 @@
 // configured URL is wrong and stays wrong until the operator configures
 // the final one and replays the dead letters.
 //
-// Errors (and so logs and dead-letter headers) name an endpoint without
-// its userinfo and with every query value masked, and keep at most 200
-// bytes of the response body, on one line, with the endpoint's secrets
+// Errors (and so logs and dead-letter headers) never quote an endpoint's
+// URL, whose path (Slack, Discord, Teams), query or userinfo may hold its
+// credentials: they name it by Endpoint.Name, or by scheme and host and a
+// short hash of the URL ("https://hooks.slack.com/…#3fa2c1"). They keep at
+// most 200 bytes of the response body, on one line, and a redirect's
+// Location without userinfo or query values, both with every path segment,
+// query value and userinfo of the endpoint's URL and the signing secret
 // masked.
 //
 // Deduplication is per endpoint (a Redis dedup store in the runnable

@@ -33,5 +33,5 @@ func ExampleVerify() {
 	// Output:
 	// <nil>
 	// webhook: signature does not match
-	// webhook: event id "ev-1\nworkitem.deleted" cannot be signed: it holds a control character
+	// webhook: event cannot be signed: invalid event: event_id contains a control character (U+000A at byte 4)
 }

@@ -13,9 +13,16 @@ import (
 // and deduplicates on the signed event id (X-Warren-Event-Id, trusted only
 // once Verify passed): a delivery of an id it already accepted is answered
 // 200 again without being processed, so a replayed capture does nothing.
+// A delivery of an id that is being processed at that moment (a concurrent
+// duplicate) is answered 503 with Retry-After, not processed: the sender
+// retries it, and by then the first delivery's answer decides (2xx: a
+// duplicate, answered 200; otherwise processed again).
+//
 // The demo and the end-to-end test use it; copy it as the start of your
-// own (a real one keeps its accepted ids in a store, for at least the
-// Tolerance).
+// own. Its sets of ids are in memory: per process and lost on restart, so
+// two replicas, or one restarted, process a duplicate again. A real
+// receiver keeps them in a store shared by its replicas (the in-progress
+// mark with a lease, the accepted ids for at least the Tolerance).
 type Receiver struct {
 	Secret []byte
 	// Tolerance is the accepted age of a delivery's timestamp. Default 5m.
@@ -25,10 +32,11 @@ type Receiver struct {
 	// this id was delivered before. Default 200.
 	Answer func(eventID string, body []byte, seen int) int
 
-	mu       sync.Mutex
-	accepted map[string]int // event id → 2xx answers
-	attempts map[string]int // event id → deliveries of any outcome
-	forged   int
+	mu         sync.Mutex
+	accepted   map[string]int      // event id → 2xx answers
+	attempts   map[string]int      // event id → deliveries of any outcome
+	processing map[string]struct{} // event ids whose Answer is running
+	forged     int
 }
 
 func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -49,24 +57,53 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	id := req.Header.Get(HeaderEventID) // signed: Verify passed
+	// Deciding whether to process and marking the id in progress happen in
+	// one critical section: otherwise two concurrent deliveries of one id
+	// could both find it unaccepted and both be processed.
 	r.mu.Lock()
 	if r.attempts == nil {
-		r.attempts, r.accepted = map[string]int{}, map[string]int{}
+		r.attempts, r.accepted, r.processing = map[string]int{}, map[string]int{}, map[string]struct{}{}
 	}
 	seen, duplicate := r.attempts[id], r.accepted[id] > 0
+	_, busy := r.processing[id]
 	r.attempts[id]++
-	r.mu.Unlock()
-
-	status := http.StatusOK
-	if r.Answer != nil && !duplicate {
-		status = r.Answer(id, body, seen)
-	}
-	if status >= 200 && status < 300 {
-		r.mu.Lock()
+	switch {
+	case busy:
+		r.mu.Unlock()
+		// Whether this id will be accepted is not known yet: ask for a
+		// retry. Not a 409, which the sender takes as a refusal for good.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "this event is being processed; retry later", http.StatusServiceUnavailable)
+		return
+	case duplicate:
 		r.accepted[id]++
 		r.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+		return
 	}
-	w.WriteHeader(status)
+	r.processing[id] = struct{}{}
+	r.mu.Unlock()
+	w.WriteHeader(r.process(id, body, seen))
+}
+
+// process runs Answer for a delivery marked in progress. It removes the
+// mark and records a 2xx as accepted in one critical section, so that no
+// retry slips between the two and is processed again; it removes the mark
+// after a panic too, so that a failed delivery can be retried.
+func (r *Receiver) process(id string, body []byte, seen int) (status int) {
+	status = http.StatusInternalServerError // if Answer panics
+	defer func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.processing, id)
+		if status >= 200 && status < 300 {
+			r.accepted[id]++
+		}
+	}()
+	if r.Answer == nil {
+		return http.StatusOK
+	}
+	return r.Answer(id, body, seen)
 }
 
 // Accepted returns, per event id, how many deliveries were answered 2xx,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -94,7 +95,7 @@ func TestSendErrorsCarryNoSecrets(t *testing.T) {
 	if len(se.Body) > maxErrorSnippet || !strings.HasPrefix(se.Body, "bad request you sent token=") {
 		t.Errorf("body snippet %q: want ≤ %d bytes starting with the page's first words", se.Body, maxErrorSnippet)
 	}
-	if !strings.Contains(text, "400") || !strings.Contains(text, "/hook") {
+	if !strings.Contains(text, "400") || !strings.Contains(text, urlName(endpoint)) {
 		t.Errorf("error %q does not say the status and the endpoint", text)
 	}
 
@@ -113,4 +114,56 @@ func statusError(t *testing.T, err error) *StatusError {
 		t.Fatalf("error %v is not a *StatusError", err)
 	}
 	return se
+}
+
+// Slack, Discord and Teams put the webhook's key in the URL's path
+// (https://hooks.slack.com/services/T0/B0/<key>), so the path must not
+// reach an error either: not as the endpoint's name, not in the body the
+// endpoint echoes, not in a redirect's Location, on the endpoint's host or
+// another.
+func TestSendErrorsCarryNoSecretFromTheURLPath(t *testing.T) {
+	const key = "Zq9xL2vT7kWm4nRb8cYd"
+	const path = "/services/T0AB12/B0CD34/" + key
+	other := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer other.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Query().Get("answer") {
+		case "same-host":
+			http.Redirect(w, r, "/v2"+r.URL.Path+"/"+url.PathEscape("k3y-of-the-new-url"), http.StatusPermanentRedirect)
+		case "other-host":
+			http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+		default:
+			http.Error(w, "no_service: "+r.URL.Path+" ("+url.QueryEscape(r.URL.Path)+") is not a hook", http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+
+	for _, answer := range []string{"body", "same-host", "other-host"} {
+		t.Run(answer, func(t *testing.T) {
+			ep := Endpoint{URL: srv.URL + path + "?answer=" + answer}
+			err := (&Sender{Client: srv.Client(), Secret: secret}).Send(context.Background(), ep, message(t))
+			if outcome, _ := warren.Classify(err); outcome != warren.OutcomePermanent {
+				t.Fatalf("%v (%v), want a permanent failure", outcome, err)
+			}
+			text := err.Error()
+			for _, leaked := range []string{key, "k3y-of-the-new-url"} {
+				if strings.Contains(text, leaked) {
+					t.Errorf("error carries %q: %s", leaked, text)
+				}
+			}
+			if !strings.Contains(text, urlName(ep.URL)) || !strings.HasPrefix(urlName(ep.URL), srv.URL+"/…#") {
+				t.Errorf("error %q does not name the endpoint as %q", text, urlName(ep.URL))
+			}
+			if answer == "other-host" && !strings.Contains(text, strings.TrimPrefix(other.URL, "http://")) {
+				t.Errorf("error %q does not say where the endpoint redirects", text)
+			}
+		})
+	}
+
+	// A network error, and a configured Name.
+	ep := Endpoint{URL: "http://127.0.0.1:1" + path, Name: "slack-alerts"}
+	err := (&Sender{Client: http.DefaultClient, Secret: secret}).Send(context.Background(), ep, message(t))
+	if err == nil || strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "POST slack-alerts: ") {
+		t.Errorf("network error %v: want it named slack-alerts, without the key", err)
+	}
 }

@@ -14,20 +14,27 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/redact"
 )
 
 // StatusError is a delivery the endpoint answered with a non-2xx status.
 // Its text goes to logs and dead-letter headers, so it holds nothing the
-// endpoint's URL or answer could hide a secret in: the URL and Location
-// are redacted (userinfo dropped, query values masked) and the body is a short, single-line,
-// redacted snippet.
+// endpoint's URL or answer could hide a secret in: the endpoint is named,
+// not quoted; the Location and the body are redacted.
 type StatusError struct {
-	URL        string // the endpoint, redacted
+	// URL names the endpoint: its Endpoint.Name, or its scheme and host
+	// and a hash of the rest ("https://hooks.slack.com/…#3fa2c1"), never
+	// its path, query or userinfo.
+	URL        string
 	StatusCode int
-	// Location is where a 3xx answer pointed, redacted.
+	// Location is where a 3xx answer pointed, without userinfo or query
+	// values, and with every path segment of the endpoint's URL masked
+	// (every path segment of the Location too, when it is on the
+	// endpoint's host: a redirect to the same service keeps its secret).
 	Location string
 	// Body is the start of the response body, at most maxErrorSnippet
-	// bytes on one line.
+	// bytes on one line, with the secrets of the endpoint's URL (and of
+	// the Location, as above) and the signing secret masked.
 	Body string
 }
 
@@ -86,7 +93,7 @@ func (s *Sender) Send(ctx context.Context, ep Endpoint, m *warren.Message) error
 	if s.Now != nil {
 		now = s.Now
 	}
-	shown := redactedURL(ep.URL)
+	shown := ep.name()
 	secret := ep.Secret
 	if len(secret) == 0 {
 		secret = s.Secret
@@ -123,10 +130,15 @@ func (s *Sender) Send(ctx context.Context, ep Endpoint, m *warren.Message) error
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	serr := &StatusError{URL: shown, StatusCode: resp.StatusCode, Body: snippet(head, endpointSecrets(ep.URL, secret))}
+	secrets := append(urlSecrets(req.URL), string(secret))
+	serr := &StatusError{URL: shown, StatusCode: resp.StatusCode}
 	if loc, err := resp.Location(); err == nil {
-		serr.Location = redactedURL(loc.String())
+		if strings.EqualFold(loc.Host, req.URL.Host) {
+			secrets = append(secrets, urlSecrets(loc)...)
+		}
+		serr.Location = redact.Values(redactedURL(loc.String()), secrets...)
 	}
+	serr.Body = snippet(head, secrets)
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests:
 		return warren.RetryAfter(retryAfter(resp.Header.Get("Retry-After"), now()), serr)

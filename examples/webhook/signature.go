@@ -48,16 +48,15 @@ const (
 //
 // The fields are separated by newlines, so a field that held one could
 // shift into the next: id "a\nb" with type "c" would sign the same string
-// as id "a" with type "b\nc". Sign therefore refuses an id or a type with a
-// control character (none of which an HTTP header could carry intact
-// anyway) or with leading or trailing blanks (which a receiver's HTTP
-// server strips), and a timestamp that is not decimal digits.
+// as id "a" with type "b\nc". Sign therefore refuses an id or a type that
+// [warren.Event.Validate] refuses: empty, with a control character (none
+// of which an HTTP header could carry intact anyway) or with leading or
+// trailing white space (which HTTP strips from a header value, so the
+// receiver would verify another id); and a timestamp that is not decimal
+// digits. A valid event can always be signed.
 func Sign(secret []byte, eventID, eventType, timestamp string, body []byte) (string, error) {
-	if err := signable("event id", eventID); err != nil {
-		return "", err
-	}
-	if err := signable("event type", eventType); err != nil {
-		return "", err
+	if err := (&warren.Event{ID: eventID, Type: eventType}).Validate(); err != nil {
+		return "", fmt.Errorf("webhook: event %w: %w", ErrUnsignable, err)
 	}
 	if _, err := strconv.ParseUint(timestamp, 10, 63); err != nil {
 		return "", fmt.Errorf("webhook: timestamp %.32q is not Unix seconds", timestamp)
@@ -68,20 +67,9 @@ func Sign(secret []byte, eventID, eventType, timestamp string, body []byte) (str
 	return SchemeV2 + hex.EncodeToString(mac.Sum(nil)), nil
 }
 
-// ErrUnsignable is an event id or type that Sign refuses.
+// ErrUnsignable is an event id or type that Sign refuses. The error
+// wraps warren.ErrInvalidEvent too.
 var ErrUnsignable = errors.New("cannot be signed")
-
-func signable(what, s string) error {
-	if strings.Trim(s, " \t") != s {
-		return fmt.Errorf("webhook: %s %.64q %w: it starts or ends with a blank", what, s, ErrUnsignable)
-	}
-	for _, r := range s {
-		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("webhook: %s %.64q %w: it holds a control character", what, s, ErrUnsignable)
-		}
-	}
-	return nil
-}
 
 // signV1 is the retired scheme: the timestamp, a dot, and the body.
 func signV1(secret []byte, timestamp string, body []byte) string {

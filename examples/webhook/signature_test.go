@@ -158,6 +158,28 @@ func TestSignRefusesFieldsThatCouldShift(t *testing.T) {
 	}
 }
 
+// Sign and warren.Event.Validate have one rule: an event the consumer
+// accepts can be signed, and one Sign refuses is dead-lettered as
+// undecodable before it reaches the sender. A blank around an id is
+// refused by both: HTTP strips it from the header, so the receiver would
+// verify, and deduplicate on, another id.
+func TestSignAcceptsWhatValidateAccepts(t *testing.T) {
+	for _, id := range []string{"ev-1", "ev 1", "é-1", " ev-1", "ev-1 ", "\u00a0ev-1", "ev\u00851", "ev\n1", "", "  "} {
+		validErr := (&warren.Event{ID: id, Type: "workitem.updated"}).Validate()
+		_, signErr := Sign(secret, id, "workitem.updated", "1800000000", nil)
+		if (validErr == nil) != (signErr == nil) {
+			t.Errorf("id %q: Validate says %v, Sign says %v", id, validErr, signErr)
+		}
+		if signErr != nil && (!errors.Is(signErr, ErrUnsignable) || !errors.Is(signErr, warren.ErrInvalidEvent)) {
+			t.Errorf("id %q: Sign's error %v is not ErrUnsignable and ErrInvalidEvent", id, signErr)
+		}
+	}
+	_, signErr := Sign(secret, "ev-1", " workitem.updated", "1800000000", nil)
+	if validErr := (&warren.Event{ID: "ev-1", Type: " workitem.updated"}).Validate(); (validErr == nil) != (signErr == nil) {
+		t.Errorf("type with a leading space: Validate says %v, Sign says %v", validErr, signErr)
+	}
+}
+
 // Receivers migrate by accepting v1 behind AcceptV1 while senders are
 // upgraded; v1's unsigned headers must then repeat the signed body.
 func TestVerifyAcceptsV1OnlyWhenAsked(t *testing.T) {

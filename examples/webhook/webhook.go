@@ -22,6 +22,11 @@ import (
 // Endpoint is one receiver and the event types it wants.
 type Endpoint struct {
 	URL string
+	// Name names the endpoint in errors, logs and dead-letter headers;
+	// empty means its scheme and host and a hash of the rest of its URL
+	// (see Endpoint.name). The URL itself is never shown: its path, query
+	// or userinfo may hold the endpoint's credentials.
+	Name string
 	// Secret signs the deliveries to this endpoint; empty means
 	// Config.Secret. A secret per endpoint keeps a delivery captured at
 	// one endpoint (or a leaked secret) from being accepted by another.
@@ -45,8 +50,16 @@ func (e Endpoint) wants(eventType string) bool {
 
 // id names the endpoint in dedup keys without putting its URL, which may
 // carry a token, into Redis.
-func (e Endpoint) id() string {
-	sum := sha256.Sum256([]byte(e.URL))
+func (e Endpoint) id() string { return urlHash(e.URL) }
+
+// name names the endpoint in error and log text: Name, or what urlName
+// makes of its URL.
+func (e Endpoint) name() string { return cmp.Or(e.Name, urlName(e.URL)) }
+
+// urlHash is a short, stable hash of raw, hex-encoded: too short to tell
+// the URL's secrets, long enough to tell endpoints apart.
+func urlHash(raw string) string {
+	sum := sha256.Sum256([]byte(raw))
 	return hex.EncodeToString(sum[:6])
 }
 
@@ -71,7 +84,7 @@ func ParseEndpoints(s string) ([]Endpoint, error) {
 		}
 		// The entry is not quoted in the error: its URL may hold a token.
 		if u, err := url.Parse(entry); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-			return nil, fmt.Errorf("webhook endpoint %s is not an http(s) URL", redactedURL(entry))
+			return nil, fmt.Errorf("webhook endpoint %d (%s) is not an http(s) URL", len(out)+1, urlName(entry))
 		}
 		ep.URL = entry
 		out = append(out, ep)
@@ -120,7 +133,7 @@ func New(cfg Config, store dedup.Store) (*Service, error) {
 	}
 	for i, ep := range cfg.Endpoints {
 		if len(ep.Secret) == 0 && len(cfg.Secret) == 0 {
-			return nil, fmt.Errorf("webhook: endpoint %d (%s) has no signing secret, and there is no default (WEBHOOK_SECRET_%d, WEBHOOK_SECRET)", i+1, redactedURL(ep.URL), i+1)
+			return nil, fmt.Errorf("webhook: endpoint %d (%s) has no signing secret, and there is no default (WEBHOOK_SECRET_%d, WEBHOOK_SECRET)", i+1, ep.name(), i+1)
 		}
 	}
 	if store == nil {
