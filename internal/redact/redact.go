@@ -17,14 +17,11 @@ func URL(conn string) string { return Secrets(conn) }
 // replaced by "xxxxx", and then put through [Secrets]: for text (an error
 // message) that may quote the passwords themselves, not only the URLs.
 func Text(s string, conns ...string) string {
+	var secrets []string
 	for _, conn := range conns {
-		for _, secret := range passwords(conn) {
-			if len(secret) >= 3 { // shorter ones would blank out ordinary words
-				s = strings.ReplaceAll(s, secret, mask)
-			}
-		}
+		secrets = append(secrets, passwords(conn)...)
 	}
-	return Secrets(s)
+	return Secrets(Values(s, secrets...))
 }
 
 // Error returns err with its text put through [Text] (the passwords of
