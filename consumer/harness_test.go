@@ -84,6 +84,13 @@ func consumerAt(t *testing.T, url string, tweak func(*consumer.Config)) *consume
 func newNodeConsumer(t *testing.T, node *localrabbit.Node, tweak func(*consumer.Config)) *consumer.BaseConsumer {
 	t.Helper()
 	c := consumerAt(t, node.URL(), tweak)
+	deleteTopologyAfter(t, node, c.Topology())
+	return c
+}
+
+// deleteTopologyAfter deletes topo's queues and exchanges on node when t
+// ends.
+func deleteTopologyAfter(t *testing.T, node *localrabbit.Node, topo consumer.Topology) {
 	t.Cleanup(func() {
 		conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
 		if err != nil {
@@ -96,14 +103,12 @@ func newNodeConsumer(t *testing.T, node *localrabbit.Node, tweak func(*consumer.
 			t.Errorf("cleanup: %v", err)
 			return
 		}
-		topo := c.Topology()
 		for _, q := range topo.Queues() {
 			ch.QueueDelete(q, false, false, false)
 		}
 		ch.ExchangeDelete(topo.Exchange, false, false)
 		ch.ExchangeDelete(topo.DLX, false, false)
 	})
-	return c
 }
 
 // start runs c until the returned stop is called (or t ends) and waits
