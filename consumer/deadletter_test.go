@@ -335,3 +335,33 @@ func TestControlCharacterInEventIDIsDeadAtOnce(t *testing.T) {
 		t.Errorf("dead letter body %q, want %q unchanged", d.Body, msg.Body)
 	}
 }
+
+// Plane's services publish with no message_id and no type property: the
+// dead-letter log line names the event by its body's event_id and
+// event_type, so an operator can find it (warren dlq show --id) from the
+// log.
+func TestDeadLetterLogNamesAPropertylessEventByItsBody(t *testing.T) {
+	var logs *logLines
+	c := newConsumer(t, func(cfg *consumer.Config) { logs = captureLog(t, cfg) })
+	c.HandleFunc("issue.", func(ctx context.Context, m *warren.Message) error { return warren.Permanent(errBoom) })
+	start(t, c)
+	msg, err := amqpx.EventPublishing(event("plane-ev-1", "issue.updated"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.MessageId, msg.Type = "", "" // as Plane publishes
+	newPublisher(t).raw(c.Topology().Exchange, msg)
+
+	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return logs.has("dead-lettered") })
+	var line string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "dead-lettered") {
+			line = l
+		}
+	}
+	for _, want := range []string{"event_id=plane-ev-1", "event_type=issue.updated"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("dead-letter log line lacks %s:\n%s", want, line)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +65,7 @@ type decision struct {
 	headers amqp.Table    // the copy's headers: stamped, without broker death headers
 	attempt int           // the attempt that was handled (1 for the first delivery)
 	err     error         // why the message failed; nil when acked or deferred without one
+	eventID string        // the decoded event's id; empty when the body did not decode
 }
 
 // evaluate decodes a delivery, runs it through the handler chain h and
@@ -92,7 +94,7 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	// the DLQ should see them.
 	err = redact.Error(err)
 	v := c.decide(d, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
-	v.EventType, v.HandlerDuration = m.Event.Type, took
+	v.EventType, v.eventID, v.HandlerDuration = m.Event.Type, m.Event.ID, took
 	return v
 }
 
@@ -198,15 +200,15 @@ func (c *BaseConsumer) act(hctx context.Context, j job, v decision) Settlement {
 		c.stats.requeued.Add(1)
 		j.acker.settle(ackVerdict{tag: j.d.DeliveryTag, ack: false})
 	case Retried:
-		s.Disposition = c.republish(hctx, j, v.queue, v.headers, movedRetry,
+		s.Disposition = c.republish(hctx, j, v, movedRetry,
 			slog.Duration("delay", v.delay), slog.Int("attempt", v.attempt), slog.Any("error", v.err))
 	case Deferred:
-		s.Disposition = c.republish(hctx, j, v.queue, v.headers, movedDeferred, slog.Duration("delay", v.delay))
+		s.Disposition = c.republish(hctx, j, v, movedDeferred, slog.Duration("delay", v.delay))
 		if s.Disposition == Deferred && s.Unavailable {
 			c.stats.unavailable.Add(1)
 		}
 	case DeadLettered:
-		s.Disposition = c.republish(hctx, j, v.queue, v.headers, movedDead,
+		s.Disposition = c.republish(hctx, j, v, movedDead,
 			slog.String("class", string(v.Class)), slog.Int("attempt", v.attempt), slog.Any("error", v.err))
 	}
 	if s.Disposition == Requeued {
@@ -289,21 +291,21 @@ func (c *BaseConsumer) failure(d amqp.Delivery, err error, at time.Time) dlq.Fai
 	}
 }
 
-// republish sends a copy of the delivery to queue (through the default
-// exchange, so it reaches that queue and no other) and acks the original
+// republish sends a copy of the delivery to v's queue with v's headers
+// (through the default exchange, so it reaches that queue and no other) and acks the original
 // only after the broker has confirmed the copy. Acking first would lose the
 // message whenever the publish then failed; this order can at worst leave
 // it in both queues, and the handler's idempotency absorbs that. It
 // returns Requeued when the publish failed, else kind's disposition.
-func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, headers amqp.Table, kind move, attrs ...slog.Attr) Disposition {
-	d := j.d
+func (c *BaseConsumer) republish(hctx context.Context, j job, v decision, kind move, attrs ...slog.Attr) Disposition {
+	d, queue := j.d, v.queue
 	msg := amqp.Publishing{
 		// Without the broker's death headers (decide strips them): with
 		// an x-death that names our queue (a dead message moved back
 		// here), the retry tier's dead-letter back to the queue would be
 		// a cycle, and RabbitMQ would drop the copy after we acked the
 		// original.
-		Headers:         headers,
+		Headers:         v.headers,
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		// A message we hold on a producer's behalf must survive a broker
@@ -324,7 +326,8 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 	}
 	if err := c.publishCopy(j.s, queue, msg); err != nil {
 		c.stats.publishFailures.Add(1)
-		c.log.Error("could not move the message; requeueing it", "to", queue, "message_id", d.MessageId, "error", err)
+		c.log.LogAttrs(hctx, slog.LevelError, "could not move the message; requeueing it",
+			append(eventAttrs(d, v), slog.String("to", queue), slog.Any("error", err))...)
 		if errors.Is(err, amqpx.ErrUnroutable) || errors.Is(err, amqpx.ErrNacked) {
 			// The broker is refusing, not gone: wait a moment so a
 			// missing queue does not become a hot redelivery loop.
@@ -339,9 +342,17 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, queue string, head
 	}
 	c.stats.moved(kind).Add(1)
 	c.log.LogAttrs(hctx, kind.level(), kind.String(),
-		append([]slog.Attr{slog.String("message_id", d.MessageId), slog.String("event_type", d.Type), slog.String("to", queue)}, attrs...)...)
+		append(append(eventAttrs(d, v), slog.String("to", queue)), attrs...)...)
 	j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: true})
 	return kind.disposition()
+}
+
+// eventAttrs names the event of a move in its log line: by the AMQP
+// message_id and type, or else by the decoded body's event_id and
+// event_type (Plane's services publish with neither property), so that the
+// operator can look the event up (warren dlq show --id) from the log.
+func eventAttrs(d amqp.Delivery, v decision) []slog.Attr {
+	return []slog.Attr{slog.String("event_id", cmp.Or(d.MessageId, v.eventID)), slog.String("event_type", cmp.Or(d.Type, v.EventType))}
 }
 
 // move is where republish sends a message.

@@ -44,7 +44,9 @@ type Filter struct {
 	// A message with no recorded failure time has no age and matches
 	// neither.
 	OlderThan, NewerThan time.Duration
-	// EventIDs selects messages with one of these event ids.
+	// EventIDs selects messages with one of these event ids: the
+	// message_id property or the body's event_id, which differ when a
+	// client sets a message_id of its own.
 	EventIDs []string
 }
 
@@ -86,7 +88,7 @@ func (f Filter) Match(m *Message, now time.Time) bool {
 	if f.ErrorContains != "" && !strings.Contains(m.Metadata.Error, f.ErrorContains) {
 		return false
 	}
-	if len(f.EventIDs) > 0 && !slices.Contains(f.EventIDs, m.EventID) {
+	if len(f.EventIDs) > 0 && !m.hasEventID(f.EventIDs) {
 		return false
 	}
 	if f.OlderThan > 0 || f.NewerThan > 0 {

@@ -167,6 +167,7 @@ func TestFilter(t *testing.T) {
 	}
 	old := msg("workitem.updated", dlq.ClassPermanent, "HTTP 500 from hook", now.Add(-3*time.Hour), "a")
 	fresh := msg("cycle.created", dlq.ClassExhausted, "timeout", now.Add(-time.Minute), "b")
+	fresh.Body = []byte(`{"event_id":"body-b"}`) // a message_id that is not the event's id
 	noAge := newMessage(0, amqp.Publishing{MessageId: "c", Type: "workitem.created"})
 
 	cases := []struct {
@@ -185,6 +186,7 @@ func TestFilter(t *testing.T) {
 		{"newer than", Filter{NewerThan: time.Hour}, false, true, false},
 		{"age window", Filter{OlderThan: time.Hour, NewerThan: 4 * time.Hour}, true, false, false},
 		{"event id", Filter{EventIDs: []string{"b", "c"}}, false, true, true},
+		{"body event id", Filter{EventIDs: []string{"body-b"}}, false, true, false},
 		{"all criteria", Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent}, ErrorContains: "500", OlderThan: time.Hour, EventIDs: []string{"a"}}, true, false, false},
 	}
 	for _, c := range cases {

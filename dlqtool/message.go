@@ -1,8 +1,10 @@
 package dlqtool
 
 import (
+	"cmp"
 	"encoding/json"
 	"math"
+	"slices"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -17,6 +19,7 @@ type Message struct {
 	// counting from 0 at the head.
 	Position int
 	// EventID is the message_id property, or else the body's event_id.
+	// A [Filter] by event id matches either.
 	EventID string
 	// EventType is the type property, or else the body's event_type.
 	EventType string
@@ -35,22 +38,34 @@ func newMessage(position int, p amqp.Publishing) Message {
 	m := Message{Position: position, Publishing: p, Metadata: dlq.ParseMetadata(p.Headers)}
 	m.EventID, m.EventType = p.MessageId, p.Type
 	if m.EventID == "" || m.EventType == "" {
-		// Only the two fields are decoded, and a body that is not JSON
-		// (the undecodable class) simply leaves them empty.
-		var ev struct {
-			ID   string `json:"event_id"`
-			Type string `json:"event_type"`
-		}
-		if json.Unmarshal(p.Body, &ev) == nil {
-			if m.EventID == "" {
-				m.EventID = ev.ID
-			}
-			if m.EventType == "" {
-				m.EventType = ev.Type
-			}
-		}
+		ev := bodyEvent(p.Body)
+		m.EventID, m.EventType = cmp.Or(m.EventID, ev.ID), cmp.Or(m.EventType, ev.Type)
 	}
 	return m
+}
+
+// bodyEvent decodes the two fields of the body that identify the event.
+// Only those are decoded, and a body that is not JSON (the undecodable
+// class) simply leaves them empty.
+func bodyEvent(body []byte) (ev struct {
+	ID   string `json:"event_id"`
+	Type string `json:"event_type"`
+}) {
+	_ = json.Unmarshal(body, &ev)
+	return ev
+}
+
+// hasEventID reports whether id is m's event id: its EventID, or the
+// body's event_id when a message_id took EventID's place. A client may set
+// a message_id of its own (a publish id) while the event's id, the one an
+// operator searches logs and Plane for, is in the body.
+func (m *Message) hasEventID(ids []string) bool {
+	if slices.Contains(ids, m.EventID) {
+		return true
+	}
+	// Decoded only here, for the few messages a search by id looks at
+	// twice: when there is no message_id, EventID is the body's already.
+	return m.MessageId != "" && slices.Contains(ids, bodyEvent(m.Body).ID)
 }
 
 // publishingOf copies a delivery's message, properties and all, so it can

@@ -158,7 +158,7 @@ func (o *dlqOptions) filterFlags(fs *flagSet) {
 	fs.String(&o.errorText, "error", "TEXT", "only messages whose error contains TEXT", "")
 	fs.Var(&o.olderThan, "older-than", "AGE", "only messages that died at least AGE ago: 90s, 30m, 2h, 7d")
 	fs.Var(&o.newerThan, "newer-than", "AGE", "only messages that died less than AGE ago")
-	fs.Var(&o.ids, "id", "EVENT_ID", "only this event (repeatable, or comma-separated)")
+	fs.Var(&o.ids, "id", "EVENT_ID", "only this event: its message_id or its body's event_id (repeatable, or comma-separated)")
 }
 
 func (o *dlqOptions) limitFlag(fs *flagSet, def int) {

@@ -664,3 +664,28 @@ func TestShowPrintsFirstBrokerDeath(t *testing.T) {
 		t.Fatalf("show printed\n%s\nwant a line containing %q", out.String(), want)
 	}
 }
+
+// Plane publishes with no message_id, and other clients may set a
+// message_id of their own (a publish id) that is not the event's id:
+// `dlq show` must find a dead letter by its body's event_id in both cases,
+// and by the message_id too.
+func TestCLIShowFindsByBodyEventID(t *testing.T) {
+	conn, _, top := testenv.NewDeadLetterTopology(t)
+	plane := top.Message(testenv.Dead{ID: "plane-ev-1", Type: "issue.updated", Class: dlq.ClassPermanent, Err: "plane failure", Attempts: 1})
+	plane.MessageId, plane.Type = "", "" // as Plane's services publish
+	publishID := top.Message(testenv.Dead{ID: "body-ev-2", Type: "cycle.created", Class: dlq.ClassPermanent, Err: "other failure", Attempts: 1})
+	publishID.MessageId = "publish-id-2" // a client's own id, not the event's
+	other := top.Message(testenv.Dead{ID: "ev-3", Type: "cycle.created", Class: dlq.ClassPermanent, Err: "unrelated", Attempts: 1})
+	testenv.PublishInOrder(t, conn, top.DLQ, []amqp.Publishing{other, plane, publishID})
+
+	for _, tc := range []struct{ id, wantErr string }{
+		{"plane-ev-1", "plane failure"},
+		{"body-ev-2", "other failure"},
+		{"publish-id-2", "other failure"},
+	} {
+		r := runWarren(t, nil, "dlq", "show", "--queue", top.Consumer, "--id", tc.id)
+		if r.code != 0 || !strings.Contains(r.stdout, tc.wantErr) || strings.Count(r.stdout, "── message at position") != 1 {
+			t.Errorf("dlq show --id %s: exit %d\nstdout: %s\nstderr: %s", tc.id, r.code, r.stdout, r.stderr)
+		}
+	}
+}
