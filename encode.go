@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -65,7 +66,7 @@ func ParseFormat(s string) (Format, error) {
 // id of the outbox row the event was read from, 0 if none; only
 // [FormatPlane] writes it. An event without a creation time gets the
 // current time as its Plane "timestamp", which Plane's consumers require.
-// Fields in ev.Extra follow the known ones, which win over an Extra entry
+// The body is compact JSON. Fields in ev.Extra follow the known ones, which win over an Extra entry
 // of the same name.
 func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
 	f, err := ParseFormat(string(enc.Format))
@@ -92,7 +93,7 @@ func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
 			w.str("created_at", ev.CreatedAt.UTC().Format(time.RFC3339Nano), false)
 		}
 		w.str("version", ev.Version, true)
-		return w.finish(ev.Extra)
+		return compact(w.finish(ev.Extra))
 	}
 	created := ev.CreatedAt
 	if created.IsZero() {
@@ -109,5 +110,20 @@ func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
 	} else {
 		w.raw("outbox_id", json.RawMessage("null"))
 	}
-	return w.finish(ev.Extra)
+	return compact(w.finish(ev.Extra))
+}
+
+// compact removes the white space raw parts bring (Postgres' jsonb prints
+// `{"id": "x"}`), and refuses a raw part that is not JSON, as json.Marshal
+// does for a Marshaler: a body is compact, and consumers matching on its
+// text (`"id":"x"`) see one spelling whichever path encoded it.
+func compact(body []byte, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, body); err != nil {
+		return nil, fmt.Errorf("warren: event does not encode to JSON (payload.data or previous_attributes is not JSON?): %w", err)
+	}
+	return out.Bytes(), nil
 }

@@ -131,6 +131,27 @@ func TestEncodeEitherFormatDecodesBack(t *testing.T) {
 	}
 }
 
+// Raw parts as Postgres' jsonb returns them (spaces after colons) are
+// written compact in every format, as json.Marshal writes them; consumers
+// match on the text, and a part that is not JSON is an error.
+func TestEncodeIsCompact(t *testing.T) {
+	ev := warren.Event{ID: "ev-1", Type: "workitem.created", Payload: warren.Payload{Data: json.RawMessage(`{"id": "user-001", "n": [1, 2]}`)}}
+	for _, f := range []warren.Format{warren.FormatWarren, warren.FormatPlane} {
+		body, err := warren.Encoder{Format: f}.Encode(ev, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(body), `"data":{"id":"user-001","n":[1,2]}`) {
+			t.Errorf("%q: not compact: %s", f, body)
+		}
+		bad := ev
+		bad.Payload.Data = json.RawMessage(`{"id":`)
+		if _, err := (warren.Encoder{Format: f}).Encode(bad, 0); err == nil {
+			t.Errorf("%q: payload.data that is not JSON encoded", f)
+		}
+	}
+}
+
 // MarshalJSON is warren's format, which stays the default.
 func TestMarshalJSONIsWarrenFormat(t *testing.T) {
 	ev, err := warren.DecodeEvent([]byte(planeWireEvent))
