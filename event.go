@@ -34,7 +34,7 @@ type Event struct {
 	InitiatorID   string    // initiator_id (may be empty)
 	InitiatorType string    // initiator_type: "USER", "SYSTEM.IMPORT", "SYSTEM.AUTOMATION", …
 	Payload       Payload   // payload: data and previous_attributes
-	CreatedAt     time.Time // created_at; decoding falls back to "timestamp"
+	CreatedAt     time.Time // created_at; decoding falls back to "timestamp" (Plane's)
 	Version       string    // version of the envelope, e.g. "1.0"
 
 	// Extra holds top-level fields this version of warren does not know,
@@ -219,28 +219,11 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// MarshalJSON encodes the envelope with its known fields followed by Extra.
-// Keys are written in a fixed order so equal events encode to equal bytes.
+// MarshalJSON encodes the envelope in [FormatWarren]: its known fields, then
+// Extra. Keys are written in a fixed order so equal events encode to equal
+// bytes. [Encoder] writes the other formats.
 func (e Event) MarshalJSON() ([]byte, error) {
-	var w objectWriter
-	w.str("event_id", e.ID, false)
-	w.str("event_type", e.Type, false)
-	w.str("entity_type", e.EntityType, false)
-	w.str("entity_id", e.EntityID, false)
-	w.str("workspace_id", e.WorkspaceID, false)
-	w.str("project_id", e.ProjectID, true)
-	w.str("initiator_id", e.InitiatorID, true)
-	w.str("initiator_type", e.InitiatorType, false)
-	payload, err := e.Payload.MarshalJSON()
-	if err != nil {
-		return nil, err
-	}
-	w.raw("payload", payload)
-	if !e.CreatedAt.IsZero() {
-		w.str("created_at", e.CreatedAt.UTC().Format(time.RFC3339Nano), false)
-	}
-	w.str("version", e.Version, true)
-	return w.finish(e.Extra)
+	return Encoder{}.Encode(e, 0)
 }
 
 // UnmarshalJSON decodes data and previous_attributes; other keys go to Extra.
@@ -367,6 +350,16 @@ func (w *objectWriter) str(name, value string, omitEmpty bool) {
 	w.key(name)
 	b, _ := json.Marshal(value) // a string always marshals
 	w.buf.Write(b)
+}
+
+// nullable writes an optional string: omitted when empty, or written as
+// null when asNull (the way a nullable column reads in JSON).
+func (w *objectWriter) nullable(name, value string, asNull bool) {
+	if value == "" && asNull {
+		w.raw(name, json.RawMessage("null"))
+		return
+	}
+	w.str(name, value, true)
 }
 
 func (w *objectWriter) raw(name string, value json.RawMessage) {

@@ -162,6 +162,7 @@ func TestIsSystemInitiated(t *testing.T) {
 
 func FuzzDecodeEvent(f *testing.F) {
 	f.Add([]byte(planeEvent))
+	f.Add([]byte(planeWireEvent))
 	f.Add([]byte(`{"event_id":"a","event_type":"x"}`))
 	f.Add([]byte(`{"event_id":"a","event_type":"x","payload":{"data":null},"created_at":0}`))
 	f.Add([]byte(`{"event_id":"a\nb","event_type":"x"}`))
@@ -177,18 +178,24 @@ func FuzzDecodeEvent(f *testing.F) {
 		if strings.ContainsFunc(ev.ID+ev.Type, unicode.IsControl) {
 			t.Fatalf("accepted a control character in event_id %q or event_type %q", ev.ID, ev.Type)
 		}
-		// Whatever decodes must re-encode and decode to the same event.
-		out, err := json.Marshal(ev)
-		if err != nil {
-			t.Fatalf("re-encode: %v", err)
-		}
-		again, err := warren.DecodeEvent(out)
-		if err != nil {
-			t.Fatalf("re-decode of %s: %v", out, err)
-		}
-		out2, _ := json.Marshal(again)
-		if string(out) != string(out2) {
-			t.Fatalf("unstable:\n%s\n%s", out, out2)
+		// Whatever decodes must re-encode, in either format, and decode
+		// to the same event, which encodes to the same bytes.
+		for _, enc := range []warren.Encoder{{}, {Format: warren.FormatPlane, Publisher: warren.Publisher{Name: "p", Instance: "i", Source: "s"}}} {
+			out, err := enc.Encode(ev, 7)
+			if err != nil {
+				t.Fatalf("re-encode as %q: %v", enc.Format, err)
+			}
+			again, err := warren.DecodeEvent(out)
+			if err != nil {
+				t.Fatalf("re-decode of %s: %v", out, err)
+			}
+			if again.ID != ev.ID || again.Type != ev.Type || again.ProjectID != ev.ProjectID || again.InitiatorID != ev.InitiatorID {
+				t.Fatalf("%q changed the event: %+v, then %+v", enc.Format, ev, again)
+			}
+			out2, _ := enc.Encode(again, 7)
+			if string(out) != string(out2) {
+				t.Fatalf("unstable in %q:\n%s\n%s", enc.Format, out, out2)
+			}
 		}
 	})
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
@@ -51,6 +52,16 @@ type Config struct {
 	// application_name of the connections the relay opens. Default
 	// "warren-relay@<host>:<pid>".
 	Name string
+
+	// Format is the envelope format of the messages: warren.FormatWarren
+	// (the default) or warren.FormatPlane, for Plane's consumers.
+	Format warren.Format
+
+	// Publisher fills the publisher fields of warren.FormatPlane. Defaults:
+	// Name the relay's Name, Instance the host name, Version
+	// warren.PlaneEnvelopeVersion, Source DefaultSource. Unused in
+	// warren.FormatWarren.
+	Publisher warren.Publisher
 
 	// BatchSize is how many rows one claim takes. All rows of a batch are
 	// published concurrently. Default 500: the relay waits on round trips
@@ -158,6 +169,7 @@ const (
 	DefaultPollMax           = 2 * time.Second
 	DefaultMaxMessageBytes   = 1 << 20
 	DefaultReconnectMaxDelay = 15 * time.Second
+	DefaultSource            = "warren-relay"
 )
 
 // MaxBatchSize bounds BatchSize: a claim returns the whole batch in one
@@ -173,6 +185,11 @@ func (c Config) withDefaults() Config {
 	c.Exchange = cmp.Or(c.Exchange, DefaultExchange)
 	c.Table = cmp.Or(c.Table, outbox.DefaultTable)
 	c.Name = cmp.Or(c.Name, defaultName())
+	c.Format = cmp.Or(c.Format, warren.FormatWarren)
+	c.Publisher.Name = cmp.Or(c.Publisher.Name, c.Name)
+	c.Publisher.Instance = cmp.Or(c.Publisher.Instance, amqpx.Hostname())
+	c.Publisher.Version = cmp.Or(c.Publisher.Version, warren.PlaneEnvelopeVersion)
+	c.Publisher.Source = cmp.Or(c.Publisher.Source, DefaultSource)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
@@ -203,6 +220,9 @@ func (c Config) validate() error {
 	}
 	if err := outbox.ValidateTable(c.Table); err != nil {
 		add("Table: %v", err)
+	}
+	if _, err := warren.ParseFormat(string(c.Format)); err != nil {
+		add("Format: %v", err)
 	}
 	if err := amqpx.CheckURL(c.AMQPURL); err != nil {
 		add("AMQPURL: %v", err)

@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
@@ -496,7 +497,7 @@ func (r *Relay) encode(c claimed) (amqp.Publishing, error) {
 	if c.DecodeErr != nil {
 		return amqp.Publishing{}, c.DecodeErr
 	}
-	msg, err := amqpx.EventPublishing(c.Event)
+	msg, err := amqpx.EncodedPublishing(warren.Encoder{Format: r.cfg.Format, Publisher: r.cfg.Publisher}, c.Event, c.ID)
 	if err != nil {
 		return amqp.Publishing{}, err
 	}

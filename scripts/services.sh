@@ -5,6 +5,9 @@
 #   Redis      127.0.0.1:6379
 #   RabbitMQ   127.0.0.1:5672, guest/guest
 #
+# Also installs Debian's python3-pika, the RabbitMQ client Plane's services
+# use, for the tests that read warren's messages the way they do.
+#
 # Installs what is missing (apt-get), starts what is stopped, waits until
 # each answers, and says what it did. Running it again changes nothing.
 # Works without systemd (containers, CI): services are started directly.
@@ -107,6 +110,18 @@ rabbitmq() {
 	say "RabbitMQ ready at 127.0.0.1:5672"
 }
 
+# pika is imported by /usr/bin/python3 (Debian's), not by whatever python3
+# is first on PATH, so the check names that interpreter.
+pika() {
+	if /usr/bin/python3 -c 'import pika' 2>/dev/null; then
+		say "python3-pika already installed"
+	else
+		apt_install python3-pika
+	fi
+	say "python3-pika $(/usr/bin/python3 -c 'import pika; print(pika.__version__)') ready"
+}
+
 postgres
 redis
 rabbitmq
+pika

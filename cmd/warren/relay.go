@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
@@ -36,6 +37,8 @@ type relayRunOptions struct {
 	keepDelivered, orderByEntity         bool
 	noListen, migrate                    bool
 	healthAddr                           string
+	format                               string
+	publisher                            warren.Publisher
 }
 
 func (o *relayRunOptions) register(fs *flagSet) {
@@ -43,6 +46,11 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
 	fs.String(&o.exchange, "exchange", "NAME", "the durable fanout exchange to publish to (declared if missing); default $WARREN_EXCHANGE, else "+relay.DefaultExchange, "")
 	fs.String(&o.name, "name", "NAME", "this relay's name in claimed rows, broker connections and pg_stat_activity; default warren-relay@HOST:PID", "")
+	fs.String(&o.format, "format", "warren|plane", "the envelope format of published messages: warren's own, or Plane's for Plane's consumers; default $WARREN_FORMAT, else warren", "")
+	fs.String(&o.publisher.Name, "publisher", "NAME", "the Plane envelope's publisher; default $WARREN_PUBLISHER, else the relay's name", "")
+	fs.String(&o.publisher.Instance, "publisher-instance", "NAME", "the Plane envelope's publisher_instance; default $WARREN_PUBLISHER_INSTANCE, else the host name", "")
+	fs.String(&o.publisher.Version, "envelope-version", "V", "the Plane envelope's version for events without one; default $WARREN_ENVELOPE_VERSION, else "+warren.PlaneEnvelopeVersion, "")
+	fs.String(&o.publisher.Source, "source", "NAME", "the Plane envelope's source; default $WARREN_SOURCE, else "+relay.DefaultSource, "")
 	fs.Int(&o.batchSize, "batch-size", "N", "rows per claim, published concurrently", relay.DefaultBatchSize)
 	fs.Int(&o.workers, "workers", "N", "claim-publish-settle loops running at once", relay.DefaultWorkers)
 	fs.Var(&o.lease, "lease", "DURATION", fmt.Sprintf("how long a claim hides a row from other relays (default %v)", relay.DefaultLease))
@@ -62,11 +70,18 @@ func (o *relayRunOptions) register(fs *flagSet) {
 func (o *relayRunOptions) config(env *cliEnv) relay.Config {
 	o.db.resolve(env)
 	return relay.Config{
-		DatabaseURL:    o.db.databaseURL,
-		Table:          o.db.table,
-		AMQPURL:        cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
-		Exchange:       cmp.Or(o.exchange, env.getenv("WARREN_EXCHANGE"), relay.DefaultExchange),
-		Name:           o.name,
+		DatabaseURL: o.db.databaseURL,
+		Table:       o.db.table,
+		AMQPURL:     cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
+		Exchange:    cmp.Or(o.exchange, env.getenv("WARREN_EXCHANGE"), relay.DefaultExchange),
+		Name:        o.name,
+		Format:      warren.Format(cmp.Or(o.format, env.getenv("WARREN_FORMAT"))),
+		Publisher: warren.Publisher{
+			Name:     cmp.Or(o.publisher.Name, env.getenv("WARREN_PUBLISHER")),
+			Instance: cmp.Or(o.publisher.Instance, env.getenv("WARREN_PUBLISHER_INSTANCE")),
+			Version:  cmp.Or(o.publisher.Version, env.getenv("WARREN_ENVELOPE_VERSION")),
+			Source:   cmp.Or(o.publisher.Source, env.getenv("WARREN_SOURCE")),
+		},
 		BatchSize:      o.batchSize,
 		Workers:        o.workers,
 		Lease:          time.Duration(o.lease),
@@ -93,6 +108,7 @@ var relayVerbs = &subcommands[relayRunOptions, *relayRun]{
 			"warren relay run --migrate",
 			"DATABASE_URL=postgres://app@db/app AMQP_URL=amqp://app@mq/ warren relay run --exchange app.events",
 			"warren relay run --table orders_outbox --keep-delivered --order-by-entity",
+			"warren relay run --format plane --exchange plane.event_stream     (Plane's consumers read what it publishes)",
 			"warren relay run --health-addr 127.0.0.1:9464     (probes and Prometheus scrape it)",
 		},
 		run: runRelayRun,

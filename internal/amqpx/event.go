@@ -1,7 +1,6 @@
 package amqpx
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -10,16 +9,26 @@ import (
 	"github.com/warrenmq/warren"
 )
 
-// EventPublishing encodes ev as the message every warren producer sends:
-// the JSON envelope as the body, and the AMQP properties that let the broker
+// EventPublishing is [EncodedPublishing] in warren's default format, for an
+// event that did not come from an outbox.
+func EventPublishing(ev warren.Event) (amqp.Publishing, error) {
+	return EncodedPublishing(warren.Encoder{}, ev, 0)
+}
+
+// EncodedPublishing encodes ev as the message every warren producer sends:
+// the JSON envelope in enc's format as the body (outboxID is the outbox row
+// it came from, 0 if none), and the AMQP properties that let the broker
 // and tools route and inspect it without decoding the body (message_id =
 // event_id, type = event_type, persistent, the creation time, and the
-// initiator type as a header).
-func EventPublishing(ev warren.Event) (amqp.Publishing, error) {
+// initiator type as a header). The properties are the same in every
+// format: Plane's publisher sets persistent delivery and the JSON content
+// type, and the others are extra to a Plane consumer, which reads only the
+// body.
+func EncodedPublishing(enc warren.Encoder, ev warren.Event, outboxID int64) (amqp.Publishing, error) {
 	if err := ev.Validate(); err != nil {
 		return amqp.Publishing{}, err
 	}
-	body, err := json.Marshal(ev)
+	body, err := enc.Encode(ev, outboxID)
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("encode event %s: %w", ev.ID, err)
 	}

@@ -1,0 +1,129 @@
+package warren
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Format is an envelope format: the shape an [Event] takes on the wire.
+// Decoding accepts both formats, whichever one is configured for encoding.
+type Format string
+
+const (
+	// FormatWarren is warren's envelope and the default (the zero Format):
+	// the event fields, "created_at" as an RFC 3339 string with
+	// nanoseconds, and "version" when the event has one. It is what
+	// [Event.MarshalJSON] writes.
+	FormatWarren Format = "warren"
+
+	// FormatPlane is Plane's envelope, byte-compatible with what Plane's
+	// outbox poller publishes, for Plane's consumers: the event fields
+	// (an empty project_id or initiator_id as null, as Plane's nullable
+	// columns give them), then "timestamp" as integer Unix seconds,
+	// "version", "publisher", "publisher_instance", "source" and
+	// "outbox_id" (the outbox row id, a number; null for an event that did
+	// not come from an outbox).
+	FormatPlane Format = "plane"
+)
+
+// PlaneEnvelopeVersion is the "version" Plane's publisher writes, used in
+// [FormatPlane] when neither the event nor the [Publisher] names one.
+const PlaneEnvelopeVersion = "1.0"
+
+// Publisher says who publishes, for the fields [FormatPlane] carries beside
+// the event. [FormatWarren] does not write them.
+type Publisher struct {
+	Name     string // "publisher": the publishing service
+	Instance string // "publisher_instance": which process of it, e.g. the host name
+	Version  string // "version" when the event has none; default PlaneEnvelopeVersion
+	Source   string // "source": the component that produced the message
+}
+
+// Encoder writes events in one envelope format. The zero Encoder writes
+// [FormatWarren].
+type Encoder struct {
+	Format    Format
+	Publisher Publisher // used by FormatPlane only
+}
+
+// ParseFormat returns the Format named s: "warren" (or "", the default) or
+// "plane".
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(s); f {
+	case "", FormatWarren:
+		return FormatWarren, nil
+	case FormatPlane:
+		return f, nil
+	}
+	return "", fmt.Errorf("unknown envelope format %q: want %q or %q", s, FormatWarren, FormatPlane)
+}
+
+// Encode returns ev as a JSON body in the encoder's format. outboxID is the
+// id of the outbox row the event was read from, 0 if none; only
+// [FormatPlane] writes it. An event without a creation time gets the
+// current time as its Plane "timestamp", which Plane's consumers require.
+// The body is compact JSON. Fields in ev.Extra follow the known ones, which win over an Extra entry
+// of the same name.
+func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
+	f, err := ParseFormat(string(enc.Format))
+	if err != nil {
+		return nil, err
+	}
+	planeFormat := f == FormatPlane
+	var w objectWriter
+	w.str("event_id", ev.ID, false)
+	w.str("event_type", ev.Type, false)
+	w.str("entity_type", ev.EntityType, false)
+	w.str("entity_id", ev.EntityID, false)
+	w.str("workspace_id", ev.WorkspaceID, false)
+	w.nullable("project_id", ev.ProjectID, planeFormat)
+	w.nullable("initiator_id", ev.InitiatorID, planeFormat)
+	w.str("initiator_type", ev.InitiatorType, false)
+	payload, err := ev.Payload.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	w.raw("payload", payload)
+	if !planeFormat {
+		if !ev.CreatedAt.IsZero() {
+			w.str("created_at", ev.CreatedAt.UTC().Format(time.RFC3339Nano), false)
+		}
+		w.str("version", ev.Version, true)
+		return compact(w.finish(ev.Extra))
+	}
+	created := ev.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	w.raw("timestamp", strconv.AppendInt(nil, created.Unix(), 10))
+	p := enc.Publisher
+	w.str("version", cmp.Or(ev.Version, p.Version, PlaneEnvelopeVersion), false)
+	w.str("publisher", p.Name, false)
+	w.str("publisher_instance", p.Instance, false)
+	w.str("source", p.Source, false)
+	if outboxID != 0 {
+		w.raw("outbox_id", strconv.AppendInt(nil, outboxID, 10))
+	} else {
+		w.raw("outbox_id", json.RawMessage("null"))
+	}
+	return compact(w.finish(ev.Extra))
+}
+
+// compact removes the white space raw parts bring (Postgres' jsonb prints
+// `{"id": "x"}`), and refuses a raw part that is not JSON, as json.Marshal
+// does for a Marshaler: a body is compact, and consumers matching on its
+// text (`"id":"x"`) see one spelling whichever path encoded it.
+func compact(body []byte, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, body); err != nil {
+		return nil, fmt.Errorf("warren: event does not encode to JSON (payload.data or previous_attributes is not JSON?): %w", err)
+	}
+	return out.Bytes(), nil
+}
