@@ -184,3 +184,29 @@ func TestLearnQueueArgsRefuses(t *testing.T) {
 		}
 	})
 }
+
+// A refusal cut at 255 bytes because it quoted the value sent as well is
+// asked again without that value: the shorter refusal fits.
+func TestLearnQueueArgsRetriesACutRefusal(t *testing.T) {
+	q := strings.Repeat("q", 90)
+	long := strings.Repeat("d", 60)
+	refuse := func(received, current string) error {
+		reason := fmt.Sprintf("PRECONDITION_FAILED - inequivalent arg 'x-dead-letter-exchange' for queue '%s' in vhost '/': received %s but current is %s", q, received, current)
+		if len(reason) > replyTextMax {
+			reason = reason[:replyTextMax-3] + "..."
+		}
+		return &amqp.Error{Code: amqp.PreconditionFailed, Reason: reason}
+	}
+	got, err := learnQueueArgs(q, amqp.Table{"x-dead-letter-exchange": long + ".ours"}, func(args amqp.Table) error {
+		switch v, ok := args["x-dead-letter-exchange"]; {
+		case !ok:
+			return refuse("none", "the value 'plane.dlq' of type 'longstr'")
+		case v != "plane.dlq":
+			return refuse(fmt.Sprintf("'%v'", v), "'plane.dlq'")
+		}
+		return nil
+	})
+	if err != nil || got["x-dead-letter-exchange"] != "plane.dlq" {
+		t.Fatalf("learned %v, %v; want the dead-letter exchange plane.dlq", got, err)
+	}
+}
