@@ -272,11 +272,11 @@ func assertNothingNew(t *testing.T, conn *amqp.Connection, topo consumer.Topolog
 	}
 }
 
-// A start in adopt mode whose DLQ is an existing queue with other
-// arguments (Plane's own <queue>_dlq, with Plane's TTL, against a config
-// that keeps dead messages a day) fails naming that queue, after learning
-// the queue's arguments and before declaring anything: the retry tiers are
-// not left behind, and the queue still holds its messages.
+// A start in adopt mode whose DLQ exists with other arguments (Plane's
+// 7-day TTL, against a config that keeps dead messages a day) fails naming
+// that queue, after learning the queue's arguments and before declaring
+// anything: the retry tiers are not left behind, and the queue still holds
+// its messages. Only the consumer's queue is adopted.
 func TestAdoptConflictingDLQCreatesNothing(t *testing.T) {
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
@@ -287,16 +287,19 @@ func TestAdoptConflictingDLQCreatesNothing(t *testing.T) {
 	newPublisher(t).events(plane.exchange, "", manyEvents(3, "kept", "workitem.updated")...)
 	c := consumerAt(t, testenv.AMQPURL(t), func(cfg *consumer.Config) {
 		cfg.Name, cfg.Exchange, cfg.AdoptQueue = plane.queue, plane.exchange, true
-		cfg.DeadLetterQueue, cfg.DeadLetterExchange, cfg.DLQTTL = plane.dlq, plane.dlx, 24*time.Hour
+		cfg.DeadLetterExchange, cfg.DLQTTL = plane.dlx, 24*time.Hour
 	})
 	topo := c.Topology()
 	deleteAfter(t, topo.Queues(), nil)
+	if _, err := ch.QueueDeclare(topo.DLQ, true, false, false, false, amqp.Table{"x-message-ttl": int32(604800000)}); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = c.Run(ctx)
 	var te *consumer.TopologyError
-	if !errors.As(err, &te) || te.Name != plane.dlq || te.Argument != "x-message-ttl" {
-		t.Fatalf("Run = %v; want a TopologyError naming x-message-ttl of %s", err, plane.dlq)
+	if !errors.As(err, &te) || te.Name != topo.DLQ || te.Argument != "x-message-ttl" {
+		t.Fatalf("Run = %v; want a TopologyError naming x-message-ttl of %s", err, topo.DLQ)
 	}
 	if exists(t, conn, "queue", topo.Retry[0].Queue) {
 		t.Errorf("retry queue %s was declared", topo.Retry[0].Queue)

@@ -59,9 +59,11 @@ type Config struct {
 	// "warren.events".
 	Exchange string
 
-	// DeadLetterQueue is the queue dead messages go to. Default Name.dlq
-	// (dlq.QueueName), which `warren dlq --queue Name` finds by itself;
-	// for another name, give the tools --dlq with it.
+	// DeadLetterQueue is the queue dead messages go to; its name ends in
+	// ".dlq", by which warren dlq recognises a dead-letter queue. Default
+	// Name.dlq (dlq.QueueName). `warren dlq replay` sends messages back to
+	// the queue named by removing ".dlq", so with another DeadLetterQueue
+	// replay with --to Name.
 	DeadLetterQueue string
 
 	// DeadLetterExchange is the fanout exchange the queue sends messages
@@ -278,6 +280,10 @@ func (c Config) validate() error {
 	}
 	if err := validateName("DeadLetterQueue", c.DeadLetterQueue); err != nil {
 		add("%v", err)
+	} else if !dlq.IsQueueName(c.DeadLetterQueue) {
+		// warren dlq tells a dead-letter queue by its name: an import
+		// into one keeps the failure record, into any other queue resets it.
+		add("DeadLetterQueue %q must end in %q, as warren dlq recognises dead-letter queues by name", c.DeadLetterQueue, dlq.QueueName(""))
 	}
 	if err := validateName("DeadLetterExchange", c.DeadLetterExchange); err != nil {
 		add("%v", err)
@@ -286,8 +292,8 @@ func (c Config) validate() error {
 		// Expired messages would go back to every consumer of the exchange.
 		add("DeadLetterExchange must differ from Exchange %q", c.Exchange)
 	}
-	if c.DeadLetterQueue == c.Name || slices.ContainsFunc(TopologyFor(c).Retry, func(r RetryTier) bool { return r.Queue == c.DeadLetterQueue }) {
-		add("DeadLetterQueue %q must differ from the consumer's queue and its retry queues", c.DeadLetterQueue)
+	if c.DeadLetterQueue == c.Name {
+		add("DeadLetterQueue %q must differ from the consumer's queue", c.DeadLetterQueue)
 	}
 	if err := amqpx.CheckURL(c.URL); err != nil {
 		add("URL: %v", err)
