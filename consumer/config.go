@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 )
@@ -50,14 +51,45 @@ type Config struct {
 	// redacted.
 	URL string
 
-	// Name is the consumer's name: its queue is Name, its dead-letter queue
-	// Name.dlq, its retry queues Name.retry.<delay>. It also namespaces
-	// deduplication keys. Required.
+	// Name is the consumer's name: its queue is Name, its retry queues
+	// Name.retry.<delay>. It also namespaces deduplication keys. Required.
 	Name string
 
 	// Exchange is the durable fanout exchange the queue binds to. Default
 	// "warren.events".
 	Exchange string
+
+	// DeadLetterQueue is the queue dead messages go to; its name ends in
+	// ".dlq", by which warren dlq recognises a dead-letter queue. Default
+	// Name.dlq (dlq.QueueName). `warren dlq replay` sends messages back to
+	// the queue named by removing ".dlq", so with another DeadLetterQueue
+	// replay with --to Name.
+	DeadLetterQueue string
+
+	// DeadLetterExchange is the fanout exchange the queue sends messages
+	// that expire in it to, and DeadLetterQueue is bound to. Default
+	// Name.dlx (dlq.ExchangeName). A fanout exchange delivers to every
+	// queue bound to it, so an exchange other queues dead-letter to as
+	// well (Plane's plane.event_stream.dlq) brings their expired messages
+	// into this consumer's DLQ too; see AdoptQueue.
+	DeadLetterExchange string
+
+	// AdoptQueue makes the consumer take its queue as it exists, with the
+	// arguments it was declared with (by Plane, say), instead of failing
+	// when they differ from this config. The consumer learns them from the
+	// broker at each start, logs them, and declares only what is missing:
+	// the DLQ, the retry tiers and the bindings. The queue's own message
+	// TTL and dead-letter exchange then apply, whatever MessageTTL and
+	// DeadLetterExchange say: the DLQ is bound to the queue's dead-letter
+	// exchange only when DeadLetterExchange names it (only the operator
+	// knows whether other queues dead-letter there); otherwise messages
+	// expiring in the queue go where its arguments say, and where nothing
+	// is bound (Plane binds nothing to plane.event_stream.dlq), the broker
+	// drops them, as before. A queue that does not exist is declared from
+	// this config. Retries and the consumer's own dead letters do not
+	// depend on the queue's arguments. Default false: a queue with other
+	// arguments is a TopologyError.
+	AdoptQueue bool
 
 	// Channels is how many AMQP channels consume in parallel, each with
 	// its own prefetch window and acknowledgements. Default 4.
@@ -213,6 +245,8 @@ var ErrInvalidConfig = errors.New("invalid consumer config")
 func (c Config) withDefaults() Config {
 	c.URL = cmp.Or(c.URL, amqpx.DefaultURL)
 	c.Exchange = cmp.Or(c.Exchange, DefaultExchange)
+	c.DeadLetterQueue = cmp.Or(c.DeadLetterQueue, dlq.QueueName(c.Name))
+	c.DeadLetterExchange = cmp.Or(c.DeadLetterExchange, dlq.ExchangeName(c.Name))
 	c.Channels = cmp.Or(c.Channels, DefaultChannels)
 	c.Prefetch = cmp.Or(c.Prefetch, DefaultPrefetch)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
@@ -243,6 +277,23 @@ func (c Config) validate() error {
 	}
 	if err := validateName("Exchange", c.Exchange); err != nil {
 		add("%v", err)
+	}
+	if err := validateName("DeadLetterQueue", c.DeadLetterQueue); err != nil {
+		add("%v", err)
+	} else if !dlq.IsQueueName(c.DeadLetterQueue) {
+		// warren dlq tells a dead-letter queue by its name: an import
+		// into one keeps the failure record, into any other queue resets it.
+		add("DeadLetterQueue %q must end in %q, as warren dlq recognises dead-letter queues by name", c.DeadLetterQueue, dlq.QueueName(""))
+	}
+	if err := validateName("DeadLetterExchange", c.DeadLetterExchange); err != nil {
+		add("%v", err)
+	}
+	if c.DeadLetterExchange == c.Exchange {
+		// Expired messages would go back to every consumer of the exchange.
+		add("DeadLetterExchange must differ from Exchange %q", c.Exchange)
+	}
+	if c.DeadLetterQueue == c.Name {
+		add("DeadLetterQueue %q must differ from the consumer's queue", c.DeadLetterQueue)
 	}
 	if err := amqpx.CheckURL(c.URL); err != nil {
 		add("URL: %v", err)

@@ -34,6 +34,11 @@ func TestConfigValidation(t *testing.T) {
 		"negative workers": {Config{Name: "q", Workers: -1}, "Workers must not be negative"},
 		"huge prefetch":    {Config{Name: "q", Prefetch: 70000}, "at most 65535"},
 		"classic limit":    {Config{Name: "q", DeliveryLimit: 3}, "needs QueueType Quorum"},
+		"DLQ not .dlq":     {Config{Name: "q", DeadLetterQueue: "q_dlq"}, `must end in ".dlq"`},
+		"DLQ is the queue": {Config{Name: "q.dlq", DeadLetterQueue: "q.dlq"}, "must differ from the consumer's queue"},
+		"DLQ reserved":     {Config{Name: "q", DeadLetterQueue: "amq.x.dlq"}, "DeadLetterQueue \"amq.x.dlq\" uses the broker's reserved prefix"},
+		"DLX space":        {Config{Name: "q", DeadLetterExchange: "plane dlq"}, "DeadLetterExchange \"plane dlq\" must not contain spaces"},
+		"DLX is exchange":  {Config{Name: "q", Exchange: "plane.event_stream", DeadLetterExchange: "plane.event_stream"}, "must differ from Exchange"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -42,6 +47,19 @@ func TestConfigValidation(t *testing.T) {
 				t.Errorf("New = %v, want an ErrInvalidConfig saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Plane's names are valid: its exchange, its shared dead-letter exchange
+// and a queue named after its service.
+func TestConfigTakesPlaneNames(t *testing.T) {
+	cfg := Config{Name: "plane.event_stream.webhook", Exchange: "plane.event_stream", DeadLetterExchange: "plane.event_stream.dlq", AdoptQueue: true}
+	if _, err := New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	topo := TopologyFor(cfg)
+	if topo.DLX != "plane.event_stream.dlq" || topo.DLQ != "plane.event_stream.webhook.dlq" {
+		t.Errorf("topology %+v", topo)
 	}
 }
 

@@ -11,8 +11,9 @@
 //	E            durable fanout exchange the producers publish to
 //	N            durable queue bound to E; message TTL (default 1h);
 //	             expired messages dead-letter to N.dlx
-//	N.dlx        fanout exchange bound to N.dlq
+//	N.dlx        fanout exchange bound to N.dlq (Config.DeadLetterExchange)
 //	N.dlq        dead messages, with their own TTL (default 7 days)
+//	             (Config.DeadLetterQueue)
 //	N.retry.<d>  one queue per retry delay d (default 1s, 10s, 1m, 10m),
 //	             each with message TTL d, dead-lettering back to N through
 //	             the default exchange
@@ -20,6 +21,27 @@
 // Retries never pass through E, so other consumers on E never see them.
 // Each tier holds messages of one delay, so a 1s retry never waits behind a
 // 10m one (RabbitMQ expires messages only at the head of a queue).
+// Each start plans before it declares: it looks (passively) at what
+// exists, checks that each existing exchange and queue has the arguments
+// the consumer needs, and only then declares what is missing, so a start
+// refused for a conflict leaves nothing new behind; a declaration refused
+// midway deletes what that start created, if empty. It logs one line,
+// "topology declared", with the queue's arguments, what it found and what
+// it added.
+//
+// A queue declared by someone else (Plane's services declare theirs with
+// a TTL and a dead-letter exchange shared by all of them) is a
+// TopologyError naming the argument that differs, unless
+// Config.AdoptQueue: the consumer then takes the queue as it is. AMQP
+// returns no queue's arguments, so it learns them from the broker's
+// refusals of declarations with other ones (see probe.go); one it cannot
+// learn is an error, never a guess. The queue's TTL and dead-letter
+// exchange apply; the DLQ is bound to that exchange only when
+// Config.DeadLetterExchange names it, since a fanout exchange other queues
+// dead-letter to would bring their expired messages into this DLQ.
+// Retries and the consumer's own dead letters go through the default
+// exchange and work on any queue.
+//
 // A retry tier or DLQ that an operator deleted is declared again by the
 // first retry or dead letter that finds it missing; the declaration gets
 // up to 10s, then the session is given up and the topology declared on a

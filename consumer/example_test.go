@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"net/http"
 	"time"
@@ -95,4 +96,25 @@ func ExampleConfig_memoryBudget() {
 	if err := c.RunUntilSignal(context.Background()); errors.Is(err, consumer.ErrOverMemoryBudget) {
 		log.Fatalf("raise the budget or lower the broker's max_message_size: %v", err)
 	}
+}
+
+// A consumer taking over a queue Plane's BaseConsumer declared (1-hour
+// TTL, dead-lettering to the fanout exchange plane.event_stream.dlq that
+// all of Plane's consumers share) without deleting it or what it holds.
+// The queue keeps its arguments; the consumer adds its DLQ, retry tiers and
+// binding, and logs what it found and added. DeadLetterExchange is left at
+// its default: the DLQ is not bound to the shared exchange, where the
+// other Plane consumers' expired messages would reach it too.
+func ExampleConfig_adoptQueue() {
+	c, err := consumer.New(consumer.Config{
+		Name:       "plane.event_stream.webhook",
+		Exchange:   "plane.event_stream",
+		AdoptQueue: true,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	topo := c.Topology()
+	fmt.Println(topo.Queue, topo.DLQ, topo.Retry[0].Queue)
+	// Output: plane.event_stream.webhook plane.event_stream.webhook.dlq plane.event_stream.webhook.retry.1s
 }

@@ -61,12 +61,7 @@ func (c *BaseConsumer) redeclare(s *session, seen uint64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), amqpx.SetupTimeout)
 	defer cancel()
 	err := amqpx.BoundNotify(ctx, s.conn, func() error {
-		ch, err := s.conn.Channel()
-		if err != nil {
-			return fmt.Errorf("open channel: %w", err)
-		}
-		defer ch.Close() // within the bound
-		return c.topo.declare(ch, c.cfg)
+		return c.declareTopology(s.conn) // its channel closes within the bound
 	}, func(err error) { s.fail(fmt.Errorf("declare the topology again: %w", err)) })
 	if err == nil {
 		s.declared.Add(1)

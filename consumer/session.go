@@ -91,13 +91,7 @@ func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Del
 	s.watch(conn.NotifyClose(make(chan *amqp.Error, 1)))
 	s.background.Go(amqpx.WatchBlocked(conn, &c.block, c.blockChanged))
 
-	ch, err := conn.Channel()
-	if err != nil {
-		return nil, fmt.Errorf("open channel: %w", err)
-	}
-	err = c.topo.declare(ch, c.cfg)
-	ch.Close()
-	if err != nil {
+	if err := c.declareTopology(conn); err != nil {
 		return nil, err
 	}
 

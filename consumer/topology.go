@@ -7,8 +7,6 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/warrenmq/warren/dlq"
 )
 
 // Topology is the set of names a consumer declares. Its methods are how the
@@ -34,8 +32,8 @@ func TopologyFor(cfg Config) Topology {
 	t := Topology{
 		Exchange: cfg.Exchange,
 		Queue:    cfg.Name,
-		DLX:      dlq.ExchangeName(cfg.Name),
-		DLQ:      dlq.QueueName(cfg.Name),
+		DLX:      cfg.DeadLetterExchange,
+		DLQ:      cfg.DeadLetterQueue,
 	}
 	for _, d := range cfg.RetryDelays {
 		t.Retry = append(t.Retry, RetryTier{Delay: d, Queue: cfg.Name + ".retry." + shortDuration(d)})
@@ -89,10 +87,15 @@ type TopologyError struct {
 	Name     string
 	Argument string // e.g. "x-message-ttl"; empty when the cause is not a mismatch
 	Err      error
+
+	adoptable bool // the consumer's own queue, which Config.AdoptQueue can take as it is
 }
 
 func (e *TopologyError) Error() string {
-	if e.Argument != "" {
+	switch {
+	case e.Argument != "" && e.adoptable:
+		return fmt.Sprintf("declare %s %q: it exists with a different %s; set AdoptQueue to consume it as it is, change the config to match, or delete it (%v)", e.Kind, e.Name, e.Argument, e.Err)
+	case e.Argument != "":
 		return fmt.Sprintf("declare %s %q: it exists with a different %s; delete it or change the config to match (%v)", e.Kind, e.Name, e.Argument, e.Err)
 	}
 	return fmt.Sprintf("declare %s %q: %v", e.Kind, e.Name, e.Err)
@@ -102,7 +105,7 @@ func (e *TopologyError) Unwrap() error { return e.Err }
 
 var inequivalentArg = regexp.MustCompile(`inequivalent arg '([^']+)'`)
 
-func topologyError(kind, name string, err error) error {
+func topologyError(kind, name string, err error) *TopologyError {
 	te := &TopologyError{Kind: kind, Name: name, Err: err}
 	var ae *amqp.Error
 	if errors.As(err, &ae) && ae.Code == amqp.PreconditionFailed {
@@ -114,80 +117,12 @@ func topologyError(kind, name string, err error) error {
 }
 
 // fatal reports whether a declaration error is one reconnecting cannot fix:
-// a mismatch with existing queues, or missing permissions.
+// a mismatch with existing queues, an argument the consumer cannot learn,
+// or missing permissions.
 func (e *TopologyError) fatal() bool {
 	var ae *amqp.Error
+	if errors.Is(e.Err, errCannotAdopt) {
+		return true
+	}
 	return errors.As(e.Err, &ae) && (ae.Code == amqp.PreconditionFailed || ae.Code == amqp.AccessRefused)
-}
-
-// declare creates the exchange, queue, dead-letter and retry topology.
-// Declaring what already exists with the same arguments changes nothing.
-func (t Topology) declare(ch *amqp.Channel, cfg Config) error {
-	queueArgs := func(ttl time.Duration, extra amqp.Table) amqp.Table {
-		args := amqp.Table{}
-		if ttl > 0 {
-			args["x-message-ttl"] = ttl.Milliseconds()
-		}
-		if cfg.QueueType == Quorum {
-			args["x-queue-type"] = string(Quorum)
-		}
-		for k, v := range extra {
-			args[k] = v
-		}
-		return args
-	}
-	// Quorum queues dead-letter at most once unless asked; at-least-once
-	// needs reject-publish overflow. Both matter here: retry queues deliver
-	// by dead-lettering, and expiry must not drop a message on its way to
-	// the DLQ.
-	deadLetterTo := func(exchange, routingKey string) amqp.Table {
-		args := amqp.Table{"x-dead-letter-exchange": exchange}
-		if routingKey != "" {
-			args["x-dead-letter-routing-key"] = routingKey
-		}
-		if cfg.QueueType == Quorum {
-			args["x-dead-letter-strategy"] = "at-least-once"
-			args["x-overflow"] = "reject-publish"
-		}
-		return args
-	}
-
-	if err := ch.ExchangeDeclare(t.Exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return topologyError("exchange", t.Exchange, err)
-	}
-	if err := ch.ExchangeDeclare(t.DLX, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return topologyError("exchange", t.DLX, err)
-	}
-	mainQueueArgs := deadLetterTo(t.DLX, "")
-	if cfg.DeliveryLimit > 0 {
-		mainQueueArgs["x-delivery-limit"] = int64(cfg.DeliveryLimit)
-	}
-	queues := []struct {
-		name string
-		args amqp.Table
-	}{
-		{t.DLQ, queueArgs(cfg.DLQTTL, nil)},
-		{t.Queue, queueArgs(cfg.MessageTTL, mainQueueArgs)},
-	}
-	// Retry tiers dead-letter through the default exchange straight to this
-	// consumer's queue: a retry must never go back through the fanout
-	// exchange, where every other consumer would see it again.
-	for _, r := range t.Retry {
-		queues = append(queues, struct {
-			name string
-			args amqp.Table
-		}{r.Queue, queueArgs(r.Delay, deadLetterTo("", t.Queue))})
-	}
-	for _, q := range queues {
-		if _, err := ch.QueueDeclare(q.name, true, false, false, false, q.args); err != nil {
-			return topologyError("queue", q.name, err)
-		}
-	}
-	if err := ch.QueueBind(t.DLQ, "", t.DLX, false, nil); err != nil {
-		return topologyError("binding", t.DLQ+" to "+t.DLX, err)
-	}
-	if err := ch.QueueBind(t.Queue, "", t.Exchange, false, nil); err != nil {
-		return topologyError("binding", t.Queue+" to "+t.Exchange, err)
-	}
-	return nil
 }
