@@ -47,6 +47,7 @@ type plan struct {
 	softDelete string // "" when off
 	outbox     string // quoted, schema-qualified
 	errors     string // quoted, schema-qualified capture errors table
+	errorsName string // the same, unquoted, for messages
 	channel    string
 }
 
@@ -89,6 +90,8 @@ func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
 		spec: spec, source: src, channel: ob.Channel(),
 		outbox: quote(outboxSchema) + "." + quote(ob.Name()),
 		errors: quote(outboxSchema) + "." + quote(ob.CaptureErrorsTable()),
+
+		errorsName: outboxSchema + "." + ob.CaptureErrorsTable(),
 	}
 	if err := p.resolveColumns(); err != nil {
 		return nil, err
@@ -236,7 +239,12 @@ func (p *plan) insert(eventType, entityID, workspace, project, payload, from str
 		version = literal(p.spec.Version)
 	}
 	return fmt.Sprintf(`INSERT INTO %s (%s)
-		SELECT gen_random_uuid()::text, %s, %s, %s, %s, %s,
+		SELECT gen_random_uuid()::text,
+			%s,
+			%s,
+			%s,
+			%s,
+			%s,
 			nullif(current_setting(%s, true), ''),
 			coalesce(nullif(current_setting(%s, true), ''), %s),
 			%s,
@@ -291,7 +299,9 @@ func (p *plan) onUpdate() string {
 	}
 	eventType += "\n\t\t\tELSE " + p.eventType("updated") + " END"
 
-	either := func(o, n string) string { return "CASE WHEN " + newGone + " THEN " + o + " ELSE " + n + " END" }
+	either := func(o, n string) string {
+		return "CASE WHEN " + newGone + " THEN " + o + "\n\t\t\t\tELSE " + n + " END"
+	}
 	oid, ows, oproj := p.envelope("o")
 	nid, nws, nproj := p.envelope("n")
 	payload := "jsonb_build_object('data', " + either(p.data("o"), p.data("n")) +
@@ -323,6 +333,7 @@ func (p *plan) guarded(op, insert, ids string) string {
 	return fmt.Sprintf(`		BEGIN
 		%s
 		GET DIAGNOSTICS written = ROW_COUNT;
+		-- Catching opens a subtransaction per statement, not per row.
 		EXCEPTION WHEN others THEN
 			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT, err_detail = PG_EXCEPTION_DETAIL;
 			INSERT INTO %s (source_table, operation, entity_ids, sqlstate, message, detail)
@@ -331,7 +342,7 @@ func (p *plan) guarded(op, insert, ids string) string {
 				%s, %s, err_message, err_state, %s;
 		END;`,
 		insert, p.errors, literal(p.name()), literal(op), ids,
-		literal(op), literal(p.name()), literal(p.errors))
+		literal(op), literal(p.name()), literal(p.errorsName))
 }
 
 // ids selects the entity ids of a transition table's rows.
@@ -411,4 +422,3 @@ CREATE TRIGGER %[3]s AFTER DELETE ON %[4]s REFERENCING OLD TABLE AS %[7]s
 `, triggerInsert, triggerUpdate, triggerDelete, source, function, newRows, oldRows)
 	return b.String()
 }
-
