@@ -24,6 +24,10 @@
 // [Publish] and [PublishBatch] write to [DefaultTable]; [New] returns a
 // [Table] for any other name, whose methods do the same and more.
 //
+// Package outbox/capture writes events from triggers instead: every
+// change to a captured table, by whatever code path, writes its events in
+// the changing transaction.
+//
 // # Operating
 //
 // [Table.Migrate] creates and upgrades the table from embedded, versioned

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Stats is a snapshot of an outbox table.
@@ -15,6 +17,11 @@ type Stats struct {
 	Dead             int64         // rows that will not be tried again unless redriven
 	Delivered        int64         // delivered rows kept by KeepDelivered, until purged
 	OldestPendingAge time.Duration // how long the oldest pending row has waited; 0 when none
+
+	// CaptureErrors counts the rows of [Table.CaptureErrorsTable]: changes
+	// whose events a capture trigger with the Record policy could not
+	// write. 0 when that table does not exist.
+	CaptureErrors int64
 }
 
 // Stats counts the table's rows by state. The counts run on the partial
@@ -27,7 +34,23 @@ func (o *Table) Stats(ctx context.Context, db DB) (Stats, error) {
 		return Stats{}, fmt.Errorf("outbox %s: stats: %w", o.table, err)
 	}
 	s.OldestPendingAge = time.Duration(oldest * float64(time.Second))
+	if s.CaptureErrors, err = o.captureErrors(ctx, db); err != nil {
+		return Stats{}, fmt.Errorf("outbox %s: stats: %w", o.table, err)
+	}
 	return s, nil
+}
+
+// captureErrors counts the capture errors table's rows, if it exists: a
+// statement naming a missing table would fail, so its existence is asked
+// first.
+func (o *Table) captureErrors(ctx context.Context, db DB) (int64, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, o.sql.captureErrorsExist, pgx.Identifier{o.CaptureErrorsTable()}.Sanitize()).Scan(&exists); err != nil || !exists {
+		return 0, err
+	}
+	var n int64
+	err := db.QueryRow(ctx, o.sql.captureErrors).Scan(&n)
+	return n, err
 }
 
 // Filter selects dead rows for [Table.Dead] and [Table.Redrive]. Its

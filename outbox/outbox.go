@@ -87,6 +87,16 @@ func (o *Table) Name() string { return o.table }
 // relay listens on: "warren." followed by the table name.
 func (o *Table) Channel() string { return o.channel }
 
+// CaptureErrorsTable returns the name of the table where triggers made by
+// package outbox/capture with its Record policy note the events they could
+// not write to this outbox. It exists only once such a capture is
+// installed.
+func (o *Table) CaptureErrorsTable() string { return o.table + captureErrorsSuffix }
+
+// captureErrorsSuffix fits the longest valid table name (48 bytes) in
+// Postgres's 63.
+const captureErrorsSuffix = "_capture_errors"
+
 var placeholderRE = regexp.MustCompile(`\{table(_[a-z_]+)?\}`)
 
 // render replaces {table} with the quoted table name and {table_suffix}

@@ -11,6 +11,8 @@ type statements struct {
 	purgeSelect   string
 	purgeDelete   string
 	schemaVersion string
+
+	captureErrorsExist, captureErrors string
 }
 
 // Columns are the columns [ScanRow] reads, in its order, for a query that
@@ -77,6 +79,13 @@ FOR UPDATE SKIP LOCKED`
 
 const purgeDeleteSQL = `DELETE FROM {table} WHERE id = ANY($1::bigint[])`
 
+// The capture errors table is made by package outbox/capture, and only
+// for its Record policy.
+const (
+	captureErrorsExistSQL = `SELECT to_regclass($1) IS NOT NULL`
+	captureErrorsSQL      = `SELECT count(*) FROM {table_capture_errors}`
+)
+
 const schemaVersionSQL = `SELECT coalesce(max(version), 0) FROM {table_migrations}`
 
 func renderStatements(table string) statements {
@@ -89,5 +98,8 @@ func renderStatements(table string) statements {
 		purgeSelect:   r(purgeSelectSQL),
 		purgeDelete:   r(purgeDeleteSQL),
 		schemaVersion: r(schemaVersionSQL),
+
+		captureErrorsExist: captureErrorsExistSQL,
+		captureErrors:      r(captureErrorsSQL),
 	}
 }

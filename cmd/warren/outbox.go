@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -15,13 +16,14 @@ import (
 
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/outbox/capture"
 )
 
 // defaultOutboxDatabaseURL is the database when neither --database-url nor
 // DATABASE_URL says otherwise: the local development database.
 const defaultOutboxDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
-var outboxCommand = command{name: "outbox", summary: "migrate, inspect, redrive and purge the outbox table", run: runOutbox}
+var outboxCommand = command{name: "outbox", summary: "migrate, inspect, redrive and purge the outbox table; capture a table's changes", run: runOutbox}
 
 // outboxSub is one `warren outbox` subcommand.
 type outboxSub = subcommand[outboxOptions, *outboxCall]
@@ -93,6 +95,34 @@ var outboxSubs = []outboxSub{
 		},
 		run: runOutboxPurge,
 	},
+	{
+		name: "capture", summary: "install triggers that write a table's changes to the outbox",
+		about: "Generate, from the catalog, one statement-level trigger function for --source and its insert, update and delete triggers, which write <prefix>.created, .updated (previous_attributes: the old values of the changed tracked columns only; none for an update that changed nothing tracked) and .deleted (a hard delete, or --soft-delete-column going from NULL to a value) events to the outbox, in the changing statement's transaction. The column lists are written into the trigger: run this again after a migration changes the table. The SQL is applied in one transaction and recorded as the table's next version in " + capture.MigrationsTable + "; an unchanged result is not applied again. With --on-failure fail (the default) an event the outbox refuses fails the statement; with record the statement succeeds and the failure is written to the outbox's capture errors table, which 'warren outbox stats' and the relay's metrics count. The initiator comes from the session settings --initiator-setting (default " + capture.DefaultInitiatorTypeSetting + ", unset: USER) and " + capture.DefaultInitiatorIDSetting + ".",
+		examples: []string{
+			"warren outbox capture --source issues --entity-type issue --event-prefix workitem --exclude description_html --workspace-column workspace_id --project-column project_id --print",
+			"warren outbox capture --source labels --entity-type label --on-failure record --initiator-setting plane.initiator_type",
+			"warren outbox capture --source labels --uninstall",
+		},
+		flags: func(fs *flagSet, o *outboxOptions) {
+			c := &o.capture
+			fs.String(&c.Table, "source", "TABLE", "the table to capture: name or schema.name; required", "")
+			fs.String(&c.EntityType, "entity-type", "TYPE", "each event's entity_type (default the table's name)", "")
+			fs.String(&c.EventPrefix, "event-prefix", "PREFIX", "event types are PREFIX.created, .updated, .deleted (default the entity type)", "")
+			fs.String(&c.EntityIDColumn, "entity-id-column", "COLUMN", "the entity_id column (default the primary key)", "")
+			fs.Var(&o.captureColumns, "columns", "COLUMNS", "track only these columns (default every column; comma-separated or repeated)")
+			fs.Var(&o.captureExclude, "exclude", "COLUMNS", "leave these columns out of the events and the comparison")
+			fs.String(&c.WorkspaceColumn, "workspace-column", "COLUMN", "the column holding workspace_id", "")
+			fs.String(&c.ProjectColumn, "project-column", "COLUMN", "the column holding project_id", "")
+			fs.String(&o.softDelete, "soft-delete-column", "COLUMN", "the soft delete column, or none (default deleted_at when the table has it)", "")
+			fs.String(&c.InitiatorTypeSetting, "initiator-setting", "NAME", "the session setting holding initiator_type (default "+capture.DefaultInitiatorTypeSetting+")", "")
+			fs.String(&c.InitiatorIDSetting, "initiator-id-setting", "NAME", "the session setting holding initiator_id (default "+capture.DefaultInitiatorIDSetting+")", "")
+			fs.String(&o.onFailure, "on-failure", "POLICY", "fail (the statement fails) or record (the failure is recorded)", string(capture.Fail))
+			fs.String(&c.Version, "event-version", "V", "each event's version field (default none)", "")
+			fs.Bool(&o.print, "print", "print the SQL and apply nothing")
+			fs.Bool(&o.uninstall, "uninstall", "drop the table's capture triggers and function")
+		},
+		run: runOutboxCapture,
+	},
 }
 
 // outboxOptions holds every flag of every subcommand; each registers its
@@ -106,6 +136,11 @@ type outboxOptions struct {
 	limit, batch   int
 	olderThan      ageFlag
 	state, archive string
+
+	capture                        capture.Spec
+	captureColumns, captureExclude listFlag
+	softDelete, onFailure          string
+	print, uninstall               bool
 }
 
 // outboxDBFlags are the flags that name the database and the table, shared
@@ -233,6 +268,12 @@ func (o *outboxOptions) validate(sub string) error {
 		return usagef("purge: --state must be delivered, dead or all, not %q", o.state)
 	case sub == "purge" && !o.yes:
 		return usagef("purge deletes rows: pass --yes to confirm")
+	case sub == "capture" && o.capture.Table == "":
+		return usagef("capture: --source is required")
+	case sub == "capture" && o.onFailure != string(capture.Fail) && o.onFailure != string(capture.Record):
+		return usagef("capture: --on-failure must be fail or record, not %q", o.onFailure)
+	case sub == "capture" && o.uninstall && o.print:
+		return usagef("capture: --uninstall and --print exclude each other")
 	}
 	return nil
 }
@@ -250,6 +291,58 @@ func runOutboxMigrate(ctx context.Context, c *outboxCall) error {
 	return nil
 }
 
+func runOutboxCapture(ctx context.Context, c *outboxCall) error {
+	o := c.opts
+	spec := o.capture
+	spec.Outbox = c.outbox.Name()
+	spec.Columns, spec.Exclude = o.captureColumns, o.captureExclude
+	spec.OnFailure = capture.FailurePolicy(o.onFailure)
+	if o.softDelete == "none" {
+		spec.NoSoftDelete = true
+	} else {
+		spec.SoftDeleteColumn = o.softDelete
+	}
+	var (
+		res capture.Result
+		err error
+	)
+	switch {
+	case o.print:
+		m, err := capture.Generate(ctx, c.pool, spec)
+		if err != nil {
+			return captureError(err)
+		}
+		_, err = io.WriteString(c.env.stdout, m.SQL)
+		return err
+	case o.uninstall:
+		res, err = capture.Uninstall(ctx, c.pool, spec.Table)
+	default:
+		res, err = capture.Install(ctx, c.pool, spec)
+	}
+	if err != nil {
+		return captureError(err)
+	}
+	switch {
+	case o.uninstall && res.Version == 0:
+		fmt.Fprintf(c.env.stdout, "%s has no capture to uninstall\n", res.Name)
+	case !res.Applied:
+		fmt.Fprintf(c.env.stdout, "capture on %s is up to date (version %d)\n", res.Name, res.Version)
+	case o.uninstall:
+		fmt.Fprintf(c.env.stdout, "capture on %s uninstalled (version %d)\n", res.Name, res.Version)
+	default:
+		fmt.Fprintf(c.env.stdout, "capture on %s installed: version %d, events to outbox %s\n", res.Name, res.Version, c.outbox.Name())
+	}
+	return nil
+}
+
+// captureError makes a spec the catalog refutes a usage error (exit 2).
+func captureError(err error) error {
+	if errors.Is(err, capture.ErrInvalidSpec) {
+		return usagef("capture: %v", err)
+	}
+	return err
+}
+
 // outboxStatsJSON is the --json form of outbox.Stats.
 type outboxStatsJSON struct {
 	Table                   string  `json:"table"`
@@ -259,6 +352,7 @@ type outboxStatsJSON struct {
 	Dead                    int64   `json:"dead"`
 	Delivered               int64   `json:"delivered"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
+	CaptureErrors           int64   `json:"capture_errors"`
 }
 
 func runOutboxStats(ctx context.Context, c *outboxCall) error {
@@ -269,7 +363,7 @@ func runOutboxStats(ctx context.Context, c *outboxCall) error {
 	if c.opts.json {
 		return writeJSON(c.env.stdout, outboxStatsJSON{
 			Table: c.outbox.Name(), Pending: s.Pending, InFlight: s.InFlight, Retrying: s.Retrying,
-			Dead: s.Dead, Delivered: s.Delivered, OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(),
+			Dead: s.Dead, Delivered: s.Delivered, OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(), CaptureErrors: s.CaptureErrors,
 		})
 	}
 	w := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
@@ -282,6 +376,9 @@ func runOutboxStats(ctx context.Context, c *outboxCall) error {
 	fmt.Fprintf(w, "oldest pending\t%s\n", oldest)
 	fmt.Fprintf(w, "dead\t%d\n", s.Dead)
 	fmt.Fprintf(w, "delivered (kept)\t%d\n", s.Delivered)
+	if s.CaptureErrors > 0 {
+		fmt.Fprintf(w, "capture errors\t%d\t(changes whose events were not written; see %s)\n", s.CaptureErrors, c.outbox.CaptureErrorsTable())
+	}
 	return w.Flush()
 }
 

@@ -275,3 +275,77 @@ func TestRelayRunCLI(t *testing.T) {
 		t.Errorf("%d rows left after relaying", n)
 	}
 }
+
+// capture prints the SQL without applying it, installs once, is a no-op
+// the second time, and under --on-failure record a refused event shows in
+// stats as a capture error.
+func TestOutboxCLICapture(t *testing.T) {
+	ctx := context.Background()
+	environ, ob, pool := outboxCLITable(t)
+	source := testenv.Name(t, "src")
+	testenv.DropTables(t, source, ob.CaptureErrorsTable())
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+source+`_warren_capture() CASCADE`)
+		pool.Exec(context.Background(), `DELETE FROM warren_capture_migrations WHERE name = $1`, "public."+source)
+	})
+	if _, err := pool.Exec(ctx, `CREATE TABLE `+source+` (id text PRIMARY KEY, name text, body text, deleted_at timestamptz)`); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"outbox", "capture", "--source", source, "--entity-type", "issue", "--event-prefix", "workitem", "--exclude", "body"}
+
+	r := runOutboxCLI(ctx, environ, append(args, "--print")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "CREATE OR REPLACE FUNCTION") || !strings.Contains(r.stdout, "'workitem.updated'") ||
+		!strings.Contains(r.stdout, "tracked columns: id, name, deleted_at") {
+		t.Fatalf("capture --print: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+source+` VALUES ('a', 'x', 'y')`); err != nil {
+		t.Fatal(err)
+	}
+	if n := outboxCLICount(t, pool, ob, "true"); n != 0 {
+		t.Fatalf("--print applied the capture: %d events", n)
+	}
+
+	record := append(args, "--on-failure", "record")
+	r = runOutboxCLI(ctx, environ, record...)
+	if r.code != 0 || !strings.Contains(r.stdout, "installed: version 1") {
+		t.Fatalf("capture: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runOutboxCLI(ctx, environ, record...)
+	if r.code != 0 || !strings.Contains(r.stdout, "up to date (version 1)") {
+		t.Fatalf("capture again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE `+source+` SET name = 'z'`); err != nil {
+		t.Fatal(err)
+	}
+	if n := outboxCLICount(t, pool, ob, "event_type = 'workitem.updated' AND entity_id = 'a'"); n != 1 {
+		t.Fatalf("update wrote %d events, want 1", n)
+	}
+	outboxCLIExec(t, pool, ob, `ALTER TABLE {table} ADD CONSTRAINT poison CHECK (entity_id <> 'a') NOT VALID`)
+	if _, err := pool.Exec(ctx, `UPDATE `+source+` SET name = 'w'`); err != nil {
+		t.Fatalf("under record the update must succeed: %v", err)
+	}
+	r = runOutboxCLI(ctx, environ, "outbox", "stats", "--json")
+	var stats outboxStatsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &stats); r.code != 0 || err != nil || stats.CaptureErrors != 1 {
+		t.Fatalf("stats --json: exit %d, %v, capture errors %d\n%s%s", r.code, err, stats.CaptureErrors, r.stdout, r.stderr)
+	}
+	if r := runOutboxCLI(ctx, environ, "outbox", "stats"); r.code != 0 || !strings.Contains(r.stdout, "capture errors    1") {
+		t.Errorf("stats: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	r = runOutboxCLI(ctx, environ, "outbox", "capture", "--source", source, "--uninstall")
+	if r.code != 0 || !strings.Contains(r.stdout, "uninstalled (version 2)") {
+		t.Fatalf("capture --uninstall: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	for _, bad := range [][]string{
+		{"outbox", "capture"},
+		{"outbox", "capture", "--source", source, "--on-failure", "ignore"},
+		{"outbox", "capture", "--source", source, "--exclude", "nope"},
+		{"outbox", "capture", "--source", source, "--print", "--uninstall"},
+	} {
+		if r := runOutboxCLI(ctx, environ, bad...); r.code != 2 || r.stderr == "" {
+			t.Errorf("%v: exit %d, want 2 with a message\n%s%s", bad, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -13,7 +13,10 @@
 //   - commit → publish latency: a steady 1,000 events/s through the outbox,
 //     a 250 ms poller against the relay woken by LISTEN/NOTIFY (p50, p99);
 //   - memory: peak RSS of a consumer and of a relay, each in a subprocess
-//     of this binary, over -rss-messages messages.
+//     of this binary, over -rss-messages messages;
+//   - capture: bulk and single-row UPDATEs of a table without a trigger
+//     and with warren's generated capture trigger (and, for comparison,
+//     row-level triggers written by hand).
 //
 // Variants run alternately for several rounds on equal workloads; the
 // report gives each one's median and spread and the ratio of medians to

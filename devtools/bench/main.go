@@ -198,7 +198,7 @@ func main() {
 
 func scenarios() []scenario {
 	return []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(),
-		relayScenario(), latencyScenario(), memoryScenario()}
+		relayScenario(), latencyScenario(), memoryScenario(), captureScenario()}
 }
 
 func formatFigures(ms []metric, f figures) string {

@@ -24,6 +24,7 @@
 //	warren_outbox_dead_rows                   dead rows
 //	warren_outbox_delivered_rows              delivered rows kept by KeepDelivered
 //	warren_outbox_oldest_pending_age_seconds  age of the oldest pending row
+//	warren_outbox_capture_errors              changes whose events a capture trigger could not write (outbox/capture, record policy)
 //
 // The warren_outbox_* gauges describe the whole table, whichever relay
 // reports them (every Config.StatsInterval): with several relays on one

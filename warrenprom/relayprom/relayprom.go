@@ -41,6 +41,7 @@ type RelayMetrics struct {
 	pending, inFlight         *prometheus.GaugeVec
 	retrying, deadRows        *prometheus.GaugeVec
 	delivered, oldest         *prometheus.GaugeVec
+	captureErrors             *prometheus.GaugeVec
 	blocked                   *prometheus.GaugeVec
 
 	outboxes sync.Map // table → *relaySeries
@@ -76,10 +77,12 @@ func NewRelayMetrics(reg prometheus.Registerer, opts RelayOptions) (*RelayMetric
 		deadRows:  promreg.GaugeVec("warren_outbox_dead_rows", "Dead rows, waiting for 'warren outbox redrive' or a purge.", "outbox"),
 		delivered: promreg.GaugeVec("warren_outbox_delivered_rows", "Delivered rows kept by KeepDelivered until purged.", "outbox"),
 		oldest:    promreg.GaugeVec("warren_outbox_oldest_pending_age_seconds", "How long the oldest pending row has waited; 0 when none.", "outbox"),
-		blocked:   promreg.GaugeVec("warren_relay_connection_blocked", "1 while the broker blocks the relay's connection (a memory or disk alarm: the relay claims nothing), else 0.", "outbox"),
+		captureErrors: promreg.GaugeVec("warren_outbox_capture_errors",
+			"Changes whose events a capture trigger with the record policy could not write (rows of the outbox's capture errors table); 0 without that table.", "outbox"),
+		blocked: promreg.GaugeVec("warren_relay_connection_blocked", "1 while the broker blocks the relay's connection (a memory or disk alarm: the relay claims nothing), else 0.", "outbox"),
 	}
 	err := promreg.Register(reg, m.published, m.failures, m.dead, m.wakeups, m.confirm, m.latency,
-		m.pending, m.inFlight, m.retrying, m.deadRows, m.delivered, m.oldest, m.blocked)
+		m.pending, m.inFlight, m.retrying, m.deadRows, m.delivered, m.oldest, m.captureErrors, m.blocked)
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +153,7 @@ func (m *RelayMetrics) OutboxStats(outbox string, st outbox.Stats) {
 	m.deadRows.WithLabelValues(outbox).Set(float64(st.Dead))
 	m.delivered.WithLabelValues(outbox).Set(float64(st.Delivered))
 	m.oldest.WithLabelValues(outbox).Set(st.OldestPendingAge.Seconds())
+	m.captureErrors.WithLabelValues(outbox).Set(float64(st.CaptureErrors))
 }
 
 // Blocked implements [relay.BlockObserver].

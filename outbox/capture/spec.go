@@ -1,0 +1,181 @@
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+// FailurePolicy says what the trigger does when it cannot write an event.
+type FailurePolicy string
+
+const (
+	// Fail lets the outbox insert's error fail the statement that changed
+	// the table, so the change and its event commit together or not at
+	// all. The default.
+	Fail FailurePolicy = "fail"
+	// Record lets the statement succeed and writes the failure (table,
+	// operation, entity ids, SQLSTATE, message, time) to the outbox's
+	// capture errors table in the same transaction, where `warren outbox
+	// stats`, [outbox.Stats] and the relay's metrics count it.
+	Record FailurePolicy = "record"
+)
+
+// Defaults of [Spec].
+const (
+	DefaultInitiatorTypeSetting = "warren.initiator_type"
+	DefaultInitiatorIDSetting   = "warren.initiator_id"
+	DefaultInitiatorType        = "USER"
+	DefaultSoftDeleteColumn     = "deleted_at"
+)
+
+// Spec says which table to capture and what events to write for it.
+type Spec struct {
+	// Table is the captured table: "name" or "schema.name", lower-case
+	// unquoted identifiers. Required.
+	Table string
+
+	// EntityType is each event's entity_type; default the table's name.
+	EntityType string
+	// EventPrefix is the event types' prefix: "workitem" makes
+	// workitem.created, workitem.updated and workitem.deleted; default
+	// EntityType.
+	EventPrefix string
+
+	// EntityIDColumn holds each event's entity_id; default the primary
+	// key, which must then be a single column. Whatever it is, the table
+	// needs a primary key: the update trigger pairs each row's old and new
+	// versions by it.
+	EntityIDColumn string
+
+	// Columns are the tracked columns: what payload.data holds and what
+	// an update is compared on. Default every column of the table when the
+	// trigger is generated, read once from the catalog and written into
+	// the trigger; Exclude removes columns from either list (Plane leaves
+	// out description_html and its siblings).
+	Columns, Exclude []string
+
+	// WorkspaceColumn and ProjectColumn, when set, fill workspace_id and
+	// project_id.
+	WorkspaceColumn, ProjectColumn string
+
+	// SoftDeleteColumn is the column whose change from NULL to a value
+	// makes an update a .deleted event. Default "deleted_at" when the
+	// table has it; NoSoftDelete turns soft deletes off.
+	SoftDeleteColumn string
+	NoSoftDelete     bool
+
+	// InitiatorTypeSetting and InitiatorIDSetting are the session settings
+	// the trigger reads initiator_type and initiator_id from
+	// (current_setting(name, true)); defaults "warren.initiator_type" and
+	// "warren.initiator_id". An unset or empty initiator type is "USER".
+	// Plane's code sets "plane.initiator_type".
+	InitiatorTypeSetting, InitiatorIDSetting string
+
+	// OnFailure is the failure policy; default Fail.
+	OnFailure FailurePolicy
+
+	// Outbox is the outbox table the events go to; default
+	// outbox.DefaultTable. It must exist (warren outbox migrate).
+	Outbox string
+
+	// Version, when set, is each event's version field.
+	Version string
+}
+
+// ErrInvalidSpec is wrapped by the errors that say a Spec cannot be
+// generated: a bad name, an unknown column, a table without a usable key.
+var ErrInvalidSpec = errors.New("invalid capture spec")
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
+}
+
+var (
+	identRE   = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	settingRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*$`)
+)
+
+// functionSuffix names the trigger function after the table.
+const functionSuffix = "_warren_capture"
+
+// maxTableLen keeps the function's name within Postgres's 63 bytes.
+const maxTableLen = 63 - len(functionSuffix)
+
+// withDefaults validates what can be checked without the catalog and fills
+// the defaults that do not need it.
+func (s Spec) withDefaults() (Spec, error) {
+	schema, table, qualified := strings.Cut(s.Table, ".")
+	if !qualified {
+		schema, table = "", s.Table
+	}
+	switch {
+	case s.Table == "":
+		return s, invalidf("Table is required")
+	case qualified && !identRE.MatchString(schema), !identRE.MatchString(table):
+		return s, invalidf("table %q must be name or schema.name, each matching %s", s.Table, identRE)
+	case len(table) > maxTableLen:
+		return s, invalidf("table name %q is longer than %d bytes, which leaves no room for its trigger function's name", table, maxTableLen)
+	}
+	if s.EntityType == "" {
+		s.EntityType = table
+	}
+	if s.EventPrefix == "" {
+		s.EventPrefix = s.EntityType
+	}
+	for name, v := range map[string]string{"EntityType": s.EntityType, "EventPrefix": s.EventPrefix, "Version": s.Version} {
+		if err := plainText(name, v); err != nil {
+			return s, err
+		}
+	}
+	if len(s.EventPrefix)+len(".created") > 255 {
+		return s, invalidf("EventPrefix is %d bytes; event types must fit AMQP's 255", len(s.EventPrefix))
+	}
+	s.InitiatorTypeSetting = orDefault(s.InitiatorTypeSetting, DefaultInitiatorTypeSetting)
+	s.InitiatorIDSetting = orDefault(s.InitiatorIDSetting, DefaultInitiatorIDSetting)
+	for _, setting := range []string{s.InitiatorTypeSetting, s.InitiatorIDSetting} {
+		if !settingRE.MatchString(setting) {
+			return s, invalidf("setting %q must be a custom setting, prefix.name, matching %s", setting, settingRE)
+		}
+	}
+	switch s.OnFailure {
+	case "":
+		s.OnFailure = Fail
+	case Fail, Record:
+	default:
+		return s, invalidf("OnFailure must be %q or %q, not %q", Fail, Record, s.OnFailure)
+	}
+	if s.NoSoftDelete && s.SoftDeleteColumn != "" {
+		return s, invalidf("SoftDeleteColumn %q and NoSoftDelete exclude each other", s.SoftDeleteColumn)
+	}
+	if s.Outbox == "" {
+		s.Outbox = outbox.DefaultTable
+	}
+	return s, nil
+}
+
+// plainText refuses what does not belong in an event's envelope field: a
+// control character or white space at either end (warren.Event.Validate
+// refuses those in event types).
+func plainText(field, v string) error {
+	if strings.TrimSpace(v) != v {
+		return invalidf("%s %q has leading or trailing white space", field, v)
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return invalidf("%s %q contains a control character", field, v)
+		}
+	}
+	return nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
