@@ -55,7 +55,10 @@ func (e *planeEnv) config(name string) relay.Config {
 	return cfg
 }
 
-func (e *planeEnv) count(where string, args ...any) int { e.t.Helper(); return e.plane.Count(where, args...) }
+func (e *planeEnv) count(where string, args ...any) int {
+	e.t.Helper()
+	return e.plane.Count(where, args...)
+}
 
 // eventIDs returns the event ids of every row of the table.
 func (e *planeEnv) eventIDs() []string {
@@ -246,6 +249,13 @@ func TestPlaneStaleRelayCannotSettleTakenOverRows(t *testing.T) {
 			}
 		})
 	}
+}
+
+// duplicates returns how many messages arrived beyond the first of each id.
+func (c *collector) duplicates() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total - len(c.counts)
 }
 
 // lineLog collects a relay's log lines, for tests that wait for one.
@@ -485,6 +495,95 @@ func TestPlanePollerAndRelayTogether(t *testing.T) {
 				t.Errorf("Plane's poller published %d rows and the relay %d: they did not share the table", byPoller, byRelay)
 			}
 			t.Logf("%d rows: Plane's poller published %d, the relay %d", len(ids), byPoller, byRelay)
+		})
+	}
+}
+
+// A relay process on Plane's table is killed with SIGKILL four times
+// while Plane's triggers keep writing rows: twice right after a claim
+// (its rows stranded, as a crashed poller strands them), twice in the
+// middle of publishing its batches. Every row is published (each event id
+// reaches the queue), none is left stranded, and processed_at is set on
+// all; the killed relays' claims are taken over after their lease.
+func TestPlaneRelayKilledMidBatchWhileRowsArrive(t *testing.T) {
+	for _, migrated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
+			e := newPlaneEnv(t, false, migrated)
+			got := consume(t, e.queue)
+			const lease = 2 * time.Second // its claim must fit in Lease/2
+			var (
+				mu       sync.Mutex
+				inserted []string
+				insErr   error
+				quit     = make(chan struct{})
+				writer   sync.WaitGroup
+			)
+			writer.Go(func() {
+				tick := time.NewTicker(10 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-quit:
+						return
+					case <-tick.C:
+					}
+					ids, err := e.plane.TryInsertData(context.Background(), 5, `{"name":"x"}`)
+					mu.Lock()
+					inserted, insErr = append(inserted, ids...), err
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			})
+			stopWriter := func() {
+				select {
+				case <-quit:
+				default:
+					close(quit)
+				}
+				writer.Wait()
+			}
+			t.Cleanup(stopWriter)
+
+			for round := range 4 {
+				hang := round%2 == 0
+				c := startChild(t, childSpec{
+					DatabaseURL: testenv.DatabaseURL(t), AMQPURL: testenv.AMQPURL(t), Exchange: e.exchange, Table: e.table,
+					Name: testenv.Name(t, fmt.Sprintf("child%d", round)), Lease: lease, Schema: outbox.SchemaPlane,
+					KeepGoing: !hang, BatchSize: 50,
+				})
+				claims := 1
+				if !hang {
+					claims = 3 // killed while its third batch is being published
+				}
+				var n int
+				for range claims {
+					if _, err := fmt.Sscanf(c.next(), "claimed %d", &n); err != nil {
+						t.Fatal(err)
+					}
+				}
+				c.kill()
+				if hang {
+					if left := e.count("claimed_at IS NOT NULL AND processed_at IS NULL"); left < n {
+						t.Fatalf("round %d: the killed relay claimed %d rows but only %d are left claimed", round, n, left)
+					}
+				}
+			}
+			stopWriter()
+			if insErr != nil {
+				t.Fatal(insErr)
+			}
+			stranded := e.count("claimed_at IS NOT NULL AND processed_at IS NULL")
+			cfg := e.config(testenv.Name(t, "survivor"))
+			cfg.Lease, cfg.PublishTimeout = lease, time.Second
+			e.start(cfg)
+			e.requireAllProcessed(got, inserted, 60*time.Second)
+			if n := e.count("claimed_at IS NOT NULL AND processed_at IS NULL"); n != 0 {
+				t.Fatalf("%d rows stranded", n)
+			}
+			t.Logf("%d rows written during 4 kills, %d left claimed by the killed relays, all published; %d duplicates",
+				len(inserted), stranded, got.duplicates())
 		})
 	}
 }

@@ -39,8 +39,8 @@ type Relay struct {
 	// lastTakeover is when a claim last looked for lapsed claims on a
 	// Plane table (Unix nanoseconds; 0: look at the next claim).
 	lastTakeover atomic.Int64
-	health   *healthState
-	tracer   trace.Tracer // nil without Config.TracerProvider
+	health       *healthState
+	tracer       trace.Tracer // nil without Config.TracerProvider
 }
 
 // hooks let tests act at exact points of the relay's work. All are nil
