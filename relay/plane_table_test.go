@@ -141,6 +141,9 @@ func TestPlaneTableDrained(t *testing.T) {
 				if body.OutboxID != rowIDs[body.EventID] || body.EventID != d.MessageId {
 					t.Errorf("message %s has outbox_id %d, its row is %d", d.MessageId, body.OutboxID, rowIDs[body.EventID])
 				}
+				if age := time.Since(time.Unix(body.Timestamp, 0)); age < -time.Minute || age > 5*time.Minute {
+					t.Errorf("message %s has timestamp %d, %v from the time it was written", d.MessageId, body.Timestamp, age)
+				}
 				if body.Timestamp != created[body.EventID].Unix() {
 					t.Errorf("message %s has timestamp %d, its row was created at %v (%d)", d.MessageId, body.Timestamp, created[body.EventID], created[body.EventID].Unix())
 				}
