@@ -322,7 +322,10 @@ func TestPlanePoisonRow(t *testing.T) {
 				dead, err := e.outbox.Dead(ctx, e.pool, outbox.Filter{})
 				if err != nil || len(dead) != 1 || dead[0].Event.ID != poison || dead[0].State != outbox.Dead ||
 					!strings.Contains(dead[0].LastError, "MaxMessageBytes") || dead[0].Attempts != 1 {
-					t.Fatalf("Dead = %+v, %v; want the poison row with its error", dead, err)
+					for _, r := range dead {
+						t.Logf("dead row %d: event %s, state %s, attempts %d, error %q", r.ID, r.Event.ID, r.State, r.Attempts, r.LastError)
+					}
+					t.Fatalf("Dead listed %d rows, %v; want the poison row %s, dead at its first attempt, with its error", len(dead), err, poison)
 				}
 				if n, err := e.outbox.Redrive(ctx, e.pool, outbox.Filter{EventIDs: []string{poison}}); err != nil || n != 1 {
 					t.Fatalf("Redrive = %d, %v", n, err)
