@@ -130,7 +130,7 @@ func (o *Table) deadQuery(ctx context.Context, db DB, plane func(planeStatements
 // ErrPlaneRowsAreKept is returned by [Table.Purge] and [Table.Publish] on
 // a SchemaPlane table: Plane's triggers write its rows, and Plane's
 // cleaner deletes the processed ones.
-var ErrPlaneRowsAreKept = errors.New("Plane's outbox table is written by Plane's triggers and trimmed by Plane's cleaner; warren neither writes nor deletes its rows")
+var ErrPlaneRowsAreKept = errors.New("the rows of Plane's outbox table are written by Plane's triggers and deleted by Plane's cleaner; warren neither writes nor deletes them")
 
 // PurgeOptions say which finished rows [Table.Purge] deletes.
 type PurgeOptions struct {
