@@ -38,6 +38,24 @@
 // rows in batches and never deletes a batch its archive hook failed to
 // keep. "warren outbox" runs the same operations from the command line.
 //
+// # Plane's outbox table
+//
+// [Open] with Options.Schema [SchemaPlane] gives the operations on Plane's
+// own outbox table, which Plane's triggers write and the relay drains in
+// place (see package relay). Its rows are read through expressions that
+// yield [Columns] ([Table.RowColumns]), so [Row] and [ScanRow] serve
+// both: a processed row is Delivered, available_at is the end of its
+// claim's lease, Claims is the claim's fencing token
+// ([PlaneClaimToken]). [Table.CheckPlane] checks Plane's columns and
+// whether warren's optional migration is applied; [Table.Migrate] applies
+// it (additive columns warren_attempts, warren_last_error,
+// warren_dead_at and two partial indexes, recorded in
+// "<table>_warren_migrations"). [Table.Stats] works either way and counts
+// lapsed claims; [Table.Dead] and [Table.Redrive] need the migration
+// ([ErrPlaneMigrationNeeded]); [Table.Publish] and [Table.Purge] refuse
+// ([ErrPlaneRowsAreKept]): Plane's triggers write the rows and Plane's
+// cleaner deletes them.
+//
 // # Testing
 //
 // Package outbox/outboxtest asserts, inside a test's transaction, what the

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-//go:embed migrations/*.sql
+//go:embed migrations/*.sql migrations_plane/*.sql
 var migrationFiles embed.FS
 
 // migration is one embedded schema step, migrations/NNN_name.sql, where
@@ -26,10 +26,38 @@ type migration struct {
 	sql     string
 }
 
-var migrations = must(loadMigrations(migrationFiles))
+// sequence is one line of versioned migrations and the record of how far
+// a table is along it.
+type sequence struct {
+	steps []migration
+	log   string // the record's table, as a render template
+	lock  string // the advisory lock key's prefix; the table name follows
+	what  string // what the steps make, for messages
+}
 
-func loadMigrations(fsys fs.FS) ([]migration, error) {
-	names, err := fs.Glob(fsys, "migrations/*.sql")
+// warrenSequence creates and upgrades warren's own table. planeSequence
+// adds warren's optional columns to Plane's table, which Plane's own
+// migrations create: a separate line with a record of its own.
+var (
+	warrenSequence = sequence{
+		steps: must(loadMigrations(migrationFiles, "migrations")),
+		log:   "{table_migrations}",
+		// The lock key keeps the name it had when this code lived in
+		// package relay, so an older binary migrating at the same time is
+		// serialised too.
+		lock: "warren.relay.migrate:",
+		what: "schema version",
+	}
+	planeSequence = sequence{
+		steps: must(loadMigrations(migrationFiles, "migrations_plane")),
+		log:   "{table_warren_migrations}",
+		lock:  "warren.plane.migrate:",
+		what:  "warren's optional columns, version",
+	}
+)
+
+func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
+	names, err := fs.Glob(fsys, dir+"/*.sql")
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +86,19 @@ func loadMigrations(fsys fs.FS) ([]migration, error) {
 
 // SchemaVersion returns the outbox schema version this package writes
 // and expects: the number of its embedded migrations.
-func SchemaVersion() int { return len(migrations) }
+func SchemaVersion() int { return len(warrenSequence.steps) }
+
+// PlaneSchemaVersion returns the version of warren's optional columns on
+// a SchemaPlane table that this package applies: the number of its
+// embedded Plane migrations.
+func PlaneSchemaVersion() int { return len(planeSequence.steps) }
+
+func (o *Table) sequence() sequence {
+	if o.schema == SchemaPlane {
+		return planeSequence
+	}
+	return warrenSequence
+}
 
 // ErrSchema is wrapped by the errors that say the table's schema is not
 // the one this package expects: not created yet, older (run Migrate), or
@@ -77,34 +117,43 @@ type MigrateResult struct {
 // with its version record in one transaction. The versions applied are
 // recorded in a table named after the outbox with the suffix
 // "_migrations".
+//
+// On a SchemaPlane table, which Plane's migrations create, Migrate adds
+// warren's optional columns and indexes (up to [PlaneSchemaVersion]),
+// recorded in a table with the suffix "_warren_migrations"; it refuses a
+// table that is missing or is not Plane's outbox.
 func (o *Table) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
 	res := MigrateResult{Table: o.table}
+	if o.schema == SchemaPlane {
+		if _, err := o.CheckPlane(ctx, db); err != nil {
+			return res, fmt.Errorf("migrate: %w", err)
+		}
+	}
+	seq := o.sequence()
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("migrate %s: %w", o.table, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	// The lock key keeps the name it had when this code lived in package
-	// relay, so an older binary migrating at the same time is serialised too.
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, "warren.relay.migrate:"+o.table); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, seq.lock+o.table); err != nil {
 		return res, fmt.Errorf("migrate %s: lock: %w", o.table, err)
 	}
-	createLog := render(o.table, `CREATE TABLE IF NOT EXISTS {table_migrations} (
+	createLog := render(o.table, `CREATE TABLE IF NOT EXISTS `+seq.log+` (
 		version    integer     PRIMARY KEY,
 		name       text        NOT NULL,
 		applied_at timestamptz NOT NULL DEFAULT now())`)
 	if _, err := tx.Exec(ctx, createLog); err != nil {
 		return res, fmt.Errorf("migrate %s: %w", o.table, err)
 	}
-	if err := tx.QueryRow(ctx, o.sql.schemaVersion).Scan(&res.From); err != nil {
+	if err := tx.QueryRow(ctx, versionSQL(o.table, seq)).Scan(&res.From); err != nil {
 		return res, fmt.Errorf("migrate %s: read version: %w", o.table, err)
 	}
 	res.To = res.From
-	if res.From > SchemaVersion() {
-		return res, fmt.Errorf("migrate %s: %w: the table is at version %d, newer than this build of warren knows (%d)", o.table, ErrSchema, res.From, SchemaVersion())
+	if latest := len(seq.steps); res.From > latest {
+		return res, fmt.Errorf("migrate %s: %w: the table is at %s %d, newer than this build of warren knows (%d)", o.table, ErrSchema, seq.what, res.From, latest)
 	}
-	record := render(o.table, `INSERT INTO {table_migrations} (version, name) VALUES ($1, $2)`)
-	for _, m := range migrations[res.From:] {
+	record := render(o.table, `INSERT INTO `+seq.log+` (version, name) VALUES ($1, $2)`)
+	for _, m := range seq.steps[res.From:] {
 		if _, err := tx.Exec(ctx, render(o.table, m.sql)); err != nil {
 			return res, fmt.Errorf("migrate %s: step %d (%s): %w", o.table, m.version, m.name, err)
 		}
@@ -119,9 +168,36 @@ func (o *Table) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
 	return res, nil
 }
 
+func versionSQL(table string, seq sequence) string {
+	return render(table, `SELECT coalesce(max(version), 0) FROM `+seq.log)
+}
+
+// migrationVersion reads how far the table is along seq: 0 when its record
+// does not exist.
+func (o *Table) migrationVersion(ctx context.Context, db DB, seq sequence) (int, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, render(o.table, seq.log)).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("outbox %s: read migration record: %w", o.table, err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var version int
+	if err := db.QueryRow(ctx, versionSQL(o.table, seq)).Scan(&version); err != nil {
+		return 0, fmt.Errorf("outbox %s: read migration record: %w", o.table, err)
+	}
+	return version, nil
+}
+
 // CheckSchema returns nil when the table is at [SchemaVersion], and an
-// error wrapping [ErrSchema] that says what to do when it is not.
+// error wrapping [ErrSchema] that says what to do when it is not. On a
+// SchemaPlane table it checks Plane's columns ([Table.CheckPlane]); the
+// optional migration is not required.
 func (o *Table) CheckSchema(ctx context.Context, db DB) error {
+	if o.schema == SchemaPlane {
+		_, err := o.CheckPlane(ctx, db)
+		return err
+	}
 	var version int
 	err := db.QueryRow(ctx, o.sql.schemaVersion).Scan(&version)
 	var pgErr *pgconn.PgError

@@ -4,18 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 // Stats is a snapshot of an outbox table.
+//
+// On a SchemaPlane table, Delivered counts processed rows (until Plane's
+// cleaner deletes them), InFlight every claim younger than the lease
+// (retry delays included: Plane's table cannot tell them apart, so
+// Retrying is 0), Lapsed the claims older than it, and Dead is 0 without
+// warren's optional columns.
 type Stats struct {
 	Pending          int64         // rows not yet delivered or dead, in flight and retrying included
 	InFlight         int64         // pending rows leased to a relay right now
 	Retrying         int64         // pending rows waiting out the delay after a failed attempt
+	Lapsed           int64         // pending rows whose claim's lease ended before the claim settled: a relay (or Plane's poller) died or stalled holding them; a relay takes them over
 	Dead             int64         // rows that will not be tried again unless redriven
-	Delivered        int64         // delivered rows kept by KeepDelivered, until purged
+	Delivered        int64         // delivered rows kept by KeepDelivered (processed rows, on a Plane table), until purged
 	OldestPendingAge time.Duration // how long the oldest pending row has waited; 0 when none
 
 	// CaptureErrors counts the rows of [Table.CaptureErrorsTable]: changes
@@ -25,11 +33,21 @@ type Stats struct {
 }
 
 // Stats counts the table's rows by state. The counts run on the partial
-// indexes, so they stay cheap while the pending set is small.
+// indexes, so they stay cheap while the pending set is small (on a
+// SchemaPlane table without warren's optional columns, the counts of
+// claimed rows scan the table).
 func (o *Table) Stats(ctx context.Context, db DB) (Stats, error) {
 	var s Stats
 	var oldest float64
-	err := db.QueryRow(ctx, o.sql.stats).Scan(&s.Pending, &s.InFlight, &s.Retrying, &s.Dead, &s.Delivered, &oldest)
+	query, dest := o.sql.stats, []any{&s.Pending, &s.InFlight, &s.Retrying, &s.Lapsed, &s.Dead, &s.Delivered, &oldest}
+	if o.schema == SchemaPlane {
+		st, _, err := o.planeStatements(ctx, db)
+		if err != nil {
+			return Stats{}, err
+		}
+		query, dest = st.stats, slices.Delete(dest, 2, 3) // no Retrying
+	}
+	err := db.QueryRow(ctx, query).Scan(dest...)
 	if err != nil {
 		return Stats{}, fmt.Errorf("outbox %s: stats: %w", o.table, err)
 	}
@@ -77,8 +95,15 @@ func (f Filter) args() []any {
 // Dead lists dead rows matching f, oldest first. A row holding a value
 // that Row cannot represent is listed with its DecodeErr set rather than
 // failing the listing.
+//
+// On a SchemaPlane table it needs warren's optional columns, and returns
+// an error wrapping [ErrPlaneMigrationNeeded] without them.
 func (o *Table) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
-	rows, err := db.Query(ctx, o.sql.dead, f.args()...)
+	query, err := o.deadQuery(ctx, db, func(s planeStatements) string { return s.dead }, o.sql.dead)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
+	}
+	rows, err := db.Query(ctx, query, f.args()...)
 	if err != nil {
 		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
 	}
@@ -93,13 +118,42 @@ func (o *Table) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
 // reset, wakes the relays, and returns how many it changed. Their claims
 // counter is kept, so a relay still holding an old claim on one stays
 // fenced off.
+//
+// On a SchemaPlane table it needs warren's optional columns (an error
+// wrapping [ErrPlaneMigrationNeeded] without them); a redriven row is
+// unclaimed again, its attempts reset.
 func (o *Table) Redrive(ctx context.Context, db DB, f Filter) (int64, error) {
+	query, err := o.deadQuery(ctx, db, func(s planeStatements) string { return s.redrive }, o.sql.redrive)
+	if err != nil {
+		return 0, fmt.Errorf("outbox %s: redrive: %w", o.table, err)
+	}
 	var n int64
-	if err := db.QueryRow(ctx, o.sql.redrive, append(f.args(), o.channel)...).Scan(&n); err != nil {
+	if err := db.QueryRow(ctx, query, append(f.args(), o.channel)...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("outbox %s: redrive: %w", o.table, err)
 	}
 	return n, nil
 }
+
+// deadQuery picks the statement of an operation on dead rows: warren's, or
+// on a Plane table the migrated variant's.
+func (o *Table) deadQuery(ctx context.Context, db DB, plane func(planeStatements) string, warren string) (string, error) {
+	if o.schema != SchemaPlane {
+		return warren, nil
+	}
+	st, migrated, err := o.planeStatements(ctx, db)
+	switch {
+	case err != nil:
+		return "", err
+	case !migrated:
+		return "", ErrPlaneMigrationNeeded
+	}
+	return plane(st), nil
+}
+
+// ErrPlaneRowsAreKept is returned by [Table.Purge] and [Table.Publish] on
+// a SchemaPlane table: Plane's triggers write its rows, and Plane's
+// cleaner deletes the processed ones.
+var ErrPlaneRowsAreKept = errors.New("the rows of Plane's outbox table are written by Plane's triggers and deleted by Plane's cleaner; warren neither writes nor deletes them")
 
 // PurgeOptions say which finished rows [Table.Purge] deletes.
 type PurgeOptions struct {
@@ -136,7 +190,13 @@ var ErrArchiveFailed = errors.New("archive failed; nothing of that batch was del
 // transaction, archiving each batch first when an Archive hook is set. It
 // returns how many rows it deleted, including those of batches committed
 // before an error.
+//
+// On a SchemaPlane table it deletes nothing and returns
+// [ErrPlaneRowsAreKept].
 func (o *Table) Purge(ctx context.Context, db DB, opts PurgeOptions) (int64, error) {
+	if o.schema == SchemaPlane {
+		return 0, fmt.Errorf("outbox %s: purge: %w", o.table, ErrPlaneRowsAreKept)
+	}
 	if opts.Before.IsZero() {
 		return 0, fmt.Errorf("%w: PurgeOptions.Before (the cutoff) is required", ErrInvalidConfig)
 	}

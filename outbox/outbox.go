@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,7 +26,10 @@ type DB interface {
 type Table struct {
 	table   string
 	channel string
-	sql     statements
+	schema  Schema
+	lease   time.Duration // SchemaPlane: how long a claim holds a row
+	sql     statements    // SchemaWarren
+	plane   [2]planeStatements
 }
 
 // DefaultTable is the outbox table's name when none is given.
@@ -57,17 +61,62 @@ func ValidateTable(name string) error {
 	return nil
 }
 
-// New returns the outbox stored in table ("" means [DefaultTable]).
-// The name is validated and every statement quotes it.
+// New returns the outbox stored in table ("" means [DefaultTable]) in
+// warren's own schema. The name is validated and every statement quotes
+// it.
 func New(table string) (*Table, error) {
+	return Open(table, Options{})
+}
+
+// Options say which kind of outbox table [Open] opens.
+type Options struct {
+	// Schema is the table's layout: SchemaWarren (the default) or
+	// SchemaPlane.
+	Schema Schema
+
+	// Lease is how long a claim holds a row on a SchemaPlane table: a
+	// claimed_at older than this is a lapsed claim, taken over by the
+	// relay. It must be the relays' Lease (relay.Config.Lease). Default
+	// DefaultLease. Unused with SchemaWarren, whose rows carry their
+	// lease's end.
+	Lease time.Duration
+}
+
+// DefaultLease is Options.Lease's default, relay.DefaultLease.
+const DefaultLease = 30 * time.Second
+
+// Open returns the outbox stored in table with the given options. An
+// empty table means [DefaultTable] for SchemaWarren and
+// [DefaultPlaneTable] for SchemaPlane. The name is validated and every
+// statement quotes it.
+func Open(table string, opts Options) (*Table, error) {
+	schema, err := ParseSchema(string(opts.Schema))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	if table == "" {
 		table = DefaultTable
+		if schema == SchemaPlane {
+			table = DefaultPlaneTable
+		}
 	}
 	if err := ValidateTable(table); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	o := &Table{table: table, channel: "warren." + table}
-	o.sql = renderStatements(table)
+	lease := opts.Lease
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	if lease < time.Millisecond {
+		return nil, fmt.Errorf("%w: Lease must be at least 1ms, got %v", ErrInvalidConfig, lease)
+	}
+	o := &Table{table: table, channel: "warren." + table, schema: schema, lease: lease}
+	switch schema {
+	case SchemaWarren:
+		o.sql = renderStatements(table)
+	case SchemaPlane:
+		o.plane = [2]planeStatements{renderPlaneStatements(table, lease, false), renderPlaneStatements(table, lease, true)}
+	}
 	return o, nil
 }
 
@@ -82,6 +131,12 @@ func must[T any](v T, err error) T {
 
 // Name returns the table's name.
 func (o *Table) Name() string { return o.table }
+
+// Schema returns the table's layout.
+func (o *Table) Schema() Schema { return o.schema }
+
+// Lease returns Options.Lease after its default (used by SchemaPlane only).
+func (o *Table) Lease() time.Duration { return o.lease }
 
 // Channel returns the LISTEN/NOTIFY channel that Publish signals and the
 // relay listens on: "warren." followed by the table name.

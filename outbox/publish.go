@@ -61,6 +61,9 @@ func (o *Table) PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event)
 	if tx == nil {
 		return 0, errors.New("outbox: Publish needs a transaction, got a nil pgx.Tx")
 	}
+	if o.schema == SchemaPlane {
+		return 0, fmt.Errorf("outbox %s: Publish: %w", o.table, ErrPlaneRowsAreKept)
+	}
 	if len(evs) == 0 {
 		return 0, nil
 	}

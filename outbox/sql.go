@@ -48,6 +48,7 @@ SELECT
 	(SELECT count(*) FROM {table} WHERE state = 'pending'),
 	(SELECT count(*) FROM {table} WHERE state = 'pending' AND claimed_by IS NOT NULL AND available_at > now()),
 	(SELECT count(*) FROM {table} WHERE state = 'pending' AND claimed_by IS NULL AND available_at > now()),
+	(SELECT count(*) FROM {table} WHERE state = 'pending' AND claimed_by IS NOT NULL AND available_at <= now()),
 	(SELECT count(*) FROM {table} WHERE state = 'dead'),
 	(SELECT count(*) FROM {table} WHERE state = 'delivered'),
 	(SELECT coalesce(extract(epoch FROM now() - min(inserted_at)), 0)::float8 FROM {table} WHERE state = 'pending')`

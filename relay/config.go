@@ -44,8 +44,17 @@ type Config struct {
 
 	// Table is the outbox table: a lower-case SQL identifier of at most 48
 	// bytes, unqualified, so the connection's search_path picks its schema.
-	// Default "warren_outbox".
+	// Default "warren_outbox", or "outbox" (Plane's) with SchemaPlane.
 	Table string
+
+	// Schema is the table's layout: outbox.SchemaWarren (the default), or
+	// outbox.SchemaPlane to drain Plane's own outbox table where it is,
+	// without a migration: claimed_at is the claim and its lease,
+	// processed_at is set on a confirmed row, no row is deleted
+	// (KeepDelivered is implied; Plane's cleaner trims processed rows),
+	// and OrderByEntity is not supported. Plane's consumers want Format
+	// warren.FormatPlane as well. See the package documentation.
+	Schema outbox.Schema
 
 	// Name identifies this relay: it is written to claimed rows
 	// (claimed_by), and it is the AMQP connection name and the Postgres
@@ -183,6 +192,10 @@ var ErrInvalidConfig = errors.New("invalid relay config")
 func (c Config) withDefaults() Config {
 	c.AMQPURL = cmp.Or(c.AMQPURL, amqpx.DefaultURL)
 	c.Exchange = cmp.Or(c.Exchange, DefaultExchange)
+	c.Schema = cmp.Or(c.Schema, outbox.SchemaWarren)
+	if c.Schema == outbox.SchemaPlane {
+		c.Table = cmp.Or(c.Table, outbox.DefaultPlaneTable)
+	}
 	c.Table = cmp.Or(c.Table, outbox.DefaultTable)
 	c.Name = cmp.Or(c.Name, defaultName())
 	c.Format = cmp.Or(c.Format, warren.FormatWarren)
@@ -223,6 +236,12 @@ func (c Config) validate() error {
 	}
 	if _, err := warren.ParseFormat(string(c.Format)); err != nil {
 		add("Format: %v", err)
+	}
+	if _, err := outbox.ParseSchema(string(c.Schema)); err != nil {
+		add("Schema: %v", err)
+	}
+	if c.Schema == outbox.SchemaPlane && c.OrderByEntity {
+		add("OrderByEntity is not supported on a Plane outbox table (Schema %q)", c.Schema)
 	}
 	if err := amqpx.CheckURL(c.AMQPURL); err != nil {
 		add("AMQPURL: %v", err)

@@ -49,6 +49,46 @@
 // commits would queue behind. The producers' transactions keep their own
 // setting, even on a pool shared with the relay.
 //
+// # Plane's own outbox table
+//
+// Config.Schema outbox.SchemaPlane ("warren relay run --schema plane")
+// drains Plane's outbox table where it is, without a migration, beside
+// Plane's triggers, poller and cleaner, so the two can run together during
+// a cut-over:
+//
+//   - The claim is Plane's: unclaimed, unprocessed rows in id order with
+//     FOR UPDATE SKIP LOCKED, on Plane's partial index, setting claimed_at.
+//     A claimed_at older than the Lease is a lapsed claim (Plane's crashed
+//     poller leaves them for ever) and is taken over. Looking for lapsed
+//     claims scans the table, so a relay does it at most every Lease/2, and
+//     at once again while it finds a full batch of them.
+//   - A confirmed row gets processed_at, so Plane's cleaner keeps deleting
+//     processed rows after its cutoff; the relay deletes nothing
+//     (KeepDelivered is implied). Every settle is fenced on the claimed_at
+//     its claim set (outbox.PlaneClaimToken): a relay whose lease lapsed
+//     cannot settle rows taken over since.
+//   - A failed publish puts the row back as a claim that lapses when its
+//     retry delay ends (claimed_at = now() - Lease + delay), which keeps
+//     Plane's poller off it too; it is retried by the next takeover. A
+//     graceful stop releases its claims (claimed_at = NULL), which Plane's
+//     poller may then take.
+//   - Without warren's optional columns a row has no attempt count and
+//     cannot be dead: a row that can never be published (too large, not
+//     decodable) is retried every RetryMax and logged at Error each time,
+//     and the relay says so at start. "warren outbox migrate --schema
+//     plane" adds them (additive, unnoticed by Plane's code): attempts
+//     count toward MaxAttempts, the last error is kept, a row out of
+//     attempts or unpublishable gets warren_dead_at (its claimed_at stays
+//     set, so Plane's poller never takes it either), lapsed claims are
+//     found on an index at every claim, and "warren outbox dead" and
+//     "redrive" work.
+//
+// Plane's consumers read Config.Format warren.FormatPlane, whose
+// outbox_id is the row's id; the schema does not choose the format. With
+// timestamp (not timestamptz) columns, the relay's and Plane's sessions
+// must share a TimeZone (both follow the server's unless set), since the
+// lease is measured against now(). OrderByEntity is not supported there.
+//
 // # Ordering
 //
 // By default rows are claimed in (available_at, id) order but published
@@ -66,8 +106,8 @@
 // # Operating
 //
 // The relay does not migrate: [Relay.Run] refuses a table that is missing
-// or at another schema version, and [outbox.Table.Migrate] creates or
-// upgrades it. The table's
+// or at another schema version (on a Plane table: missing, or without
+// Plane's columns), and [outbox.Table.Migrate] creates or upgrades it. The table's
 // operations ([outbox.Table.Stats], Dead, Redrive, Purge) are package
 // outbox's.
 //

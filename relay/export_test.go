@@ -21,3 +21,13 @@ func SetConnectedHook(r *Relay, f func())   { r.hooks.connected = f }
 var (
 	RetryDelay = retryDelay
 )
+
+// PlaneStatements returns the statements the relay runs on a Plane table,
+// by name.
+func PlaneStatements(ob *outbox.Table, maxAttempts int, migrated bool) map[string]string {
+	s := renderPlaneStatements(ob, maxAttempts, migrated)
+	return map[string]string{
+		"claim": s.claim, "claimTakeover": s.claimTakeover, "settle": s.settleDelete,
+		"failure": s.settleFailure, "release": s.release,
+	}
+}

@@ -35,8 +35,12 @@ type Relay struct {
 	wake     wakeup
 	running  atomic.Bool
 	hooks    hooks
-	health   *healthState
-	tracer   trace.Tracer // nil without Config.TracerProvider
+
+	// lastTakeover is when a claim last looked for lapsed claims on a
+	// Plane table (Unix nanoseconds; 0: look at the next claim).
+	lastTakeover atomic.Int64
+	health       *healthState
+	tracer       trace.Tracer // nil without Config.TracerProvider
 }
 
 // hooks let tests act at exact points of the relay's work. All are nil
@@ -58,11 +62,15 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	ob, err := outbox.New(cfg.Table)
+	ob, err := outbox.Open(cfg.Table, outbox.Options{Schema: cfg.Schema, Lease: cfg.Lease})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	sql := renderStatements(ob.Name())
+	if cfg.Schema == outbox.SchemaPlane {
+		// Replaced by Run once it knows whether warren's columns are there.
+		sql = renderPlaneStatements(ob, cfg.MaxAttempts, false)
+	}
 	r := &Relay{
 		cfg:      cfg,
 		outbox:   ob,
@@ -122,11 +130,21 @@ func (r *Relay) Run(ctx context.Context) error {
 		defer p.Close()
 		pool = p
 	}
-	if err := r.waitForSchema(ctx, pool); err != nil || ctx.Err() != nil {
+	plane, err := r.waitForSchema(ctx, pool)
+	if err != nil || ctx.Err() != nil {
 		return err
 	}
-	r.log.Info("relay started", "amqp_url", redact.URL(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL), "batch_size", r.cfg.BatchSize,
-		"workers", r.cfg.Workers, "lease", r.cfg.Lease, "keep_delivered", r.cfg.KeepDelivered, "order_by_entity", r.cfg.OrderByEntity)
+	if r.cfg.Schema == outbox.SchemaPlane {
+		r.sql = renderPlaneStatements(r.outbox, r.cfg.MaxAttempts, plane.Migrated)
+		r.claimSQL = r.sql.claim
+		if !plane.Migrated {
+			r.log.Warn("Plane's outbox table lacks warren's optional columns: rows have no attempt count and cannot be dead, so a row that can never be published is retried every RetryMax, logged at Error each time; lapsed claims are looked for every Lease/2; 'warren outbox dead' and 'redrive' do not work. Run 'warren outbox migrate --schema plane' to add them",
+				"retry_max", r.cfg.RetryMax, "lease", r.cfg.Lease)
+		}
+	}
+	r.log.Info("relay started", "amqp_url", redact.URL(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL), "schema", r.cfg.Schema,
+		"batch_size", r.cfg.BatchSize, "workers", r.cfg.Workers, "lease", r.cfg.Lease, "keep_delivered", r.cfg.KeepDelivered || r.sql.plane,
+		"order_by_entity", r.cfg.OrderByEntity)
 
 	listenCtx, stopListening := context.WithCancel(ctx)
 	var listener sync.WaitGroup
@@ -150,21 +168,28 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // waitForSchema checks the table until Postgres answers. A wrong schema
-// is final; an unreachable database is waited out.
-func (r *Relay) waitForSchema(ctx context.Context, pool *pgxpool.Pool) error {
+// is final; an unreachable database is waited out. On a Plane table it
+// says whether warren's optional columns are there.
+func (r *Relay) waitForSchema(ctx context.Context, pool *pgxpool.Pool) (outbox.PlaneSchema, error) {
 	b := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	for {
-		err := r.outbox.CheckSchema(ctx, pool)
+		var plane outbox.PlaneSchema
+		var err error
+		if r.cfg.Schema == outbox.SchemaPlane {
+			plane, err = r.outbox.CheckPlane(ctx, pool)
+		} else {
+			err = r.outbox.CheckSchema(ctx, pool)
+		}
 		switch {
 		case err == nil || errors.Is(err, outbox.ErrSchema):
-			return err
+			return plane, err
 		case ctx.Err() != nil:
-			return nil // stopped while starting: a clean stop, not a failure
+			return plane, nil // stopped while starting: a clean stop, not a failure
 		}
 		wait := b.NextBackOff()
 		r.log.Warn("postgres unreachable, will retry", "error", redact.Error(err, r.cfg.DatabaseURL), "retry_in", wait.Round(time.Millisecond))
 		if !sleep(ctx.Done(), wait) {
-			return nil
+			return plane, nil
 		}
 	}
 }
@@ -375,16 +400,33 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 	// its rows can be released, not left leased.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 	defer cancel()
+	query, args := r.claimSQL, []any{r.cfg.BatchSize, r.cfg.Lease.Seconds(), r.cfg.MaxAttempts, r.cfg.Name}
+	takeover := false
+	if r.sql.plane {
+		args = args[:1] // the rest are rendered into a Plane table's statements
+		if takeover = r.takeoverDue(); takeover {
+			query = r.sql.claimTakeover
+		}
+	}
 	var b pgx.Batch
 	queueAsyncCommit(&b)
 	var out []claimed
-	b.Queue(r.claimSQL, r.cfg.BatchSize, r.cfg.Lease.Seconds(), r.cfg.MaxAttempts, r.cfg.Name).Query(func(rows pgx.Rows) error {
+	lapsed := 0 // rows taken over from a lapsed claim
+	b.Queue(query, args...).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var c claimed
+			var wasLapsed bool
+			prefix := []any{&c.exhausted}
+			if r.sql.plane {
+				prefix = append(prefix, &wasLapsed)
+			}
 			var err error
-			c.Row, err = outbox.ScanRow(rows, &c.exhausted)
+			c.Row, err = outbox.ScanRow(rows, prefix...)
 			if err != nil {
 				return err
+			}
+			if wasLapsed {
+				lapsed++
 			}
 			out = append(out, c)
 		}
@@ -393,7 +435,29 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 	if err := pool.SendBatch(cctx, &b).Close(); err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	if lapsed > 0 {
+		r.log.Info("took over lapsed claims (a relay or Plane's poller died or stalled holding them, or their retry fell due)", "count", lapsed)
+	}
+	if takeover && lapsed == r.cfg.BatchSize {
+		// A full batch may have left lapsed claims behind (a crashed
+		// poller's backlog): look again at the next claim, not after
+		// another takeover interval.
+		r.lastTakeover.Store(0)
+	}
 	return out, nil
+}
+
+// takeoverDue says whether this claim on a Plane table looks for lapsed
+// claims, and if so makes the next one wait takeoverEvery: without
+// warren's index that search scans the table, so one relay runs it at
+// most every Lease/2, whatever its number of workers.
+func (r *Relay) takeoverDue() bool {
+	every := r.sql.takeoverEvery
+	if every == 0 {
+		return true
+	}
+	now, last := time.Now().UnixNano(), r.lastTakeover.Load()
+	return now-last >= int64(every) && r.lastTakeover.CompareAndSwap(last, now)
 }
 
 // queueAsyncCommit makes the batch's implicit transaction commit without
@@ -544,7 +608,16 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 			// Redacted before it is written: last_error leaves the
 			// process, into Postgres and `warren outbox dead`.
 			res.err = redact.Error(res.err, r.cfg.AMQPURL, r.cfg.DatabaseURL)
-			bad.add(c, res, r.cfg.RetryMin, r.cfg.RetryMax)
+			lo := r.cfg.RetryMin
+			if res.outcome == rejected && !r.sql.canDie {
+				// A Plane table without warren's columns has no dead
+				// state: the row is retried at the slowest pace, and said
+				// loudly each time.
+				lo = r.cfg.RetryMax
+				r.log.Error("outbox row cannot be published and cannot be made dead on Plane's table without warren's columns ('warren outbox migrate --schema plane'); it is retried after RetryMax",
+					"event_id", c.Event.ID, "event_type", c.Event.Type, "retry_max", r.cfg.RetryMax, "error", res.err)
+			}
+			bad.add(c, res, lo, r.cfg.RetryMax)
 		}
 	}
 	if len(ok.ids)+len(giveBack.ids)+len(bad.ids) == 0 {
@@ -602,7 +675,14 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 		})
 	}
 	if len(bad.ids) > 0 {
-		b.Queue(r.sql.settleFailure, bad.ids, bad.claims, bad.errs, bad.delays, bad.permanent, r.cfg.MaxAttempts).Query(func(rows pgx.Rows) error {
+		args := []any{bad.ids, bad.claims, bad.errs, bad.delays, bad.permanent, r.cfg.MaxAttempts}
+		switch {
+		case r.sql.plane && r.sql.canDie:
+			args = args[:5] // MaxAttempts is rendered into the statement
+		case r.sql.plane:
+			args = []any{bad.ids, bad.claims, bad.delays}
+		}
+		b.Queue(r.sql.settleFailure, args...).Query(func(rows pgx.Rows) error {
 			var (
 				id       int64
 				eventID  string

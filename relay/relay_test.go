@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,11 @@ func TestMain(m *testing.M) {
 type childSpec struct {
 	DatabaseURL, AMQPURL, Exchange, Table, Name string
 	Lease                                       time.Duration
+	Schema                                      outbox.Schema
+	// KeepGoing makes the child say each claim and go on publishing,
+	// instead of hanging after its first.
+	KeepGoing bool
+	BatchSize int
 }
 
 func runChild(spec string) int {
@@ -49,7 +55,7 @@ func runChild(spec string) int {
 	}
 	r, err := relay.New(relay.Config{
 		DatabaseURL: s.DatabaseURL, AMQPURL: s.AMQPURL, Exchange: s.Exchange, Table: s.Table, Name: s.Name,
-		Lease: s.Lease, PublishTimeout: s.Lease / 2, Workers: 1, BatchSize: 1000,
+		Lease: s.Lease, PublishTimeout: s.Lease / 2, Workers: 1, BatchSize: cmp.Or(s.BatchSize, 1000), Schema: s.Schema,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 	if err != nil {
@@ -58,13 +64,79 @@ func runChild(spec string) int {
 	}
 	relay.SetAfterClaimHook(r, func(rows []outbox.Row) {
 		fmt.Printf("claimed %d\n", len(rows))
-		time.Sleep(time.Hour) // hang holding the claim until the parent kills us
+		if !s.KeepGoing {
+			time.Sleep(time.Hour) // hang holding the claim until the parent kills us
+		}
 	})
 	if err := r.Run(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return 0
+}
+
+// child is a relay running in a process of its own (runChild), to be
+// killed with SIGKILL.
+type child struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	lines  chan string
+	stderr strings.Builder
+}
+
+func startChild(t *testing.T, spec childSpec) *child {
+	t.Helper()
+	js, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &child{t: t, cmd: exec.Command(os.Args[0], "-test.run=^$"), lines: make(chan string, 100)}
+	c.cmd.Env = append(os.Environ(), childEnv+"="+string(js))
+	c.cmd.Stderr = &c.stderr
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // ends when the child's stdout closes, at its death
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(c.kill)
+	return c
+}
+
+// next returns the child's next line of output.
+func (c *child) next() string {
+	c.t.Helper()
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			c.t.Fatalf("the child relay died; its log:\n%s", c.stderr.String())
+		}
+		return line
+	case <-time.After(60 * time.Second):
+		c.kill()
+		c.t.Fatalf("the child relay said nothing for 60s; its log:\n%s", c.stderr.String())
+		return ""
+	}
+}
+
+// kill sends SIGKILL, which leaves no time for cleanup or a release, and
+// waits for the child's end.
+func (c *child) kill() {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	c.cmd.Process.Kill()
+	c.cmd.Wait()
+	for range c.lines {
+	}
 }
 
 // The outbox row commits or rolls back with the business change.
@@ -204,44 +276,15 @@ func TestRelayKilledAfterClaim(t *testing.T) {
 	ids := e.publishN("ev", 300)
 
 	childName := testenv.Name(t, "child")
-	spec, _ := json.Marshal(childSpec{
+	child := startChild(t, childSpec{
 		DatabaseURL: testenv.DatabaseURL(t), AMQPURL: testenv.AMQPURL(t),
 		Exchange: e.exchange, Table: e.table, Name: childName, Lease: 5 * time.Second, // its claim must fit in Lease/2
 	})
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	if line := child.next(); line != fmt.Sprintf("claimed %d", len(ids)) {
+		child.kill()
+		t.Fatalf("child said %q", line)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1)
-	go func() { // ends when the child's stdout closes, at its death
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	select {
-	case line := <-lines:
-		if line != fmt.Sprintf("claimed %d", len(ids)) {
-			t.Fatalf("child said %q", line)
-		}
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("child relay never claimed; its log:\n%s", stderr.String())
-	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL: no cleanup, no release
-		t.Fatal(err)
-	}
-	cmd.Wait()
-	for range lines {
-	}
+	child.kill() // SIGKILL: no cleanup, no release
 	if n := e.count("claimed_by = $1 AND attempts = 1 AND state = 'pending'", childName); n != len(ids) {
 		t.Fatalf("%d rows are leased to the dead relay, want %d", n, len(ids))
 	}

@@ -3,6 +3,7 @@ package relay
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -23,6 +24,14 @@ type statements struct {
 	settleKeep    string
 	settleFailure string
 	release       string
+
+	// claimTakeover, on a Plane table, is the claim that also takes over
+	// lapsed claims; it replaces claim at most every takeoverEvery (every
+	// time when 0).
+	claimTakeover string
+	takeoverEvery time.Duration
+	plane         bool // the statements of a Plane table (see plane_sql.go)
+	canDie        bool // a failure can make a row dead
 }
 
 // The claim locks due rows with SKIP LOCKED inside a LIMITed CTE, so
@@ -106,9 +115,14 @@ WITH released AS (
 )
 SELECT count(*) FROM (SELECT pg_notify($3, '') FROM released) AS notified`
 
+func renderTable(table, q string) string {
+	return strings.ReplaceAll(q, "{table}", pgx.Identifier{table}.Sanitize())
+}
+
 func renderStatements(table string) statements {
-	r := func(q string) string { return strings.ReplaceAll(q, "{table}", pgx.Identifier{table}.Sanitize()) }
+	r := func(q string) string { return renderTable(table, q) }
 	return statements{
+		canDie:        true,
 		claim:         r(fmt.Sprintf(claimSQL, "")),
 		claimOrdered:  r(fmt.Sprintf(claimSQL, entityOrderClause)),
 		settleDelete:  r(settleDeleteSQL),

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
 
@@ -28,6 +29,8 @@ func TestNewValidatesConfig(t *testing.T) {
 		"control char in name":   func(c *relay.Config) { c.Name = "a\nb" },
 		"negative max attempts":  func(c *relay.Config) { c.MaxAttempts = -3 },
 		"negative message bytes": func(c *relay.Config) { c.MaxMessageBytes = -1 },
+		"unknown schema":         func(c *relay.Config) { c.Schema = "mongo" },
+		"plane ordered":          func(c *relay.Config) { c.Schema, c.OrderByEntity = outbox.SchemaPlane, true },
 	} {
 		cfg := valid
 		mutate(&cfg)
@@ -80,6 +83,43 @@ func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
 		}
 		if msg := err.Error(); strings.Contains(msg, tc.secret) || strings.Contains(msg, tc.piece) || !strings.Contains(msg, ":xxxxx@") {
 			t.Errorf("error reveals the password or not the URL: %s", msg)
+		}
+	}
+}
+
+// The statements on a Plane table: every placeholder filled, no row ever
+// deleted, the hot claim on Plane's partial index (unclaimed and
+// unprocessed, in id order), every settle fenced on the claim's
+// claimed_at, and warren's optional columns used only when migrated.
+func TestPlaneStatements(t *testing.T) {
+	ob, err := outbox.Open("outbox", outbox.Options{Schema: outbox.SchemaPlane, Lease: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := outbox.PlaneClaimToken("o.claimed_at") + " = s.claims"
+	for _, migrated := range []bool{false, true} {
+		stmts := relay.PlaneStatements(ob, 7, migrated)
+		for name, q := range stmts {
+			switch {
+			case strings.ContainsAny(q, "{}"):
+				t.Errorf("migrated=%v %s: a placeholder is left:\n%s", migrated, name, q)
+			case strings.Contains(strings.ToUpper(q), "DELETE"):
+				t.Errorf("migrated=%v %s deletes rows:\n%s", migrated, name, q)
+			case strings.Contains(q, "warren_") != migrated:
+				t.Errorf("migrated=%v %s: warren's columns used=%v:\n%s", migrated, name, !migrated, q)
+			case name != "claim" && name != "claimTakeover" && !strings.Contains(q, token):
+				t.Errorf("migrated=%v %s is not fenced on the claim's token:\n%s", migrated, name, q)
+			}
+		}
+		hot := "WHERE c.claimed_at IS NULL AND c.processed_at IS NULL\n\tORDER BY c.id"
+		if !strings.Contains(stmts["claim"], hot) || strings.Contains(stmts["claim"], "claimed_at < now()") {
+			t.Errorf("migrated=%v: the hot claim is not Plane's:\n%s", migrated, stmts["claim"])
+		}
+		if !strings.Contains(stmts["claimTakeover"], "c.claimed_at < now() - interval '30000000 microseconds'") {
+			t.Errorf("migrated=%v: the takeover does not look for claims older than the lease:\n%s", migrated, stmts["claimTakeover"])
+		}
+		if migrated && !strings.Contains(stmts["failure"], "o.warren_attempts >= 7") {
+			t.Errorf("the failure settle does not make a row out of attempts dead:\n%s", stmts["failure"])
 		}
 	}
 }

@@ -31,7 +31,10 @@ type outboxSub = subcommand[outboxOptions, *outboxCall]
 // outboxVerbs are `warren outbox`'s subcommands: each names the database
 // and the table.
 var outboxVerbs = &subcommands[outboxOptions, *outboxCall]{
-	command: "outbox", common: func(fs *flagSet, o *outboxOptions) { o.db.register(fs) }, usage: printOutboxUsage, verbs: outboxSubs,
+	command: "outbox", common: func(fs *flagSet, o *outboxOptions) {
+		o.db.register(fs)
+		fs.Var(&o.lease, "lease", "DURATION", fmt.Sprintf("--schema plane: the relays' lease; a claim older than this has lapsed (default %v)", outbox.DefaultLease))
+	}, usage: printOutboxUsage, verbs: outboxSubs,
 }
 
 var outboxSubs = []outboxSub{
@@ -41,6 +44,7 @@ var outboxSubs = []outboxSub{
 		examples: []string{
 			"warren outbox migrate",
 			"warren outbox migrate --table orders_outbox",
+			"warren outbox migrate --schema plane     (add warren's optional columns to Plane's table: attempts, last error, dead rows)",
 		},
 		run: runOutboxMigrate,
 	},
@@ -128,7 +132,8 @@ var outboxSubs = []outboxSub{
 // outboxOptions holds every flag of every subcommand; each registers its
 // own.
 type outboxOptions struct {
-	db outboxDBFlags
+	db    outboxDBFlags
+	lease ageFlag
 
 	json, all, yes bool
 	types, ids     listFlag
@@ -143,26 +148,41 @@ type outboxOptions struct {
 	print, uninstall               bool
 }
 
-// outboxDBFlags are the flags that name the database and the table, shared
-// with 'warren relay run'.
-type outboxDBFlags struct{ databaseURL, table string }
+// outboxDBFlags are the flags that name the database, the table and its
+// schema, shared with 'warren relay run'; lease is the command's own
+// --lease.
+type outboxDBFlags struct {
+	databaseURL, table, schema string
+	lease                      time.Duration
+}
 
 func (f *outboxDBFlags) register(fs *flagSet) {
 	fs.String(&f.databaseURL, "database-url", "URL", "the Postgres database; default $DATABASE_URL, else "+defaultOutboxDatabaseURL, "")
-	fs.String(&f.table, "table", "NAME", "the outbox table; default $WARREN_OUTBOX_TABLE, else "+outbox.DefaultTable, "")
+	fs.String(&f.table, "table", "NAME", fmt.Sprintf("the outbox table; default $WARREN_OUTBOX_TABLE, else %s (%s with --schema plane)", outbox.DefaultTable, outbox.DefaultPlaneTable), "")
+	fs.String(&f.schema, "schema", "warren|plane", "the table's layout: warren's own, or Plane's outbox table drained in place; default $WARREN_SCHEMA, else warren", "")
 }
 
 // resolve fills what the flags left empty from the environment and the
 // defaults.
-func (f *outboxDBFlags) resolve(env *cliEnv) {
+func (f *outboxDBFlags) resolve(env *cliEnv) error {
 	f.databaseURL = cmp.Or(f.databaseURL, env.getenv("DATABASE_URL"), defaultOutboxDatabaseURL)
-	f.table = cmp.Or(f.table, env.getenv("WARREN_OUTBOX_TABLE"), outbox.DefaultTable)
+	schema, err := outbox.ParseSchema(cmp.Or(f.schema, env.getenv("WARREN_SCHEMA")))
+	if err != nil {
+		return usagef("--schema: %v", err)
+	}
+	f.schema = string(schema)
+	defaultTable := outbox.DefaultTable
+	if schema == outbox.SchemaPlane {
+		defaultTable = outbox.DefaultPlaneTable
+	}
+	f.table = cmp.Or(f.table, env.getenv("WARREN_OUTBOX_TABLE"), defaultTable)
+	return nil
 }
 
 // open validates the table name and connects, with the password kept out
 // of every error.
 func (f *outboxDBFlags) open(ctx context.Context) (*outbox.Table, *pgxpool.Pool, error) {
-	ob, err := outbox.New(f.table)
+	ob, err := outbox.Open(f.table, outbox.Options{Schema: outbox.Schema(f.schema), Lease: f.lease})
 	if err != nil {
 		return nil, nil, usagef("--table: %v", err)
 	}
@@ -242,7 +262,13 @@ func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
 	if err := o.validate(sub.name); err != nil {
 		return err
 	}
-	o.db.resolve(env)
+	if err := o.db.resolve(env); err != nil {
+		return err
+	}
+	if sub.name == "purge" && o.db.schema == string(outbox.SchemaPlane) {
+		return usagef("purge: %v", outbox.ErrPlaneRowsAreKept)
+	}
+	o.db.lease = time.Duration(o.lease)
 	ob, pool, err := o.db.open(ctx)
 	if err != nil {
 		return o.db.redact(err)
@@ -282,6 +308,14 @@ func runOutboxMigrate(ctx context.Context, c *outboxCall) error {
 	res, err := c.outbox.Migrate(ctx, c.pool)
 	if err != nil {
 		return err
+	}
+	if c.outbox.Schema() == outbox.SchemaPlane {
+		if res.From == res.To {
+			fmt.Fprintf(c.env.stdout, "Plane's outbox %s has warren's optional columns (version %d)\n", res.Table, res.To)
+		} else {
+			fmt.Fprintf(c.env.stdout, "Plane's outbox %s: warren's optional columns migrated from version %d to %d\n", res.Table, res.From, res.To)
+		}
+		return nil
 	}
 	if res.From == res.To {
 		fmt.Fprintf(c.env.stdout, "outbox %s is up to date (schema version %d)\n", res.Table, res.To)
@@ -346,9 +380,11 @@ func captureError(err error) error {
 // outboxStatsJSON is the --json form of outbox.Stats.
 type outboxStatsJSON struct {
 	Table                   string  `json:"table"`
+	Schema                  string  `json:"schema"`
 	Pending                 int64   `json:"pending"`
 	InFlight                int64   `json:"in_flight"`
 	Retrying                int64   `json:"retrying"`
+	Lapsed                  int64   `json:"lapsed"`
 	Dead                    int64   `json:"dead"`
 	Delivered               int64   `json:"delivered"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
@@ -362,20 +398,30 @@ func runOutboxStats(ctx context.Context, c *outboxCall) error {
 	}
 	if c.opts.json {
 		return writeJSON(c.env.stdout, outboxStatsJSON{
-			Table: c.outbox.Name(), Pending: s.Pending, InFlight: s.InFlight, Retrying: s.Retrying,
+			Table: c.outbox.Name(), Schema: string(c.outbox.Schema()), Pending: s.Pending, InFlight: s.InFlight, Retrying: s.Retrying, Lapsed: s.Lapsed,
 			Dead: s.Dead, Delivered: s.Delivered, OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(), CaptureErrors: s.CaptureErrors,
 		})
 	}
 	w := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(w, "outbox\t%s\n", c.outbox.Name())
-	fmt.Fprintf(w, "pending\t%d\t(in flight %d, retrying %d)\n", s.Pending, s.InFlight, s.Retrying)
+	fmt.Fprintf(w, "outbox\t%s\t(%s schema)\n", c.outbox.Name(), c.outbox.Schema())
+	plane := c.outbox.Schema() == outbox.SchemaPlane
+	if plane {
+		// Plane's table cannot tell a retry's wait from a claim in flight.
+		fmt.Fprintf(w, "pending\t%d\t(in flight or retrying %d, lapsed claims %d)\n", s.Pending, s.InFlight, s.Lapsed)
+	} else {
+		fmt.Fprintf(w, "pending\t%d\t(in flight %d, retrying %d, lapsed claims %d)\n", s.Pending, s.InFlight, s.Retrying, s.Lapsed)
+	}
 	oldest := "-"
 	if s.Pending > 0 {
 		oldest = s.OldestPendingAge.Round(time.Second).String()
 	}
 	fmt.Fprintf(w, "oldest pending\t%s\n", oldest)
 	fmt.Fprintf(w, "dead\t%d\n", s.Dead)
-	fmt.Fprintf(w, "delivered (kept)\t%d\n", s.Delivered)
+	if plane {
+		fmt.Fprintf(w, "processed (kept until Plane's cleaner)\t%d\n", s.Delivered)
+	} else {
+		fmt.Fprintf(w, "delivered (kept)\t%d\n", s.Delivered)
+	}
 	if s.CaptureErrors > 0 {
 		fmt.Fprintf(w, "capture errors\t%d\t(changes whose events were not written; see %s)\n", s.CaptureErrors, c.outbox.CaptureErrorsTable())
 	}
@@ -529,6 +575,11 @@ Subcommands:
 Common flags:
   --database-url URL  the Postgres database; default $DATABASE_URL, else %s
   --table NAME        the outbox table; default $WARREN_OUTBOX_TABLE, else %s
+                      (outbox with --schema plane)
+  --schema S          warren (default, or $WARREN_SCHEMA), or plane: Plane's own
+                      outbox table, drained in place; dead and redrive need
+                      'migrate --schema plane', purge is Plane's cleaner's job
+  --lease DURATION    with --schema plane: the relays' lease (default 30s)
 
 Passwords are never printed. Exit status: 0 success; 1 the operation failed;
 2 the command line was wrong.

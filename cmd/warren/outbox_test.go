@@ -349,3 +349,64 @@ func TestOutboxCLICapture(t *testing.T) {
 		}
 	}
 }
+
+// 'warren outbox --schema plane' on Plane's own table: stats count its
+// states, lapsed claims included; dead and redrive say they need the
+// migration (exit 1) until 'migrate --schema plane' adds warren's columns,
+// then list and redrive dead rows; purge is refused (Plane's cleaner's
+// job), and no row is deleted.
+func TestOutboxCLIPlaneSchema(t *testing.T) {
+	ctx := context.Background()
+	p := testenv.NewPlaneTable(t, true)
+	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": p.Name, "WARREN_SCHEMA": "plane"}
+	ids := p.Insert(5)
+	p.Exec(`UPDATE {table} SET claimed_at = now() - interval '2 days' WHERE event_id = ANY($1::uuid[])`, ids[:2])
+	p.Exec(`UPDATE {table} SET claimed_at = now(), processed_at = now() WHERE event_id = $1::uuid`, ids[2])
+
+	r := runOutboxCLI(ctx, environ, "outbox", "stats", "--json")
+	var stats outboxStatsJSON
+	if err := json.Unmarshal([]byte(r.stdout), &stats); r.code != 0 || err != nil {
+		t.Fatalf("stats --json: exit %d, %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	if stats != (outboxStatsJSON{Table: p.Name, Schema: "plane", Pending: 4, Lapsed: 2, Delivered: 1, OldestPendingAgeSeconds: stats.OldestPendingAgeSeconds}) {
+		t.Errorf("stats %+v", stats)
+	}
+	if r := runOutboxCLI(ctx, environ, "outbox", "stats"); r.code != 0 || !strings.Contains(r.stdout, "lapsed claims 2") || !strings.Contains(r.stdout, "processed (kept until Plane's cleaner)  1") {
+		t.Errorf("stats: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"dead"}, {"redrive", "--all"}} {
+		r := runOutboxCLI(ctx, environ, append([]string{"outbox"}, args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, "warren outbox migrate --schema plane") {
+			t.Errorf("%v without the migration: exit %d, want 1 saying what to run\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+	if r := runOutboxCLI(ctx, environ, "outbox", "purge", "--older-than", "1h", "--yes"); r.code != 2 || !strings.Contains(r.stderr, "Plane's cleaner") {
+		t.Errorf("purge on Plane's table: exit %d, want 2\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	r = runOutboxCLI(ctx, environ, "outbox", "migrate", "--schema", "plane")
+	if r.code != 0 || !strings.Contains(r.stdout, fmt.Sprintf("migrated from version 0 to %d", outbox.PlaneSchemaVersion())) {
+		t.Fatalf("migrate --schema plane: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runOutboxCLI(ctx, environ, "outbox", "migrate"); r.code != 0 || !strings.Contains(r.stdout, "has warren's optional columns") {
+		t.Errorf("second migrate: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	p.Exec(`UPDATE {table} SET claimed_at = now(), warren_dead_at = now(), warren_attempts = 20, warren_last_error = 'broker said no' WHERE event_id = $1::uuid`, ids[3])
+	r = runOutboxCLI(ctx, environ, "outbox", "dead", "--json")
+	var rows []outboxRowJSON
+	if err := json.Unmarshal([]byte(r.stdout), &rows); r.code != 0 || err != nil || len(rows) != 1 {
+		t.Fatalf("dead --json: exit %d, %v, %d rows\n%s%s", r.code, err, len(rows), r.stdout, r.stderr)
+	}
+	if ev, err := warrenpkg.DecodeEvent(rows[0].Event); err != nil || ev.ID != ids[3] || rows[0].Attempts != 20 || rows[0].LastError != "broker said no" || rows[0].State != outbox.Dead {
+		t.Errorf("dead row %+v (%v)", rows[0], err)
+	}
+	if r := runOutboxCLI(ctx, environ, "outbox", "redrive", "--id", ids[3]); r.code != 0 || !strings.Contains(r.stdout, "redrove 1 dead rows") {
+		t.Errorf("redrive: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if n := p.Count("event_id = $1::uuid AND claimed_at IS NULL AND warren_dead_at IS NULL", ids[3]); n != 1 {
+		t.Error("the redriven row is not unclaimed")
+	}
+	if n := p.Count("true"); n != len(ids) {
+		t.Errorf("%d rows left of %d", n, len(ids))
+	}
+}

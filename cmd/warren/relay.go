@@ -20,6 +20,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
@@ -67,11 +68,15 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.String(&o.healthAddr, "health-addr", "ADDR", "serve /healthz, /readyz and Prometheus /metrics on this address (e.g. 127.0.0.1:9464, or :9464 for every interface); default off", "")
 }
 
-func (o *relayRunOptions) config(env *cliEnv) relay.Config {
-	o.db.resolve(env)
+func (o *relayRunOptions) config(env *cliEnv) (relay.Config, error) {
+	if err := o.db.resolve(env); err != nil {
+		return relay.Config{}, err
+	}
+	o.db.lease = time.Duration(o.lease)
 	return relay.Config{
 		DatabaseURL: o.db.databaseURL,
 		Table:       o.db.table,
+		Schema:      outbox.Schema(o.db.schema),
 		AMQPURL:     cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
 		Exchange:    cmp.Or(o.exchange, env.getenv("WARREN_EXCHANGE"), relay.DefaultExchange),
 		Name:        o.name,
@@ -95,7 +100,7 @@ func (o *relayRunOptions) config(env *cliEnv) relay.Config {
 		OrderByEntity:  o.orderByEntity,
 		DisableListen:  o.noListen,
 		Logger:         slog.New(slog.NewTextHandler(env.stderr, nil)),
-	}
+	}, nil
 }
 
 // relayVerbs are `warren relay`'s subcommands: run, for now.
@@ -109,6 +114,7 @@ var relayVerbs = &subcommands[relayRunOptions, *relayRun]{
 			"DATABASE_URL=postgres://app@db/app AMQP_URL=amqp://app@mq/ warren relay run --exchange app.events",
 			"warren relay run --table orders_outbox --keep-delivered --order-by-entity",
 			"warren relay run --format plane --exchange plane.event_stream     (Plane's consumers read what it publishes)",
+			"warren relay run --schema plane --format plane --exchange plane.event_stream     (drain Plane's own outbox table in place, for Plane's consumers)",
 			"warren relay run --health-addr 127.0.0.1:9464     (probes and Prometheus scrape it)",
 		},
 		run: runRelayRun,
@@ -134,7 +140,10 @@ func runRelay(ctx context.Context, env *cliEnv, args []string) error {
 
 func runRelayRun(ctx context.Context, c *relayRun) error {
 	o, env := c.opts, c.env
-	cfg := o.config(env)
+	cfg, err := o.config(env)
+	if err != nil {
+		return err
+	}
 	var reg *prometheus.Registry
 	if o.healthAddr != "" {
 		reg = prometheus.NewRegistry()

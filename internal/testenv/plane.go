@@ -1,0 +1,152 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+// PlaneTable is a test's own copy of Plane's outbox table, made with
+// Plane's DDL and dropped (with warren's migration record) when the test
+// ends: what the Plane-schema tests of the relay, the outbox and the
+// command drain.
+type PlaneTable struct {
+	t    testing.TB
+	Pool *pgxpool.Pool
+	Name string
+}
+
+// planeDDL is Plane's outbox table (event_stream/models/outbox.py, as
+// Django creates it) and its two partial indexes, with {ts} the type
+// Django gives its DateTimeFields: timestamp without time zone, or
+// timestamptz under USE_TZ. The index names carry the test's table name
+// so that tests do not collide; their columns and predicates are Plane's.
+const planeDDL = `
+CREATE TABLE {table} (
+    id             bigserial    PRIMARY KEY,
+    event_id       uuid         NOT NULL UNIQUE,
+    event_type     varchar(255) NOT NULL,
+    entity_type    varchar(255) NOT NULL,
+    entity_id      uuid         NOT NULL,
+    payload        jsonb        NOT NULL,
+    workspace_id   uuid         NOT NULL,
+    project_id     uuid         NULL,
+    initiator_id   uuid         NULL,
+    initiator_type varchar(255) NOT NULL DEFAULT 'USER',
+    created_at     {ts}         NOT NULL DEFAULT now(),
+    claimed_at     {ts}         NULL,
+    processed_at   {ts}         NULL
+);
+CREATE INDEX {table_unclaimed_unprocessed} ON {table} (claimed_at, processed_at, id)
+    WHERE claimed_at IS NULL AND processed_at IS NULL;
+CREATE INDEX {table_processed_idx} ON {table} (processed_at) WHERE processed_at IS NOT NULL`
+
+// NewPlaneTable makes Plane's outbox table for t, its timestamps
+// timestamptz when withTimeZone is set and timestamp otherwise.
+func NewPlaneTable(t testing.TB, withTimeZone bool) *PlaneTable {
+	t.Helper()
+	name := Name(t, "plane")
+	DropTables(t, name, name+"_warren_migrations")
+	p := &PlaneTable{t: t, Pool: PgPool(t), Name: name}
+	ts := "timestamp"
+	if withTimeZone {
+		ts = "timestamptz"
+	}
+	p.Exec(strings.ReplaceAll(planeDDL, "{ts}", ts))
+	return p
+}
+
+// Outbox returns warren's view of the table, with opts (Schema is set to
+// SchemaPlane).
+func (p *PlaneTable) Outbox(opts outbox.Options) *outbox.Table {
+	p.t.Helper()
+	opts.Schema = outbox.SchemaPlane
+	ob, err := outbox.Open(p.Name, opts)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return ob
+}
+
+// planeInsert is the insert of Plane's triggers: every column named, the
+// initiator type from the session's plane.initiator_type, duplicates of
+// an event_id skipped. $1 is how many events to write, $2 the payload's
+// data; each gets a random event_id and entity_id.
+const planeInsert = `
+INSERT INTO {table} (event_id, event_type, entity_type, entity_id, payload, workspace_id, project_id,
+	initiator_id, initiator_type, created_at)
+SELECT gen_random_uuid(), 'workitem.updated', 'issue', gen_random_uuid(),
+	jsonb_build_object('data', $2::jsonb, 'previous_attributes', jsonb_build_object('name', 'old')),
+	'11111111-1111-1111-1111-111111111111', '22222222-2222-2222-2222-222222222222', NULL,
+	coalesce(nullif(current_setting('plane.initiator_type', true), ''), 'USER'), NOW()
+FROM generate_series(1, $1)
+ON CONFLICT (event_id) DO NOTHING
+RETURNING event_id::text`
+
+// Insert writes n events in one committed transaction, as Plane's
+// triggers do, and returns their event ids.
+func (p *PlaneTable) Insert(n int) []string {
+	p.t.Helper()
+	return p.InsertData(n, `{"name":"x"}`)
+}
+
+// InsertData is Insert with the payload's data given.
+func (p *PlaneTable) InsertData(n int, data string) []string {
+	p.t.Helper()
+	ids, err := p.TryInsertData(context.Background(), n, data)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	return ids
+}
+
+// TryInsertData is InsertData returning its error, for goroutines.
+func (p *PlaneTable) TryInsertData(ctx context.Context, n int, data string) ([]string, error) {
+	rows, err := p.Pool.Query(ctx, p.render(planeInsert), n, data)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("insert into %s: %w", p.Name, err)
+	}
+	return ids, nil
+}
+
+// Count returns how many rows of the table match the SQL condition where.
+func (p *PlaneTable) Count(where string, args ...any) int {
+	p.t.Helper()
+	var n int
+	if err := p.Pool.QueryRow(context.Background(), p.render("SELECT count(*) FROM {table} WHERE "+where), args...).Scan(&n); err != nil {
+		p.t.Fatal(err)
+	}
+	return n
+}
+
+// Exec runs sql with {table} replaced by the quoted table name and
+// {table_suffix} by the quoted name of an object named after it.
+func (p *PlaneTable) Exec(sql string, args ...any) {
+	p.t.Helper()
+	if _, err := p.Pool.Exec(context.Background(), p.render(sql), args...); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+func (p *PlaneTable) render(sql string) string {
+	out := sql
+	for {
+		i := strings.Index(out, "{table")
+		if i < 0 {
+			return out
+		}
+		j := strings.Index(out[i:], "}")
+		suffix := out[i+len("{table") : i+j]
+		out = out[:i] + pgx.Identifier{p.Name + suffix}.Sanitize() + out[i+j+1:]
+	}
+}
