@@ -65,7 +65,10 @@ type decision struct {
 	headers amqp.Table    // the copy's headers: stamped, without broker death headers
 	attempt int           // the attempt that was handled (1 for the first delivery)
 	err     error         // why the message failed; nil when acked or deferred without one
-	eventID string        // the decoded event's id; empty when the body did not decode
+	// eventID and eventType name the event in log lines: the decoded
+	// event's, or what an undecodable body says (Settlement.EventType, for
+	// observers, stays empty then).
+	eventID, eventType string
 }
 
 // evaluate decodes a delivery, runs it through the handler chain h and
@@ -74,7 +77,14 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	d = withTrustedHistory(d)
 	m, err := c.decode(d)
 	if err != nil {
-		return c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, redact.Error(err), time.Now())
+		v := c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, redact.Error(err), time.Now())
+		if len(d.Body) <= c.cfg.MaxBodyBytes {
+			// A Plane message has no message_id or type property to be
+			// named by: what its body says names it in the log, as the
+			// DLQ tools name it (a missing event_id leaves its type).
+			v.eventID, v.eventType = dlq.BodyEvent(d.Body)
+		}
+		return v
 	}
 	ctx, endSpan := c.traceHandler(hctx, d, m)
 	var start time.Time
@@ -94,7 +104,7 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	// the DLQ should see them.
 	err = redact.Error(err)
 	v := c.decide(d, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
-	v.EventType, v.eventID, v.HandlerDuration = m.Event.Type, m.Event.ID, took
+	v.EventType, v.eventID, v.eventType, v.HandlerDuration = m.Event.Type, m.Event.ID, m.Event.Type, took
 	return v
 }
 
@@ -348,11 +358,11 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, v decision, kind m
 }
 
 // eventAttrs names the event of a move in its log line: by the AMQP
-// message_id and type, or else by the decoded body's event_id and
-// event_type (Plane's services publish with neither property), so that the
-// operator can look the event up (warren dlq show --id) from the log.
+// message_id and type, or else by the body's event_id and event_type
+// (Plane's services publish with neither property), so that the operator
+// can look the event up (warren dlq show --id, --type) from the log.
 func eventAttrs(d amqp.Delivery, v decision) []slog.Attr {
-	return []slog.Attr{slog.String("event_id", cmp.Or(d.MessageId, v.eventID)), slog.String("event_type", cmp.Or(d.Type, v.EventType))}
+	return []slog.Attr{slog.String("event_id", cmp.Or(d.MessageId, v.eventID)), slog.String("event_type", cmp.Or(d.Type, v.eventType))}
 }
 
 // move is where republish sends a message.
