@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -278,8 +279,8 @@ func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
 			return m, fmt.Errorf("content type %q is not application/json", d.ContentType)
 		}
 	}
-	if d.ContentEncoding != "" && d.ContentEncoding != "identity" {
-		return m, fmt.Errorf("content encoding %q is not supported", d.ContentEncoding)
+	if !plainEncoding(d.ContentEncoding) {
+		return m, fmt.Errorf("content encoding %q is not supported: the body must be plain UTF-8 JSON (no compression)", d.ContentEncoding)
 	}
 	ev, err := warren.DecodeEvent(d.Body)
 	if err != nil {
@@ -287,6 +288,22 @@ func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
 	}
 	m.Event = ev
 	return m, nil
+}
+
+// plainEncoding reports whether a content_encoding property leaves the
+// body as it is. AMQP's content-encoding is MIME's (gzip, deflate, …),
+// which the consumer does not undo: such a body is refused. But pika users
+// put the body's charset there, and Plane's publisher sets "utf-8" on every
+// message (apps/api/plane/event_stream/publisher.py): that names no
+// transformation, and refusing it would dead-letter all of Plane's events.
+// UTF-8 is the only charset JSON allows, and the decoder checks the body is
+// UTF-8, so "utf-8" is identity; another charset (utf-16, latin1) is not.
+func plainEncoding(enc string) bool {
+	switch strings.ToLower(enc) {
+	case "", "identity", "utf-8", "utf8":
+		return true
+	}
+	return false
 }
 
 func (c *BaseConsumer) failure(d amqp.Delivery, err error, at time.Time) dlq.Failure {
