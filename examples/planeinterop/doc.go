@@ -4,14 +4,15 @@
 // Plane keeps publishing.
 //
 // testdata/plane_publisher.py publishes with pika (Debian's python3-pika,
-// which scripts/services.sh installs) as Plane's EventStreamPublisher does:
-// Plane's envelope (the event fields, "timestamp" in integer Unix seconds,
-// "version", "publisher", "publisher_instance", "source", "outbox_id"),
-// serialised by json.dumps, to a durable fanout exchange, with Plane's
-// properties (delivery_mode=2 only), with every property warren's relay
-// sets, or with none at all. The test checks what each consumer did with
-// every message: delivered, rule applied, skipped, or dead-lettered with
-// its reason.
+// which scripts/services.sh installs) what Plane's outbox poller publishes,
+// as read from Plane's source (apps/api/plane/event_stream/publisher.py and
+// models/outbox.py): Plane's body, its keys in Plane's order and a NULL
+// initiator_id as the string "None", serialised by json.dumps, to a
+// durable fanout exchange, with Plane's properties (persistent,
+// application/json, content_encoding utf-8, a timestamp), with the
+// properties warren's relay sets, or with none at all. The test checks
+// what each consumer did with every message: delivered, rule applied,
+// skipped, or dead-lettered with its reason.
 //
 // The other direction, Plane's consumers reading what warren's relay
 // publishes in Plane's format, is relay/plane_pika_test.go.

@@ -15,6 +15,7 @@ import (
 	"net/http/httptest"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -49,10 +50,15 @@ func requirePika(t *testing.T) {
 
 // The AMQP properties plane_publisher.py puts on a message.
 const (
-	propsPlane = "plane" // delivery_mode=2 only, as Plane's publisher
-	propsFull  = "full"  // also content_type, message_id, type, timestamp
+	propsPlane = "plane" // Plane's: persistent, application/json, content encoding utf-8, timestamp
+	propsFull  = "full"  // warren relay's: persistent, application/json, message_id, type, timestamp, initiator header
 	propsNone  = "none"  // none at all: not even persistent
 )
+
+// planeBodyKeys are the keys of the body Plane's publisher writes, in its
+// order (publisher.py's own fields, then OutboxEvent.to_publisher_format).
+var planeBodyKeys = []string{"timestamp", "publisher", "publisher_instance", "version", "source", "outbox_id",
+	"event_id", "event_type", "entity_type", "entity_id", "payload", "workspace_id", "project_id", "initiator_id", "initiator_type"}
 
 // planeMessage is one input line of plane_publisher.py: an outbox row.
 type planeMessage struct {
@@ -208,9 +214,18 @@ func planeCases() []planeCase {
 		}
 		return ev
 	}
+	// Plane writes a NULL initiator_id as the string "None" (str(None)):
+	// initiator_type alone says whether a system did it.
+	withoutInitiator := func(ev map[string]any) map[string]any {
+		ev["initiator_id"] = nil
+		return ev
+	}
 	return []planeCase{
 		{name: "a user sets a work item done", ruleRuns: 1, event: func(itemID string) map[string]any {
 			return workItemEvent("workitem.updated", warren.InitiatorUser, itemID, item(itemID, "done"), map[string]any{"state": "todo"})
+		}},
+		{name: "a user's change without an initiator id sets a work item done", ruleRuns: 1, event: func(itemID string) map[string]any {
+			return withoutInitiator(workItemEvent("workitem.updated", warren.InitiatorUser, itemID, item(itemID, "done"), map[string]any{"state": "todo"}))
 		}},
 		{name: "an import sets a work item done", event: func(itemID string) map[string]any {
 			return workItemEvent("workitem.updated", warren.InitiatorSystemImport, itemID, item(itemID, "done"), map[string]any{"state": "todo"})
@@ -367,6 +382,7 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 	type sent struct {
 		planeCase
 		props, itemID, eventID, eventType string
+		row                               planeMessage // what plane_publisher.py was given
 	}
 	var all []sent
 	var msgs []planeMessage
@@ -380,8 +396,9 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 				}
 				ev := c.event(itemID)
 				id, _ := ev["event_id"].(string)
-				all = append(all, sent{planeCase: c, props: props, itemID: itemID, eventID: id, eventType: ev["event_type"].(string)})
-				msgs = append(msgs, planeMessage{Properties: props, OutboxID: int64(len(msgs) + 1), Event: ev})
+				row := planeMessage{Properties: props, OutboxID: int64(len(msgs) + 1), Event: ev}
+				all = append(all, sent{planeCase: c, props: props, itemID: itemID, eventID: id, eventType: ev["event_type"].(string), row: row})
+				msgs = append(msgs, row)
 				if c.ruleRuns > 0 {
 					// Its first delivery fails: the retry of a
 					// message with these properties must arrive too.
@@ -408,30 +425,41 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 	}
 
 	drainTap := e.tap(t)
+	published := time.Now().Unix()
 	bodies := publishAsPlane(t, e.cfg.AMQPURL, e.cfg.Names.Exchange, msgs)
+	confirmed := time.Now().Unix()
+	// The broker confirmed every publish, so the tap holds them all.
+	wire := drainTap()
+	if len(wire) != len(msgs) {
+		t.Fatalf("%d messages on the exchange, want %d", len(wire), len(msgs))
+	}
+	wireOf := map[string]amqp.Delivery{} // body → the message on the wire
+	for _, d := range wire {
+		wireOf[string(d.Body)] = d
+	}
 
-	t.Run("the publisher sends each message with the properties it says", func(t *testing.T) {
-		// The broker confirmed every publish, so the tap holds them all.
-		wire := drainTap()
-		if len(wire) != len(msgs) {
-			t.Fatalf("%d messages on the exchange, want %d", len(wire), len(msgs))
-		}
+	t.Run("the publisher sends each message as Plane does, with the properties it says", func(t *testing.T) {
 		for i, d := range wire {
 			s := all[i]
 			want := amqp.Publishing{Body: []byte(bodies[i])} // propsNone: nothing but the body
 			switch s.props {
-			case propsPlane:
-				want.DeliveryMode = amqp.Persistent
-			case propsFull:
+			case propsPlane: // publisher.py's BasicProperties, no more
+				want.DeliveryMode, want.ContentType, want.ContentEncoding = amqp.Persistent, "application/json", "utf-8"
+			case propsFull: // what warren's relay sets (internal/amqpx)
 				want.DeliveryMode, want.ContentType, want.MessageId, want.Type = amqp.Persistent, "application/json", s.eventID, s.eventType
-				want.Timestamp = d.Timestamp // the publisher's clock: only its presence is checked
-				if d.Timestamp.IsZero() {
-					t.Errorf("%s (properties %s): no timestamp property", s.name, s.props)
+				want.Headers = amqp.Table{warren.HeaderInitiatorType: s.row.Event["initiator_type"]}
+			}
+			if s.props != propsNone {
+				// The publisher's clock, read while it ran.
+				want.Timestamp = d.Timestamp
+				if sec := d.Timestamp.Unix(); sec < published || sec > confirmed {
+					t.Errorf("%s (properties %s): timestamp property %v, want one within the publish (%d..%d)", s.name, s.props, d.Timestamp, published, confirmed)
 				}
 			}
 			if got := testenv.AsPublishing(d); !reflect.DeepEqual(got, want) {
 				t.Errorf("%s (properties %s): on the wire\n %+v\nwant\n %+v", s.name, s.props, got, want)
 			}
+			checkPlaneBody(t, fmt.Sprintf("%s (properties %s)", s.name, s.props), s.row, bodies[i], published, confirmed)
 		}
 	})
 
@@ -523,7 +551,7 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 					t.Errorf("%s: dead letter with a body not published as a malformed message: %s", name, d.Body)
 					continue
 				}
-				checkDeadLetter(t, name, props, d)
+				checkDeadLetter(t, name, props, d, wireOf[string(d.Body)])
 			}
 			// The log says which event it was, though it has no id. A
 			// line is written after its dead letter is counted.
@@ -547,9 +575,10 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 }
 
 // checkDeadLetter checks one dead letter of a message Plane published with
-// props: why it died, and that it is the message as published, held
-// persistently whatever its delivery mode was.
-func checkDeadLetter(t *testing.T, consumerName, props string, d amqp.Delivery) {
+// props (published as onWire): why it died, and that it is the message as
+// published, its properties kept, held persistently whatever its delivery
+// mode was.
+func checkDeadLetter(t *testing.T, consumerName, props string, d, onWire amqp.Delivery) {
 	t.Helper()
 	meta := dlq.ParseMetadata(d.Headers)
 	where := fmt.Sprintf("%s, properties %s", consumerName, props)
@@ -560,12 +589,78 @@ func checkDeadLetter(t *testing.T, consumerName, props string, d amqp.Delivery) 
 	if d.DeliveryMode != amqp.Persistent {
 		t.Errorf("%s: dead letter has delivery mode %d, want persistent", where, d.DeliveryMode)
 	}
-	wantType, wantContentType := "", ""
-	if props == propsFull {
-		wantType, wantContentType = "workitem.updated", "application/json"
-	}
-	if d.Type != wantType || d.ContentType != wantContentType || d.MessageId != "" {
-		t.Errorf("%s: dead letter's properties type %q, content type %q, message id %q; want %q, %q and none, as published",
-			where, d.Type, d.ContentType, d.MessageId, wantType, wantContentType)
+	// Headers gain the dead-letter metadata and the mode becomes
+	// persistent; every other property is kept as published.
+	got, want := testenv.AsPublishing(d), testenv.AsPublishing(onWire)
+	got.Headers, got.DeliveryMode, want.Headers, want.DeliveryMode = nil, 0, nil, 0
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s: dead letter\n %+v\nwant the properties and body as published\n %+v", where, got, want)
 	}
 }
+
+// checkPlaneBody checks that body is what Plane's publisher writes for
+// row: Plane's fields in Plane's order with Plane's values, a NULL
+// initiator_id as the string "None", and a publish time as "timestamp".
+func checkPlaneBody(t *testing.T, where string, row planeMessage, body string, published, confirmed int64) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.UseNumber()
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Errorf("%s: body is not a JSON object: %s", where, body)
+		return
+	}
+	var keys []string
+	fields := map[string]any{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Errorf("%s: %v in body %s", where, err, body)
+			return
+		}
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			t.Errorf("%s: %v in body %s", where, err, body)
+			return
+		}
+		keys = append(keys, tok.(string))
+		fields[tok.(string)] = v
+	}
+	wantKeys := slices.DeleteFunc(slices.Clone(planeBodyKeys), func(k string) bool {
+		_, inRow := row.Event[k]
+		return slices.Contains(rowColumns, k) && !inRow // a malformed row lacks a column
+	})
+	if !slices.Equal(keys, wantKeys) {
+		t.Errorf("%s: body keys\n %q\nwant Plane's order\n %q", where, keys, wantKeys)
+	}
+	want := map[string]any{
+		"publisher": "plane-event-stream", "version": "1.0", "source": "outbox-poller",
+		"outbox_id": json.Number(fmt.Sprint(row.OutboxID)),
+	}
+	for _, k := range rowColumns {
+		if v, ok := row.Event[k]; ok {
+			want[k] = v
+		}
+	}
+	if row.Event["initiator_id"] == nil {
+		want["initiator_id"] = "None" // Plane's str(None)
+	}
+	for k, w := range want {
+		if got := fields[k]; !reflect.DeepEqual(got, w) {
+			t.Errorf("%s: body %s is %#v, want %#v", where, k, got, w)
+		}
+	}
+	if inst, _ := fields["publisher_instance"].(string); !publisherInstance.MatchString(inst) {
+		t.Errorf("%s: body publisher_instance %q, want poller-<pid>", where, inst)
+	}
+	ts, err := json.Number(fmt.Sprint(fields["timestamp"])).Int64()
+	if err != nil || ts < published || ts > confirmed {
+		t.Errorf("%s: body timestamp %v, want integer seconds within the publish (%d..%d)", where, fields["timestamp"], published, confirmed)
+	}
+}
+
+// rowColumns are the outbox columns in Plane's body; publisherInstance is
+// the instance name Plane's poller gives its publisher.
+var (
+	rowColumns        = planeBodyKeys[slices.Index(planeBodyKeys, "event_id"):]
+	publisherInstance = regexp.MustCompile(`^poller-[0-9]+$`)
+)
