@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -362,6 +363,46 @@ func TestDeadLetterLogNamesAPropertylessEventByItsBody(t *testing.T) {
 	for _, want := range []string{"event_id=plane-ev-1", "event_type=issue.updated"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("dead-letter log line lacks %s:\n%s", want, line)
+		}
+	}
+}
+
+// A Plane message that does not decode as an event (no event_id; an
+// event_type that is not a string) is dead-lettered as undecodable, and
+// its log line still names it by what its body says: with no message_id
+// or type property, that is all an operator has to find it by.
+func TestUndecodableDeadLetterLogNamesWhatTheBodySays(t *testing.T) {
+	var logs *logLines
+	c := newConsumer(t, func(cfg *consumer.Config) { logs = captureLog(t, cfg) })
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return nil })
+	start(t, c)
+	pub := newPublisher(t)
+	for _, body := range []string{
+		`{"event_type": "issue.updated", "entity_id": "e-1", "payload": {"data": {}}}`,
+		`{"event_id": "plane-ev-2", "event_type": 42, "payload": {"data": {}}}`,
+	} {
+		pub.raw(c.Topology().Exchange, amqp.Publishing{Body: []byte(body)}) // no properties, as Plane's
+	}
+
+	// The line is written after the dead letter is counted: wait for it.
+	var lines []string
+	testenv.WaitFor(t, 60*time.Second, "two dead-letter log lines", func() bool {
+		lines = lines[:0]
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, "dead-lettered") {
+				lines = append(lines, l)
+			}
+		}
+		return len(lines) >= 2
+	})
+	for _, want := range [][]string{
+		{`event_id=""`, "event_type=issue.updated", "class=undecodable", "event_id is missing"},
+		{"event_id=plane-ev-2", `event_type=""`, "class=undecodable", "event_type must be a string"},
+	} {
+		if !slices.ContainsFunc(lines, func(l string) bool {
+			return !slices.ContainsFunc(want, func(w string) bool { return !strings.Contains(l, w) })
+		}) {
+			t.Errorf("no dead-letter log line with %q:\n%s", want, strings.Join(lines, ""))
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"mime"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -65,7 +66,10 @@ type decision struct {
 	headers amqp.Table    // the copy's headers: stamped, without broker death headers
 	attempt int           // the attempt that was handled (1 for the first delivery)
 	err     error         // why the message failed; nil when acked or deferred without one
-	eventID string        // the decoded event's id; empty when the body did not decode
+	// eventID and eventType name the event in log lines: the decoded
+	// event's, or what an undecodable body says (Settlement.EventType, for
+	// observers, stays empty then).
+	eventID, eventType string
 }
 
 // evaluate decodes a delivery, runs it through the handler chain h and
@@ -74,7 +78,14 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	d = withTrustedHistory(d)
 	m, err := c.decode(d)
 	if err != nil {
-		return c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, redact.Error(err), time.Now())
+		v := c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, redact.Error(err), time.Now())
+		if len(d.Body) <= c.cfg.MaxBodyBytes {
+			// A Plane message has no message_id or type property to be
+			// named by: what its body says names it in the log, as the
+			// DLQ tools name it (a missing event_id leaves its type).
+			v.eventID, v.eventType = dlq.BodyEvent(d.Body)
+		}
+		return v
 	}
 	ctx, endSpan := c.traceHandler(hctx, d, m)
 	var start time.Time
@@ -94,7 +105,7 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	// the DLQ should see them.
 	err = redact.Error(err)
 	v := c.decide(d, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
-	v.EventType, v.eventID, v.HandlerDuration = m.Event.Type, m.Event.ID, took
+	v.EventType, v.eventID, v.eventType, v.HandlerDuration = m.Event.Type, m.Event.ID, m.Event.Type, took
 	return v
 }
 
@@ -268,8 +279,8 @@ func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
 			return m, fmt.Errorf("content type %q is not application/json", d.ContentType)
 		}
 	}
-	if d.ContentEncoding != "" && d.ContentEncoding != "identity" {
-		return m, fmt.Errorf("content encoding %q is not supported", d.ContentEncoding)
+	if !plainEncoding(d.ContentEncoding) {
+		return m, fmt.Errorf("content encoding %q is not supported: the body must be plain UTF-8 JSON (no compression)", d.ContentEncoding)
 	}
 	ev, err := warren.DecodeEvent(d.Body)
 	if err != nil {
@@ -277,6 +288,22 @@ func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
 	}
 	m.Event = ev
 	return m, nil
+}
+
+// plainEncoding reports whether a content_encoding property leaves the
+// body as it is. AMQP's content-encoding is MIME's (gzip, deflate, …),
+// which the consumer does not undo: such a body is refused. But pika users
+// put the body's charset there, and Plane's publisher sets "utf-8" on every
+// message (apps/api/plane/event_stream/publisher.py): that names no
+// transformation, and refusing it would dead-letter all of Plane's events.
+// UTF-8 is the only charset JSON allows, and the decoder checks the body is
+// UTF-8, so "utf-8" is identity; another charset (utf-16, latin1) is not.
+func plainEncoding(enc string) bool {
+	switch strings.ToLower(enc) {
+	case "", "identity", "utf-8", "utf8":
+		return true
+	}
+	return false
 }
 
 func (c *BaseConsumer) failure(d amqp.Delivery, err error, at time.Time) dlq.Failure {
@@ -348,11 +375,11 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, v decision, kind m
 }
 
 // eventAttrs names the event of a move in its log line: by the AMQP
-// message_id and type, or else by the decoded body's event_id and
-// event_type (Plane's services publish with neither property), so that the
-// operator can look the event up (warren dlq show --id) from the log.
+// message_id and type, or else by the body's event_id and event_type
+// (Plane's services publish with neither property), so that the operator
+// can look the event up (warren dlq show --id, --type) from the log.
 func eventAttrs(d amqp.Delivery, v decision) []slog.Attr {
-	return []slog.Attr{slog.String("event_id", cmp.Or(d.MessageId, v.eventID)), slog.String("event_type", cmp.Or(d.Type, v.EventType))}
+	return []slog.Attr{slog.String("event_id", cmp.Or(d.MessageId, v.eventID)), slog.String("event_type", cmp.Or(d.Type, v.eventType))}
 }
 
 // move is where republish sends a message.

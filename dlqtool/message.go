@@ -2,7 +2,6 @@ package dlqtool
 
 import (
 	"cmp"
-	"encoding/json"
 	"math"
 	"slices"
 
@@ -38,21 +37,10 @@ func newMessage(position int, p amqp.Publishing) Message {
 	m := Message{Position: position, Publishing: p, Metadata: dlq.ParseMetadata(p.Headers)}
 	m.EventID, m.EventType = p.MessageId, p.Type
 	if m.EventID == "" || m.EventType == "" {
-		ev := bodyEvent(p.Body)
-		m.EventID, m.EventType = cmp.Or(m.EventID, ev.ID), cmp.Or(m.EventType, ev.Type)
+		id, typ := dlq.BodyEvent(p.Body)
+		m.EventID, m.EventType = cmp.Or(m.EventID, id), cmp.Or(m.EventType, typ)
 	}
 	return m
-}
-
-// bodyEvent decodes the two fields of the body that identify the event.
-// Only those are decoded, and a body that is not JSON (the undecodable
-// class) simply leaves them empty.
-func bodyEvent(body []byte) (ev struct {
-	ID   string `json:"event_id"`
-	Type string `json:"event_type"`
-}) {
-	_ = json.Unmarshal(body, &ev)
-	return ev
 }
 
 // hasEventID reports whether id is m's event id: its EventID, or the
@@ -65,7 +53,11 @@ func (m *Message) hasEventID(ids []string) bool {
 	}
 	// Decoded only here, for the few messages a search by id looks at
 	// twice: when there is no message_id, EventID is the body's already.
-	return m.MessageId != "" && slices.Contains(ids, bodyEvent(m.Body).ID)
+	if m.MessageId == "" {
+		return false
+	}
+	id, _ := dlq.BodyEvent(m.Body)
+	return slices.Contains(ids, id)
 }
 
 // publishingOf copies a delivery's message, properties and all, so it can

@@ -21,9 +21,13 @@ func EventPublishing(ev warren.Event) (amqp.Publishing, error) {
 // and tools route and inspect it without decoding the body (message_id =
 // event_id, type = event_type, persistent, the creation time, and the
 // initiator type as a header). The properties are the same in every
-// format: Plane's publisher sets persistent delivery and the JSON content
-// type, and the others are extra to a Plane consumer, which reads only the
-// body.
+// format. Plane's publisher sets persistent delivery, the JSON content
+// type, a timestamp and content_encoding "utf-8"; the relay sets the first
+// three and adds the others, which a Plane consumer, reading only the
+// body, ignores. It sets no content_encoding: the body is UTF-8 JSON
+// without one, Plane's consumers never read it, and a warren consumer
+// older than the one that takes "utf-8" as identity would dead-letter
+// every message carrying it, so a relay upgraded first would break them.
 func EncodedPublishing(enc warren.Encoder, ev warren.Event, outboxID int64) (amqp.Publishing, error) {
 	if err := ev.Validate(); err != nil {
 		return amqp.Publishing{}, err

@@ -1,0 +1,32 @@
+package consumer
+
+import (
+	"strings"
+	"testing"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// Plane's publisher sets content_encoding "utf-8" on every message: a
+// charset, not a transformation of the body, so the message decodes. An
+// encoding the consumer would have to undo (or a charset other than JSON's)
+// is refused with a reason, which makes the message undecodable.
+func TestDecodeTakesUTF8ContentEncodingAsIdentity(t *testing.T) {
+	c, err := New(Config{Name: "decode-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"event_id": "ev-1", "event_type": "workitem.updated", "initiator_id": "None", "initiator_type": "USER"}`)
+	for _, enc := range []string{"", "identity", "utf-8", "UTF-8", "utf8", "Utf8"} {
+		m, err := c.decode(amqp.Delivery{ContentType: "application/json", ContentEncoding: enc, Body: body})
+		if err != nil || m.Event.ID != "ev-1" || m.Event.InitiatorID != "None" {
+			t.Errorf("content encoding %q: %v, event %+v; want it decoded", enc, err, m.Event)
+		}
+	}
+	for _, enc := range []string{"gzip", "deflate", "br", "utf-16", "latin1", "utf-8, gzip"} {
+		_, err := c.decode(amqp.Delivery{ContentType: "application/json", ContentEncoding: enc, Body: body})
+		if err == nil || !strings.Contains(err.Error(), `content encoding "`+enc+`" is not supported`) {
+			t.Errorf("content encoding %q: %v, want it refused", enc, err)
+		}
+	}
+}
