@@ -62,6 +62,9 @@ func (o *Table) Stats(ctx context.Context, db DB) (Stats, error) {
 // statement naming a missing table would fail, so its existence is asked
 // first.
 func (o *Table) captureErrors(ctx context.Context, db DB) (int64, error) {
+	if o.schema == SchemaPlane {
+		return 0, nil // capture writes into warren's outbox schema only
+	}
 	var exists bool
 	if err := db.QueryRow(ctx, o.sql.captureErrorsExist, pgx.Identifier{o.CaptureErrorsTable()}.Sanitize()).Scan(&exists); err != nil || !exists {
 		return 0, err
