@@ -156,10 +156,18 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	// Said when the stop begins, not only when it ends, so a stop that
 	// takes long (a publish waiting for its verdict) shows in the log.
+	// Run waits for that line before it returns: the caller may close the
+	// log's writer as soon as Run is done.
+	stopLogged := make(chan struct{})
 	stopSeen := context.AfterFunc(ctx, func() {
+		defer close(stopLogged)
 		r.log.Info("relay stopping: finishing publishes in flight", "publish_timeout", r.cfg.PublishTimeout)
 	})
-	defer stopSeen()
+	defer func() {
+		if !stopSeen() {
+			<-stopLogged
+		}
+	}()
 	r.runBroker(ctx, pool)
 	stopListening()
 	listener.Wait()
