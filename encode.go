@@ -20,13 +20,19 @@ const (
 	// [Event.MarshalJSON] writes.
 	FormatWarren Format = "warren"
 
-	// FormatPlane is Plane's envelope, byte-compatible with what Plane's
-	// outbox poller publishes, for Plane's consumers: the event fields
-	// (an empty project_id or initiator_id as null, as Plane's nullable
-	// columns give them), then "timestamp" as integer Unix seconds,
-	// "version", "publisher", "publisher_instance", "source" and
+	// FormatPlane is Plane's envelope, for Plane's consumers: every field
+	// Plane's outbox poller publishes, with the same JSON types. The event
+	// fields (an empty project_id or initiator_id as null, as Plane's
+	// nullable columns give them), then "timestamp" as integer Unix
+	// seconds, "version", "publisher", "publisher_instance", "source" and
 	// "outbox_id" (the outbox row id, a number; null for an event that did
-	// not come from an outbox).
+	// not come from an outbox). It is not Plane's bytes, which Plane's
+	// consumers (json.loads) cannot tell: the JSON is compact and the
+	// event fields come first; "timestamp" is the event's creation, where
+	// Plane writes the time of publishing, so a message republished later
+	// keeps its event's time; and a NULL initiator_id is null, where
+	// Plane writes the string "None" (Python's str(None)). docs/plane.md
+	// lists these.
 	FormatPlane Format = "plane"
 )
 
