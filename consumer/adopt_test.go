@@ -327,14 +327,22 @@ func TestAdoptUnlearnableArgument(t *testing.T) {
 	c := consumerAt(t, testenv.AMQPURL(t), func(cfg *consumer.Config) {
 		cfg.Name, cfg.Exchange, cfg.AdoptQueue = queue, exchange, true
 	})
+	assertStartRefused(t, conn, c, exchange, "cut its reply")
+}
+
+// assertStartRefused runs c, which must stop with a TopologyError about its
+// queue whose text says want, having declared nothing: neither its
+// exchange nor any of its own queues or its dead-letter exchange.
+func assertStartRefused(t *testing.T, conn *amqp.Connection, c *consumer.BaseConsumer, exchange, want string) {
+	t.Helper()
 	topo := c.Topology()
 	deleteAfter(t, topo.Queues(), []string{topo.DLX})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = c.Run(ctx)
+	err := c.Run(ctx)
 	var te *consumer.TopologyError
-	if !errors.As(err, &te) || te.Name != queue || !strings.Contains(err.Error(), "cut its reply") {
-		t.Fatalf("Run = %v; want a TopologyError saying the broker's reply was cut", err)
+	if !errors.As(err, &te) || te.Name != topo.Queue || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Run = %v; want a TopologyError about %s saying %q", err, topo.Queue, want)
 	}
 	if exists(t, conn, "exchange", exchange) {
 		t.Errorf("exchange %s was declared", exchange)
@@ -385,22 +393,10 @@ func TestAdoptMissingQueueCreatesNothing(t *testing.T) {
 	c := consumerAt(t, testenv.AMQPURL(t), func(cfg *consumer.Config) {
 		cfg.Name, cfg.Exchange, cfg.AdoptQueue = queue, exchange, true
 	})
-	topo := c.Topology()
-	deleteAfter(t, topo.Queues(), []string{topo.DLX})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err := c.Run(ctx)
-	var te *consumer.TopologyError
-	if !errors.As(err, &te) || te.Name != queue || !strings.Contains(err.Error(), "nothing to adopt: queue "+queue+" does not exist; start without AdoptQueue") {
-		t.Fatalf("Run = %v; want a TopologyError saying there is nothing to adopt", err)
-	}
+	assertStartRefused(t, conn, c, exchange, "nothing to adopt: queue "+queue+" does not exist; start without AdoptQueue")
 	if exists(t, conn, "queue", queue) {
 		t.Errorf("queue %s was declared", queue)
 	}
-	if exists(t, conn, "exchange", exchange) {
-		t.Errorf("exchange %s was declared", exchange)
-	}
-	assertNothingNew(t, conn, topo)
 }
 
 // An adopted queue deleted under the running consumer is declared again
