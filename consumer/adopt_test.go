@@ -327,14 +327,22 @@ func TestAdoptUnlearnableArgument(t *testing.T) {
 	c := consumerAt(t, testenv.AMQPURL(t), func(cfg *consumer.Config) {
 		cfg.Name, cfg.Exchange, cfg.AdoptQueue = queue, exchange, true
 	})
+	assertStartRefused(t, conn, c, exchange, "cut its reply")
+}
+
+// assertStartRefused runs c, which must stop with a TopologyError about its
+// queue whose text says want, having declared nothing: neither its
+// exchange nor any of its own queues or its dead-letter exchange.
+func assertStartRefused(t *testing.T, conn *amqp.Connection, c *consumer.BaseConsumer, exchange, want string) {
+	t.Helper()
 	topo := c.Topology()
 	deleteAfter(t, topo.Queues(), []string{topo.DLX})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err = c.Run(ctx)
+	err := c.Run(ctx)
 	var te *consumer.TopologyError
-	if !errors.As(err, &te) || te.Name != queue || !strings.Contains(err.Error(), "cut its reply") {
-		t.Fatalf("Run = %v; want a TopologyError saying the broker's reply was cut", err)
+	if !errors.As(err, &te) || te.Name != topo.Queue || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Run = %v; want a TopologyError about %s saying %q", err, topo.Queue, want)
 	}
 	if exists(t, conn, "exchange", exchange) {
 		t.Errorf("exchange %s was declared", exchange)
@@ -371,4 +379,77 @@ func TestFailedDeclarationRemovesWhatItCreated(t *testing.T) {
 		t.Errorf("exchange %s was left behind", exchange)
 	}
 	assertNothingNew(t, admin, c.Topology())
+}
+
+// A start in adopt mode whose queue does not exist refuses, saying there
+// is nothing to adopt, and declares nothing: a queue created from warren's
+// config would have arguments (its own dead-letter exchange, no routing
+// key) that the service it was to be adopted from cannot declare again,
+// so rolling back to that service would fail.
+func TestAdoptMissingQueueCreatesNothing(t *testing.T) {
+	conn := testenv.AMQPConn(t)
+	queue, exchange := testenv.Name(t, "q"), testenv.Name(t, "ex")
+	deleteAfter(t, []string{queue}, []string{exchange})
+	c := consumerAt(t, testenv.AMQPURL(t), func(cfg *consumer.Config) {
+		cfg.Name, cfg.Exchange, cfg.AdoptQueue = queue, exchange, true
+	})
+	assertStartRefused(t, conn, c, exchange, "nothing to adopt: queue "+queue+" does not exist; start without AdoptQueue")
+	if exists(t, conn, "queue", queue) {
+		t.Errorf("queue %s was declared", queue)
+	}
+}
+
+// An adopted queue deleted under the running consumer is declared again
+// with the arguments it was adopted with, not the config's: Plane's own
+// declaration of it still succeeds (a rollback to Plane's consumer works),
+// and the consumer consumes from it again.
+func TestAdoptedQueueDeletedIsDeclaredAgainAsAdopted(t *testing.T) {
+	conn := testenv.AMQPConn(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plane := declarePlaneQueue(t, ch, true)
+	var log *logLines
+	c := consumerAt(t, testenv.AMQPURL(t), func(cfg *consumer.Config) {
+		cfg.Name, cfg.Exchange, cfg.AdoptQueue = plane.queue, plane.exchange, true
+		log = captureLog(t, cfg)
+	})
+	topo := c.Topology()
+	deleteAfter(t, topo.Queues(), []string{topo.DLX})
+	rec := newRecorder()
+	c.HandleFunc("", func(_ context.Context, m *warren.Message) error {
+		rec.record(m)
+		return nil
+	})
+	start(t, c)
+	pub := newPublisher(t)
+	pub.events(plane.exchange, "", event("before", "workitem.updated"))
+	rec.waitDistinct(t, 1, 30*time.Second)
+
+	if _, err := ch.QueueDelete(plane.queue, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	// Consumed again: the queue exists, bound (bindings come before the
+	// consumer), with the consumer on it.
+	testenv.WaitFor(t, 60*time.Second, "the queue declared again and consumed", func() bool {
+		probe, err := conn.Channel() // a failed passive declare closes its channel
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer probe.Close()
+		q, err := probe.QueueDeclarePassive(plane.queue, true, false, false, false, nil)
+		return err == nil && q.Consumers > 0
+	})
+	if err := sameArgs(t, conn, plane.queue, plane.queueArgs); err != nil {
+		t.Fatalf("Plane's declaration of the queue declared again is refused: %v", err)
+	}
+	pub.events(plane.exchange, "", event("after", "workitem.updated"))
+	rec.waitDistinct(t, 2, 30*time.Second)
+	if rec.count("after") != 1 {
+		t.Errorf("the event published after the queue was declared again was handled %d times", rec.count("after"))
+	}
+	if !log.has("the adopted queue was missing") {
+		t.Errorf("log does not say the adopted queue was declared again")
+	}
 }

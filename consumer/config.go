@@ -85,10 +85,14 @@ type Config struct {
 	// knows whether other queues dead-letter there); otherwise messages
 	// expiring in the queue go where its arguments say, and where nothing
 	// is bound (Plane binds nothing to plane.event_stream.dlq), the broker
-	// drops them, as before. A queue that does not exist is declared from
-	// this config. Retries and the consumer's own dead letters do not
-	// depend on the queue's arguments. Default false: a queue with other
-	// arguments is a TopologyError.
+	// drops them, as before. A queue that does not exist at start is a
+	// TopologyError, nothing to adopt, and nothing is declared: declared
+	// from this config, the queue could not be declared again by its owner
+	// (a rollback would fail). One adopted and then deleted while Run goes
+	// on is declared again with the arguments it was adopted with. Retries
+	// and the consumer's own dead letters do not depend on the queue's
+	// arguments. Default false: a queue with other arguments is a
+	// TopologyError.
 	AdoptQueue bool
 
 	// Channels is how many AMQP channels consume in parallel, each with

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
@@ -44,6 +45,11 @@ type BaseConsumer struct {
 	stats  counters
 	memory atomic.Pointer[memoryPlan] // of the latest session
 	tracer trace.Tracer               // nil without Config.TracerProvider
+
+	// adoptedArgs are the arguments the queue was adopted with
+	// (Config.AdoptQueue), learned by the first declaration that found
+	// it: a queue deleted later is declared again with them.
+	adoptedArgs atomic.Pointer[amqp.Table]
 
 	// beforeConsume, set only by tests, runs before each consumer channel
 	// of a session is opened; an error fails the session's start.

@@ -24,7 +24,11 @@ import (
 func (c *BaseConsumer) declareTopology(conn *amqp.Connection) error {
 	d := &declarer{conn: conn}
 	defer d.close()
-	p, err := c.topo.plan(d, c.cfg)
+	var adoptedArgs amqp.Table
+	if a := c.adoptedArgs.Load(); a != nil {
+		adoptedArgs = *a
+	}
+	p, err := c.topo.plan(d, c.cfg, adoptedArgs)
 	if err != nil {
 		return err
 	}
@@ -34,6 +38,13 @@ func (c *BaseConsumer) declareTopology(conn *amqp.Connection) error {
 		}
 		return err
 	}
+	if p.adopted {
+		c.adoptedArgs.Store(&p.queueArgs)
+	}
+	if p.readopted {
+		c.log.Warn("the adopted queue was missing (deleted?); it is declared again with the arguments it was adopted with, and what was published to the exchange while it was missing is lost",
+			"queue", c.topo.Queue, "queue_arguments", formatArgs(p.queueArgs))
+	}
 	c.log.Info("topology declared", "queue", c.topo.Queue, "adopted", p.adopted,
 		"queue_arguments", formatArgs(p.queueArgs), "found", p.found, "added", p.added(), "notes", p.notes)
 	return nil
@@ -42,7 +53,8 @@ func (c *BaseConsumer) declareTopology(conn *amqp.Connection) error {
 // topologyPlan is what one declaration found on the broker and will add.
 type topologyPlan struct {
 	queueArgs amqp.Table // the consumer's queue's arguments: learned when adopted, else the config's
-	adopted   bool       // the queue existed and was taken with its own arguments
+	adopted   bool       // the queue was taken with its own arguments
+	readopted bool       // adopted earlier, found missing, and declared again with those arguments
 	found     []string   // what exists and is used as it is
 	notes     []string   // what an operator should know about an adopted queue
 
@@ -108,8 +120,9 @@ func (t Topology) queueSpecs(cfg Config) (main queueSpec, others []queueSpec) {
 // new: passive declarations find what exists, and a declaration of an
 // existing exchange or queue with the arguments it already has changes
 // nothing, while one with others is refused, which is the conflict plan
-// reports.
-func (t Topology) plan(d *declarer, cfg Config) (*topologyPlan, error) {
+// reports. adoptedArgs are the arguments the queue was adopted with earlier
+// in this Run, if it was.
+func (t Topology) plan(d *declarer, cfg Config, adoptedArgs amqp.Table) (*topologyPlan, error) {
 	p := &topologyPlan{}
 	if err := p.exchange(d, t.Exchange); err != nil {
 		return nil, err
@@ -120,15 +133,25 @@ func (t Topology) plan(d *declarer, cfg Config) (*topologyPlan, error) {
 	switch {
 	case err != nil:
 		return nil, topologyError("queue", main.name, err)
+	case !exists && cfg.AdoptQueue && adoptedArgs == nil:
+		// Declared from the config, the queue would have arguments its
+		// owner's declaration is refused with: rolling back to the owner
+		// would fail.
+		return nil, topologyError("queue", main.name, nothingToAdopt(main.name))
+	case !exists && cfg.AdoptQueue:
+		// Adopted earlier and deleted since: declared again as its owner
+		// declares it, so the owner still can.
+		main.args = adoptedArgs
+		p.queueArgs, p.adopted, p.readopted = adoptedArgs, true, true
+		bindDLQ = p.noteAdopted(t, cfg)
 	case !exists:
 		p.queueArgs = main.args
-		if cfg.AdoptQueue {
-			p.notes = append(p.notes, "the queue did not exist, so there was nothing to adopt: it is declared from the config")
-		}
 	case cfg.AdoptQueue:
 		args, err := learnQueueArgs(main.name, main.args, func(args amqp.Table) error {
+			return d.declareQueue(queueSpec{main.name, args})
+		}, func() error {
 			return d.do(func(ch *amqp.Channel) error {
-				_, err := ch.QueueDeclare(main.name, true, false, false, false, args)
+				_, err := ch.QueueDelete(main.name, true, true, false)
 				return err
 			})
 		})

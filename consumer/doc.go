@@ -35,7 +35,14 @@
 // Config.AdoptQueue: the consumer then takes the queue as it is. AMQP
 // returns no queue's arguments, so it learns them from the broker's
 // refusals of declarations with other ones (see probe.go); one it cannot
-// learn is an error, never a guess. The queue's TTL and dead-letter
+// learn is an error, never a guess. There must be a queue to adopt: a
+// start that finds none fails and declares nothing (a queue declared from
+// the config would have arguments its owner's declaration is refused
+// with, so rolling back to the owner would fail), and a probe whose
+// declaration created the queue, deleted after the passive check found
+// it, says so too (see probe.go). Once adopted, a queue deleted under the
+// running consumer is declared again with the arguments learned, so its
+// owner can still declare it. The queue's TTL and dead-letter
 // exchange apply; the DLQ is bound to that exchange only when
 // Config.DeadLetterExchange names it, since a fanout exchange other queues
 // dead-letter to would bring their expired messages into this DLQ.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -45,16 +46,46 @@ const maxProbes = 48
 // arguments the queue does not have. A quorum queue's refusal names them.
 var probeStartDrop = []string{"x-dead-letter-strategy", "x-delivery-limit"}
 
+// errNothingToAdopt is wrapped by the error of a start in adopt mode that
+// finds no queue: creating one from the config would leave a queue the
+// service it is adopted from cannot declare again (other arguments), so a
+// rollback to that service would fail.
+var errNothingToAdopt = fmt.Errorf("%w: nothing to adopt", errCannotAdopt)
+
+func nothingToAdopt(queue string) error {
+	return fmt.Errorf("%w: queue %s does not exist; start without AdoptQueue to create it with warren's arguments", errNothingToAdopt, queue)
+}
+
+// The first declaration of a probe carries probeMarker, a value of an
+// argument RabbitMQ compares that no queue is declared with (a length
+// limit it never reaches). A queue that exists without it refuses it,
+// and the probe drops it like any argument the queue lacks. A declaration
+// with it that the broker accepts created the queue: it was deleted
+// after the passive check found it. One more declaration, with another
+// value, tells that apart from a broker that does not compare the
+// argument: it is refused naming the argument only when the queue holds
+// the marker.
+const (
+	probeMarkerArg = "x-max-length"
+	probeMarker    = int64(math.MaxInt64)
+)
+
 // learnQueueArgs returns the arguments queue exists with. declare runs one
 // queue.declare of queue (durable, not exclusive, not auto-deleted) with
 // the given arguments on a channel of its own, since a refusal closes the
-// channel. start is what the consumer would declare: starting from it, a
-// queue deleted in the meantime is created as the consumer would create
-// it, not bare. An argument whose value cannot be read from a refusal (of
-// a type this code does not parse, or cut off by the 255-byte limit of
-// the broker's reply text) is an error wrapping errCannotAdopt, never a
-// guess.
-func learnQueueArgs(queue string, start amqp.Table, declare func(args amqp.Table) error) (amqp.Table, error) {
+// channel. start is what the consumer would declare; a queue that has
+// exactly that is learned in one declaration. An argument whose value
+// cannot be read from a refusal (of a type this code does not parse, or
+// cut off by the 255-byte limit of the broker's reply text) is an error
+// wrapping errCannotAdopt, never a guess.
+//
+// A queue.declare creates a queue that does not exist. Should the first
+// declaration create it (see probeMarker), learnQueueArgs deletes it again
+// with deleteCreated (only if empty and unused) and returns an error
+// wrapping errNothingToAdopt: there was nothing to adopt, and what the
+// probe declared is not what the queue's owner declares. A queue deleted
+// between two later declarations, milliseconds apart, is not detected.
+func learnQueueArgs(queue string, start amqp.Table, declare func(args amqp.Table) error, deleteCreated func() error) (amqp.Table, error) {
 	args := maps.Clone(start)
 	for _, k := range probeStartDrop {
 		delete(args, k)
@@ -62,9 +93,25 @@ func learnQueueArgs(queue string, start amqp.Table, declare func(args amqp.Table
 	if args == nil {
 		args = amqp.Table{}
 	}
+	if _, own := args[probeMarkerArg]; !own {
+		args[probeMarkerArg] = probeMarker
+	}
 	tries := map[string]int{}
 	for range maxProbes {
 		err := declare(args)
+		if err == nil && args[probeMarkerArg] == probeMarker {
+			created, err := probeCreated(args, declare)
+			if err != nil {
+				return nil, err
+			}
+			if created {
+				return nil, createdByProbe(queue, args, deleteCreated)
+			}
+			// The broker does not compare the argument, so whether the
+			// queue existed cannot be told; it does now.
+			delete(args, probeMarkerArg)
+			continue
+		}
 		if err == nil {
 			return args, nil
 		}
@@ -103,6 +150,48 @@ func learnQueueArgs(queue string, start amqp.Table, declare func(args amqp.Table
 		}
 	}
 	return nil, fmt.Errorf("%w: its arguments were not learned in %d declarations", errCannotAdopt, maxProbes)
+}
+
+// probeCreated reports, after a declaration carrying probeMarker was
+// accepted, whether the queue holds the marker, that is, whether that
+// declaration created it: a declaration with another value is refused
+// naming the marker's argument only then.
+func probeCreated(args amqp.Table, declare func(amqp.Table) error) (bool, error) {
+	other := maps.Clone(args)
+	other[probeMarkerArg] = probeMarker - 1
+	err := declare(other)
+	if err == nil {
+		return false, nil
+	}
+	var ae *amqp.Error
+	if !errors.As(err, &ae) || ae.Code != amqp.PreconditionFailed {
+		return false, err
+	}
+	if m := inequivalentPrefix.FindStringSubmatch(ae.Reason); m != nil && m[1] == probeMarkerArg {
+		return true, nil
+	}
+	return false, fmt.Errorf("%w: the queue changed while its arguments were probed (the broker said: %s)", errCannotAdopt, ae.Reason)
+}
+
+// createdByProbe deletes the queue a probe's declaration created with
+// args, only if it is empty and unused, and returns the error saying so.
+// Something may have been published to it by name since (a replay from a
+// DLQ, which deletes its copy once the broker has confirmed this one), so
+// an unconditional delete could lose a message. RabbitMQ has no such
+// delete for quorum queues (it closes the connection for asking), so one
+// of those is left for the operator.
+func createdByProbe(queue string, args amqp.Table, deleteCreated func() error) error {
+	err := nothingToAdopt(queue)
+	var deleteErr error
+	if typ, _ := args["x-queue-type"].(string); typ != "" && typ != "classic" {
+		deleteErr = fmt.Errorf("RabbitMQ cannot delete a %s queue only if it is empty and unused", typ)
+	} else {
+		deleteErr = deleteCreated()
+	}
+	if deleteErr != nil {
+		return fmt.Errorf("%w (it was deleted while the consumer started, and the probe's declaration created it again with the config's arguments; that queue could not be deleted: %w; delete it before its owner declares it)", err, deleteErr)
+	}
+	return fmt.Errorf("%w (it was deleted while the consumer started; the queue the probe's declaration created meanwhile was deleted again)", err)
 }
 
 // inequivalence is one refusal of a declaration, parsed.

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // The refusals below are RabbitMQ 3.10.8's, as a queue.declare against
@@ -77,15 +80,41 @@ func TestParseInequivalentCutReply(t *testing.T) {
 }
 
 // fakeQueue answers declarations as RabbitMQ 3.10.8 does for a queue with
-// the given arguments, comparing only the keys that broker compares.
+// the given arguments, comparing only the keys that broker compares. A
+// missing queue is created by the next declaration, with what it sent.
 type fakeQueue struct {
 	args     amqp.Table
 	compared []string
 	declares int
+
+	missing   bool
+	deleteErr error // what a deletion of the queue returns; nil deletes it
+	deletes   int
+}
+
+func (f *fakeQueue) delete() error {
+	f.deletes++
+	if f.deleteErr != nil {
+		return f.deleteErr
+	}
+	f.args, f.missing = nil, true
+	return nil
+}
+
+// noDelete is the deletion of a probe that must not delete the queue.
+func noDelete(t *testing.T) func() error {
+	return func() error {
+		t.Error("the probe deleted the queue")
+		return nil
+	}
 }
 
 func (f *fakeQueue) declare(sent amqp.Table) error {
 	f.declares++
+	if f.missing {
+		f.args, f.missing = maps.Clone(sent), false
+		return nil
+	}
 	for _, k := range f.compared {
 		have, had := f.args[k]
 		got, sentIt := sent[k]
@@ -135,7 +164,7 @@ func TestLearnQueueArgs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeQueue{args: tc.queue, compared: compared310}
-			got, err := learnQueueArgs("q", tc.start, f.declare)
+			got, err := learnQueueArgs("q", tc.start, f.declare, noDelete(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +182,7 @@ func TestLearnQueueArgsRefuses(t *testing.T) {
 	t.Run("not durable", func(t *testing.T) {
 		_, err := learnQueueArgs("q", nil, func(amqp.Table) error {
 			return &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'q' in vhost '/': received 'true' but current is 'false'"}
-		})
+		}, noDelete(t))
 		if !errors.Is(err, errCannotAdopt) || !strings.Contains(err.Error(), "durable") {
 			t.Fatalf("err = %v", err)
 		}
@@ -161,7 +190,7 @@ func TestLearnQueueArgsRefuses(t *testing.T) {
 	t.Run("unreadable value", func(t *testing.T) {
 		_, err := learnQueueArgs("q", nil, func(amqp.Table) error {
 			return &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-foo' for queue 'q' in vhost '/': received none but current is the value '[1,2]' of type 'array'"}
-		})
+		}, noDelete(t))
 		if !errors.Is(err, errCannotAdopt) || !strings.Contains(err.Error(), "array") {
 			t.Fatalf("err = %v", err)
 		}
@@ -171,14 +200,14 @@ func TestLearnQueueArgsRefuses(t *testing.T) {
 		_, err := learnQueueArgs("q", nil, func(amqp.Table) error {
 			n++
 			return &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'q' in vhost '/': received none but current is the value '5' of type 'long'"}
-		})
+		}, noDelete(t))
 		if !errors.Is(err, errCannotAdopt) || n > 3 {
 			t.Fatalf("err = %v after %d declarations", err, n)
 		}
 	})
 	t.Run("other errors pass through", func(t *testing.T) {
 		refused := &amqp.Error{Code: amqp.AccessRefused, Reason: "ACCESS_REFUSED"}
-		_, err := learnQueueArgs("q", nil, func(amqp.Table) error { return refused })
+		_, err := learnQueueArgs("q", nil, func(amqp.Table) error { return refused }, noDelete(t))
 		if !errors.Is(err, refused) || errors.Is(err, errCannotAdopt) {
 			t.Fatalf("err = %v", err)
 		}
@@ -205,8 +234,99 @@ func TestLearnQueueArgsRetriesACutRefusal(t *testing.T) {
 			return refuse(fmt.Sprintf("'%v'", v), "'plane.dlq'")
 		}
 		return nil
-	})
+	}, noDelete(t))
 	if err != nil || got["x-dead-letter-exchange"] != "plane.dlq" {
 		t.Fatalf("learned %v, %v; want the dead-letter exchange plane.dlq", got, err)
+	}
+}
+
+// A queue deleted between the passive check that found it and the probe
+// is created by the probe's first declaration. The probe must not report
+// that queue adopted: it says there is nothing to adopt and deletes what
+// it created, when the broker lets it (empty and unused), or says it
+// could not.
+func TestLearnQueueArgsCreatesNothingToAdopt(t *testing.T) {
+	ours := amqp.Table{"x-message-ttl": int64(60000), "x-dead-letter-exchange": "q.dlx"}
+	t.Run("deleted again", func(t *testing.T) {
+		f := &fakeQueue{missing: true, compared: compared310}
+		_, err := learnQueueArgs("q", ours, f.declare, f.delete)
+		if !errors.Is(err, errNothingToAdopt) || !strings.Contains(err.Error(), "start without AdoptQueue") || !strings.Contains(err.Error(), "deleted again") {
+			t.Fatalf("err = %v, want nothing to adopt, the queue deleted again", err)
+		}
+		if f.deletes != 1 || !f.missing {
+			t.Errorf("%d deletions, queue missing: %v; want the created queue deleted", f.deletes, f.missing)
+		}
+	})
+	t.Run("quorum: left", func(t *testing.T) {
+		f := &fakeQueue{missing: true, compared: compared310}
+		_, err := learnQueueArgs("q", amqp.Table{"x-queue-type": "quorum"}, f.declare, noDelete(t))
+		if !errors.Is(err, errNothingToAdopt) || !strings.Contains(err.Error(), "cannot delete a quorum queue only if") {
+			t.Fatalf("err = %v, want nothing to adopt, the created quorum queue left", err)
+		}
+	})
+	t.Run("not empty", func(t *testing.T) {
+		notEmpty := &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - queue 'q' in vhost '/' not empty"}
+		f := &fakeQueue{missing: true, compared: compared310, deleteErr: notEmpty}
+		_, err := learnQueueArgs("q", ours, f.declare, f.delete)
+		if !errors.Is(err, errNothingToAdopt) || !errors.Is(err, notEmpty) || !strings.Contains(err.Error(), "could not be deleted") {
+			t.Fatalf("err = %v, want nothing to adopt, the created queue not deleted", err)
+		}
+	})
+}
+
+// On a broker that does not compare the marker's argument, a probe cannot
+// tell a queue it created from one that existed; it learns the queue as
+// before and deletes nothing, since a queue it did not create may be
+// empty and unused too.
+func TestLearnQueueArgsMarkerNotCompared(t *testing.T) {
+	plane := amqp.Table{"x-message-ttl": int64(3600000), "x-dead-letter-exchange": "plane.event_stream.dlq", "x-dead-letter-routing-key": "q_dlq"}
+	compared := slices.DeleteFunc(slices.Clone(compared310), func(k string) bool { return k == probeMarkerArg })
+	f := &fakeQueue{args: plane, compared: compared}
+	got, err := learnQueueArgs("q", amqp.Table{"x-message-ttl": int64(60000)}, f.declare, noDelete(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.EqualFunc(got, plane, func(a, b any) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+		t.Errorf("learned %v, want %v", got, plane)
+	}
+}
+
+// The marker works on the broker itself, for both queue types: a probe
+// whose first declaration creates the queue (it vanished after the
+// passive check) recognises it, says there is nothing to adopt, and
+// deletes the queue it created, a classic one; a quorum one it cannot
+// delete only if empty, so it leaves it and says so. On a queue that exists, the adopt tests
+// show the marker is dropped and the queue's arguments learned.
+func TestProbeRecognisesAQueueItCreated(t *testing.T) {
+	conn := testenv.AMQPConn(t)
+	for _, tc := range []struct {
+		name    string
+		start   amqp.Table
+		deleted bool
+	}{
+		{"classic", amqp.Table{"x-message-ttl": int64(60000), "x-dead-letter-exchange": "some.dlx"}, true},
+		{"quorum", amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "some.dlx", "x-delivery-limit": int64(5)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			queue := testenv.Name(t, "q")
+			testenv.CleanupQueues(t, queue)
+			d := &declarer{conn: conn}
+			defer d.close()
+			_, err := learnQueueArgs(queue, tc.start, func(args amqp.Table) error {
+				return d.declareQueue(queueSpec{queue, args})
+			}, func() error {
+				return d.do(func(ch *amqp.Channel) error {
+					_, err := ch.QueueDelete(queue, true, true, false)
+					return err
+				})
+			})
+			want := map[bool]string{true: "deleted again", false: "could not be deleted"}[tc.deleted]
+			if !errors.Is(err, errNothingToAdopt) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("err = %v, want nothing to adopt, the created queue %s", err, want)
+			}
+			if exists, err := d.exists("queue", queue); err != nil || exists == tc.deleted {
+				t.Errorf("queue %s exists: %v (%v); want %v", queue, exists, err, !tc.deleted)
+			}
+		})
 	}
 }

@@ -5,22 +5,26 @@
 //	go run ./examples/automation/cmd/automation
 //
 // Environment: AMQP_URL, DATABASE_URL, WARREN_EXCHANGE, WARREN_QUEUE
-// (default "automation"), WARREN_OUTBOX_TABLE, HEALTH_ADDR (e.g. 127.0.0.1:8082, for
-// /healthz and /readyz). Add a rule with SQL:
+// (default "automation"), WARREN_ADOPT_QUEUE (true: consume a queue Plane
+// declared as it is), WARREN_DLQ and WARREN_DLX (the dead-letter queue and
+// exchange; default <queue>.dlq and <queue>.dlx), WARREN_OUTBOX_TABLE,
+// HEALTH_ADDR (e.g. 127.0.0.1:8082, for /healthz and /readyz). Add a rule
+// with SQL:
 //
 //	INSERT INTO automation_rules (name, when_state, set_priority) VALUES ('done is not urgent', 'done', 'none');
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/examples/app"
 	"github.com/warrenmq/warren/examples/automation"
+	"github.com/warrenmq/warren/examples/internal/serviceenv"
 	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 )
@@ -37,7 +41,11 @@ func main() {
 
 func run(log *slog.Logger) error {
 	ctx := context.Background()
-	dbURL := envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
+	consumerCfg, err := serviceenv.Consumer(os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	dbURL := cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		return redact.Error(err, dbURL)
@@ -48,12 +56,7 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	svc, err := automation.New(automation.Config{
-		Consumer: consumer.Config{
-			URL:      os.Getenv("AMQP_URL"),
-			Name:     os.Getenv("WARREN_QUEUE"),
-			Exchange: os.Getenv("WARREN_EXCHANGE"),
-			Logger:   log,
-		},
+		Consumer: consumerCfg,
 	}, pool, a)
 	if err != nil {
 		return err
@@ -70,11 +73,4 @@ func run(log *slog.Logger) error {
 		}()
 	}
 	return svc.RunUntilSignal(ctx)
-}
-
-func envOr(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
 }

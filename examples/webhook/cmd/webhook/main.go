@@ -4,7 +4,9 @@
 //	WEBHOOK_URL=https://example.com/hook WEBHOOK_SECRET=s3cret go run ./examples/webhook/cmd/webhook
 //
 // Environment: AMQP_URL, REDIS_URL, WARREN_EXCHANGE, WARREN_QUEUE (default
-// "webhook"), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
+// "webhook"), WARREN_ADOPT_QUEUE (true: consume a queue Plane declared as
+// it is), WARREN_DLQ and WARREN_DLX (the dead-letter queue and exchange;
+// default <queue>.dlq and <queue>.dlx), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
 // endpoint to event types), WEBHOOK_SECRET (signs for every endpoint
 // without its own), WEBHOOK_SECRET_1, WEBHOOK_SECRET_2, … (the secret of
 // the first, second, … endpoint of WEBHOOK_URL), HEALTH_ADDR (e.g.
@@ -12,6 +14,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,8 +22,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/warrenmq/warren/consumer"
 	dedupredis "github.com/warrenmq/warren/dedup/redis"
+	"github.com/warrenmq/warren/examples/internal/serviceenv"
 	"github.com/warrenmq/warren/examples/webhook"
 	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
@@ -37,6 +40,10 @@ func main() {
 }
 
 func run(log *slog.Logger) error {
+	consumerCfg, err := serviceenv.Consumer(os.Getenv, log)
+	if err != nil {
+		return err
+	}
 	endpoints, err := webhook.ParseEndpoints(os.Getenv("WEBHOOK_URL"))
 	if err != nil {
 		return err
@@ -44,7 +51,7 @@ func run(log *slog.Logger) error {
 	for i := range endpoints {
 		endpoints[i].Secret = []byte(os.Getenv(fmt.Sprintf("WEBHOOK_SECRET_%d", i+1)))
 	}
-	redisURL := envOr("REDIS_URL", "redis://127.0.0.1:6379/0")
+	redisURL := cmp.Or(os.Getenv("REDIS_URL"), "redis://127.0.0.1:6379/0")
 	opts, err := goredis.ParseURL(redisURL)
 	if err != nil {
 		return fmt.Errorf("REDIS_URL %s: %w", redact.URL(redisURL), redact.Error(err, redisURL))
@@ -56,12 +63,7 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	svc, err := webhook.New(webhook.Config{
-		Consumer: consumer.Config{
-			URL:      os.Getenv("AMQP_URL"),
-			Name:     os.Getenv("WARREN_QUEUE"),
-			Exchange: os.Getenv("WARREN_EXCHANGE"),
-			Logger:   log,
-		},
+		Consumer:  consumerCfg,
 		Endpoints: endpoints,
 		Secret:    []byte(os.Getenv("WEBHOOK_SECRET")),
 	}, store)
@@ -74,11 +76,4 @@ func run(log *slog.Logger) error {
 		}()
 	}
 	return svc.RunUntilSignal(context.Background())
-}
-
-func envOr(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
 }
