@@ -96,9 +96,6 @@ func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
 	if err := p.resolveColumns(); err != nil {
 		return nil, err
 	}
-	if err := probeEquality(ctx, db, p.tracked); err != nil {
-		return nil, err
-	}
 	return p, nil
 }
 
@@ -202,14 +199,17 @@ func (p *plan) data(side string) string {
 }
 
 // changed is the JSON object of the old values of the tracked columns an
-// update changed; '{}' when it changed none.
+// update changed; '{}' when it changed none. A column changed when the
+// payload shows it changed: its JSON text is compared, not its values
+// with the type's = operator, which calls numeric 1.0 and 1.00 equal, and
+// 'A' and 'a' under citext or a case-insensitive collation, although the
+// payload shows them apart. (jsonb's own = would do the same for numbers,
+// hence the text.) Every type has a JSON form, so this also compares the
+// types that have no = at all: json, xml, point.
 func (p *plan) changed() string {
 	var parts []string
 	for _, c := range p.tracked {
-		o, n := ref("o", c.name), ref("n", c.name)
-		if c.textCompare {
-			o, n = o+"::text", n+"::text"
-		}
+		o, n := "to_jsonb("+ref("o", c.name)+")::text", "to_jsonb("+ref("n", c.name)+")::text"
 		parts = append(parts, fmt.Sprintf("CASE WHEN %s IS DISTINCT FROM %s THEN jsonb_build_object(%s, %s) ELSE '{}'::jsonb END",
 			o, n, literal(c.name), ref("o", c.name)))
 	}
@@ -326,6 +326,13 @@ func (p *plan) onUpdate() string {
 // with the entity ids it concerned, and raised as a warning; the
 // statement goes on. Under Fail nothing is caught: the error fails the
 // statement, as any failed statement in the transaction would.
+//
+// Record does not catch what a retry would cure: a serialization failure
+// or deadlock (class 40), a lock or statement timeout (55P03, 57014),
+// exhausted resources (53), a connection or operator problem (08, 57).
+// Recording those would lose events that the application's retry of the
+// failed statement writes; re-raised, they fail the statement.
+// (PL/pgSQL's OTHERS never catches 57014 query_canceled anyway.)
 func (p *plan) guarded(op, insert, ids string) string {
 	if p.spec.OnFailure != Record {
 		return "\t\t" + insert + "\n\t\tGET DIAGNOSTICS written = ROW_COUNT;"
@@ -336,6 +343,10 @@ func (p *plan) guarded(op, insert, ids string) string {
 		-- Catching opens a subtransaction per statement, not per row.
 		EXCEPTION WHEN others THEN
 			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT, err_detail = PG_EXCEPTION_DETAIL;
+			-- Retryable: fail the statement so that the application retries it.
+			IF left(err_state, 2) IN ('08', '40', '53', '57') OR err_state = '55P03' THEN
+				RAISE;
+			END IF;
 			INSERT INTO %s (source_table, operation, entity_ids, sqlstate, message, detail)
 			VALUES (%s, %s, ARRAY(%s), err_state, err_message, nullif(err_detail, ''));
 			RAISE WARNING 'warren capture: %% on %%: events not written: %% (SQLSTATE %%); recorded in %%',
