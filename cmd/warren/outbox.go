@@ -363,6 +363,9 @@ func runOutboxCapture(ctx context.Context, c *outboxCall) error {
 		fmt.Fprintf(c.env.stdout, "capture on %s is up to date (version %d)\n", res.Name, res.Version)
 	case o.uninstall:
 		fmt.Fprintf(c.env.stdout, "capture on %s uninstalled (version %d)\n", res.Name, res.Version)
+	case res.Repaired != "":
+		fmt.Fprintf(c.env.stdout, "capture on %s reinstalled: version %d, events to outbox %s (the SQL was unchanged, but %s)\n",
+			res.Name, res.Version, c.outbox.Name(), res.Repaired)
 	default:
 		fmt.Fprintf(c.env.stdout, "capture on %s installed: version %d, events to outbox %s\n", res.Name, res.Version, c.outbox.Name())
 	}

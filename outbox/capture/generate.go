@@ -21,6 +21,18 @@ type Migration struct {
 	Name     string
 	SQL      string
 	Checksum string // SHA-256 of SQL, hex
+
+	// installs is what the SQL creates, which Install checks is still in
+	// place before it calls an unchanged migration applied; nil for
+	// Uninstall's.
+	installs *objects
+}
+
+// objects are a capture's function and triggers as its SQL creates them.
+type objects struct {
+	source   string // the captured table, quoted
+	function string // the function's signature, quoted: "public"."issues_warren_capture"()
+	body     string // the function's body, as pg_proc.prosrc holds it
 }
 
 // The names the generated objects use.
@@ -59,9 +71,9 @@ func Generate(ctx context.Context, db outbox.DB, spec Spec) (Migration, error) {
 	if err != nil {
 		return Migration{}, err
 	}
-	sql := p.sql()
+	sql, installs := p.sql()
 	sum := sha256.Sum256([]byte(sql))
-	return Migration{Name: p.name(), SQL: sql, Checksum: hex.EncodeToString(sum[:])}, nil
+	return Migration{Name: p.name(), SQL: sql, Checksum: hex.EncodeToString(sum[:]), installs: installs}, nil
 }
 
 func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
@@ -361,8 +373,8 @@ func (p *plan) ids(rows, alias string) string {
 	return fmt.Sprintf("SELECT %s::text FROM %s AS %s", ref(alias, p.entityID), rows, alias)
 }
 
-// sql is the whole migration.
-func (p *plan) sql() string {
+// sql is the whole migration, and what it installs.
+func (p *plan) sql() (string, *objects) {
 	var b strings.Builder
 	source := quote(p.source.schema) + "." + quote(p.source.name)
 	function := quote(p.source.schema) + "." + quote(p.source.name+functionSuffix)
@@ -393,10 +405,7 @@ CREATE TABLE IF NOT EXISTS %s (
 	if p.spec.OnFailure == Record {
 		declare += "\terr_state text;\n\terr_message text;\n\terr_detail text;\n"
 	}
-	fmt.Fprintf(&b, `
--- One function for the table's three statement-level triggers. The column
--- lists are written out: nothing is looked up in the catalog at run time.
-CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS %s
+	body := fmt.Sprintf(`
 DECLARE
 %sBEGIN
 	IF TG_OP = 'INSERT' THEN
@@ -412,12 +421,16 @@ DECLARE
 	END IF;
 	RETURN NULL;
 END
-%s;
-`, function, bodyTag, declare,
+`, declare,
 		p.guarded("INSERT", p.onInsert(), p.ids(newRows, "n")),
 		p.guarded("UPDATE", p.onUpdate(), p.ids(newRows, "n")+" UNION "+p.ids(oldRows, "o")),
 		p.guarded("DELETE", p.onDelete(), p.ids(oldRows, "o")),
-		literal(p.channel), bodyTag)
+		literal(p.channel))
+	fmt.Fprintf(&b, `
+-- One function for the table's three statement-level triggers. The column
+-- lists are written out: nothing is looked up in the catalog at run time.
+CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS %s%s%s;
+`, function, bodyTag, body, bodyTag)
 	fmt.Fprintf(&b, `
 -- Statement-level: a statement touching 10,000 rows writes its events in
 -- one INSERT … SELECT from its transition tables.
@@ -431,5 +444,5 @@ CREATE TRIGGER %[2]s AFTER UPDATE ON %[4]s REFERENCING OLD TABLE AS %[7]s NEW TA
 CREATE TRIGGER %[3]s AFTER DELETE ON %[4]s REFERENCING OLD TABLE AS %[7]s
 	FOR EACH STATEMENT EXECUTE FUNCTION %[5]s();
 `, triggerInsert, triggerUpdate, triggerDelete, source, function, newRows, oldRows)
-	return b.String()
+	return b.String(), &objects{source: source, function: function + "()", body: body}
 }

@@ -160,10 +160,15 @@ func (s Spec) withDefaults() (Spec, error) {
 
 // plainText refuses what does not belong in an event's envelope field: a
 // control character or white space at either end (warren.Event.Validate
-// refuses those in event types).
+// refuses those in event types), and a backslash, which the generated
+// SQL's string literals could not carry unchanged whatever
+// standard_conforming_strings is.
 func plainText(field, v string) error {
 	if strings.TrimSpace(v) != v {
 		return invalidf("%s %q has leading or trailing white space", field, v)
+	}
+	if strings.ContainsRune(v, '\\') {
+		return invalidf("%s %q contains a backslash", field, v)
 	}
 	for _, r := range v {
 		if unicode.IsControl(r) {
