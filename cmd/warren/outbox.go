@@ -265,8 +265,13 @@ func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
 	if err := o.db.resolve(env); err != nil {
 		return err
 	}
-	if sub.name == "purge" && o.db.schema == string(outbox.SchemaPlane) {
+	switch plane := o.db.schema == string(outbox.SchemaPlane); {
+	case plane && sub.name == "purge":
 		return usagef("purge: %v", outbox.ErrPlaneRowsAreKept)
+	case plane && sub.name == "capture":
+		// The triggers write warren's columns; Plane's table has others.
+		return usagef("capture: the triggers write to a warren-schema outbox table only, and the schema is plane " +
+			"(--schema or $WARREN_SCHEMA); pass --schema warren, and --table too if $WARREN_OUTBOX_TABLE names Plane's table")
 	}
 	o.db.lease = time.Duration(o.lease)
 	ob, pool, err := o.db.open(ctx)
