@@ -238,8 +238,7 @@ func TestCaptureRecordPolicyRecordsTheFailure(t *testing.T) {
 
 // An update is compared on what the payload shows: numeric 1.0 to 1.00,
 // and 'Done' to 'DONE' under a case-insensitive collation (citext's
-// case too), are changes although = calls them equal; a json value
-// re-spaced is none, as the payload is the same.
+// case too), are changes although = calls them equal.
 func TestCaptureUpdateComparesWhatThePayloadShows(t *testing.T) {
 	pool := testenv.PgPool(t)
 	ctx := context.Background()
@@ -255,7 +254,7 @@ func TestCaptureUpdateComparesWhatThePayloadShows(t *testing.T) {
 	e := newEnv(t)
 	e.exec(`ALTER TABLE {source} ADD COLUMN amount numeric, ADD COLUMN label text COLLATE ` + collation)
 	e.install(e.spec())
-	e.exec(`INSERT INTO {source} (id, name, amount, label, meta) VALUES ('a', 'x', 1.0, 'Done', '{"k": 1}')`)
+	e.exec(`INSERT INTO {source} (id, name, amount, label) VALUES ('a', 'x', 1.0, 'Done')`)
 	_, last := e.one(0, "workitem.created")
 
 	var previous string
@@ -272,8 +271,6 @@ func TestCaptureUpdateComparesWhatThePayloadShows(t *testing.T) {
 	}
 	e.exec(`UPDATE {source} SET label = 'DONE', amount = 1.00`)
 	e.none(last, "update to the same values")
-	e.exec(`UPDATE {source} SET meta = '{"k":1}'`)
-	e.none(last, "json re-spaced: the payload is the same")
 }
 
 // Record does not record what a retry would cure: an outbox insert that
