@@ -21,7 +21,10 @@ const (
 	// Record lets the statement succeed and writes the failure (table,
 	// operation, entity ids, SQLSTATE, message, time) to the outbox's
 	// capture errors table in the same transaction, where `warren outbox
-	// stats`, [outbox.Stats] and the relay's metrics count it.
+	// stats`, [outbox.Stats] and the relay's metrics count it. An error a
+	// retry would cure (SQLSTATE class 08, 40, 53 or 57, or 55P03
+	// lock_not_available) is not recorded: it fails the statement, for
+	// the application to retry.
 	Record FailurePolicy = "record"
 )
 
