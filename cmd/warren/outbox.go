@@ -101,7 +101,7 @@ var outboxSubs = []outboxSub{
 	},
 	{
 		name: "capture", summary: "install triggers that write a table's changes to the outbox",
-		about: "Generate, from the catalog, one statement-level trigger function for --source and its insert, update and delete triggers, which write <prefix>.created, .updated (previous_attributes: the old values of the changed tracked columns only; none for an update that changed nothing tracked) and .deleted (a hard delete, or --soft-delete-column going from NULL to a value) events to the outbox, in the changing statement's transaction. The column lists are written into the trigger: run this again after a migration changes the table. The SQL is applied in one transaction and recorded as the table's next version in " + capture.MigrationsTable + "; an unchanged result is not applied again. With --on-failure fail (the default) an event the outbox refuses fails the statement; with record the statement succeeds and the failure is written to the outbox's capture errors table, which 'warren outbox stats' and the relay's metrics count. The initiator comes from the session settings --initiator-setting (default " + capture.DefaultInitiatorTypeSetting + ", unset: USER) and " + capture.DefaultInitiatorIDSetting + ".",
+		about: "Generate, from the catalog, one statement-level trigger function for --source and its insert, update and delete triggers, which write <prefix>.created, .updated (previous_attributes: the old values of the changed tracked columns only; none for an update that changed nothing tracked) and .deleted (a hard delete, or --soft-delete-column going from NULL to a value) events to the outbox, in the changing statement's transaction. The column lists are written into the trigger: run this again after a migration changes the table. The SQL is applied in one transaction and recorded as the table's next version in " + capture.MigrationsTable + "; an unchanged result is not applied again, unless its triggers or function were dropped, disabled or edited since (then it is reinstalled, and the command says why). With --on-failure fail (the default) an event the outbox refuses fails the statement; with record the statement succeeds and the failure is written to the outbox's capture errors table, which 'warren outbox stats' and the relay's metrics count, except for errors a retry cures (deadlock, serialization failure, lock timeout), which still fail the statement. It writes to a warren-schema outbox only: with WARREN_SCHEMA=plane pass --schema warren. The initiator comes from the session settings --initiator-setting (default " + capture.DefaultInitiatorTypeSetting + ", unset: USER) and " + capture.DefaultInitiatorIDSetting + ".",
 		examples: []string{
 			"warren outbox capture --source issues --entity-type issue --event-prefix workitem --exclude description_html --workspace-column workspace_id --project-column project_id --print",
 			"warren outbox capture --source labels --entity-type label --on-failure record --initiator-setting plane.initiator_type",
@@ -265,8 +265,13 @@ func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
 	if err := o.db.resolve(env); err != nil {
 		return err
 	}
-	if sub.name == "purge" && o.db.schema == string(outbox.SchemaPlane) {
+	switch plane := o.db.schema == string(outbox.SchemaPlane); {
+	case plane && sub.name == "purge":
 		return usagef("purge: %v", outbox.ErrPlaneRowsAreKept)
+	case plane && sub.name == "capture":
+		// The triggers write warren's columns; Plane's table has others.
+		return usagef("capture: the triggers write to a warren-schema outbox table only, and the schema is plane " +
+			"(--schema or $WARREN_SCHEMA); pass --schema warren, and --table too if $WARREN_OUTBOX_TABLE names Plane's table")
 	}
 	o.db.lease = time.Duration(o.lease)
 	ob, pool, err := o.db.open(ctx)
@@ -363,6 +368,9 @@ func runOutboxCapture(ctx context.Context, c *outboxCall) error {
 		fmt.Fprintf(c.env.stdout, "capture on %s is up to date (version %d)\n", res.Name, res.Version)
 	case o.uninstall:
 		fmt.Fprintf(c.env.stdout, "capture on %s uninstalled (version %d)\n", res.Name, res.Version)
+	case res.Repaired != "":
+		fmt.Fprintf(c.env.stdout, "capture on %s reinstalled: version %d, events to outbox %s (the SQL was unchanged, but %s)\n",
+			res.Name, res.Version, c.outbox.Name(), res.Repaired)
 	default:
 		fmt.Fprintf(c.env.stdout, "capture on %s installed: version %d, events to outbox %s\n", res.Name, res.Version, c.outbox.Name())
 	}

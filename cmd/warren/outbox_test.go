@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -314,6 +315,15 @@ func TestOutboxCLICapture(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "up to date (version 1)") {
 		t.Fatalf("capture again: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// A dropped trigger is put back, though the SQL is unchanged, and the
+	// command says why.
+	if _, err := pool.Exec(ctx, `DROP TRIGGER warren_capture_update ON `+source); err != nil {
+		t.Fatal(err)
+	}
+	r = runOutboxCLI(ctx, environ, record...)
+	if r.code != 0 || !strings.Contains(r.stdout, "reinstalled: version 2") || !strings.Contains(r.stdout, "trigger warren_capture_update is missing") {
+		t.Fatalf("capture after DROP TRIGGER: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
 	if _, err := pool.Exec(ctx, `UPDATE `+source+` SET name = 'z'`); err != nil {
 		t.Fatal(err)
 	}
@@ -334,8 +344,19 @@ func TestOutboxCLICapture(t *testing.T) {
 	}
 
 	r = runOutboxCLI(ctx, environ, "outbox", "capture", "--source", source, "--uninstall")
-	if r.code != 0 || !strings.Contains(r.stdout, "uninstalled (version 2)") {
+	if r.code != 0 || !strings.Contains(r.stdout, "uninstalled (version 3)") {
 		t.Fatalf("capture --uninstall: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
+	// With WARREN_SCHEMA=plane (set for the relay and the other
+	// commands) capture is refused, naming the flag that lets it run.
+	plane := maps.Clone(environ)
+	plane["WARREN_SCHEMA"] = "plane"
+	if r := runOutboxCLI(ctx, plane, args...); r.code != 2 || !strings.Contains(r.stderr, "pass --schema warren") {
+		t.Errorf("capture with WARREN_SCHEMA=plane: exit %d, want 2 naming --schema warren\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runOutboxCLI(ctx, plane, append(args, "--schema", "warren", "--print")...); r.code != 0 {
+		t.Errorf("capture --schema warren with WARREN_SCHEMA=plane: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
 	for _, bad := range [][]string{

@@ -235,3 +235,87 @@ func TestCaptureRecordPolicyRecordsTheFailure(t *testing.T) {
 		t.Errorf("stats after one failure: %+v, %v", s, err)
 	}
 }
+
+// An update is compared on what the payload shows: numeric 1.0 to 1.00,
+// and 'Done' to 'DONE' under a case-insensitive collation (citext's
+// case too), are changes although = calls them equal.
+func TestCaptureUpdateComparesWhatThePayloadShows(t *testing.T) {
+	pool := testenv.PgPool(t)
+	ctx := context.Background()
+	collation := pgx.Identifier{testenv.Name(t, "ci")}.Sanitize()
+	if _, err := pool.Exec(ctx, `CREATE COLLATION `+collation+` (provider = icu, locale = 'und-u-ks-level2', deterministic = false)`); err != nil {
+		t.Skipf("this Postgres cannot create a case-insensitive ICU collation (%v); the case comparison is not tested", err)
+	}
+	t.Cleanup(func() { // after newEnv's cleanups drop the table that uses it
+		if _, err := pool.Exec(context.Background(), `DROP COLLATION `+collation); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	e := newEnv(t)
+	e.exec(`ALTER TABLE {source} ADD COLUMN amount numeric, ADD COLUMN label text COLLATE ` + collation)
+	e.install(e.spec())
+	e.exec(`INSERT INTO {source} (id, name, amount, label) VALUES ('a', 'x', 1.0, 'Done')`)
+	_, last := e.one(0, "workitem.created")
+
+	var previous string
+	e.exec(`UPDATE {source} SET amount = 1.00`)
+	_, last = e.one(last, "workitem.updated")
+	if err := e.pool.QueryRow(ctx, e.render(`SELECT payload->>'previous_attributes' FROM {outbox} WHERE id = $1`), last).Scan(&previous); err != nil ||
+		previous != `{"amount": 1.0}` {
+		t.Fatalf("numeric scale change: previous_attributes %s (%v), want the old 1.0", previous, err)
+	}
+	e.exec(`UPDATE {source} SET label = 'DONE'`)
+	ev, last := e.one(last, "workitem.updated")
+	if keys(ev.Previous) != "label" || ev.Previous["label"] != "Done" || ev.Data["label"] != "DONE" {
+		t.Fatalf("case change under a case-insensitive collation: %+v", ev)
+	}
+	e.exec(`UPDATE {source} SET label = 'DONE', amount = 1.00`)
+	e.none(last, "update to the same values")
+}
+
+// Record does not record what a retry would cure: an outbox insert that
+// cannot get its lock in lock_timeout fails the statement, so the
+// application retries it, and no capture error is written.
+func TestCaptureRecordPolicyLetsRetryableErrorsFail(t *testing.T) {
+	e := newEnv(t)
+	spec := e.spec()
+	spec.OnFailure = capture.Record
+	e.install(spec)
+	ctx := context.Background()
+
+	holder, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	// SHARE conflicts with the ROW EXCLUSIVE lock an INSERT needs, and is
+	// held until holder ends: the writer's wait can only end in its timeout.
+	if _, err := holder.Exec(ctx, e.render(`LOCK TABLE {outbox} IN SHARE MODE`)); err != nil {
+		t.Fatal(err)
+	}
+	writer, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Rollback(ctx)
+	if _, err := writer.Exec(ctx, `SET LOCAL lock_timeout = '100ms'`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = writer.Exec(ctx, e.render(`INSERT INTO {source} (id, name) VALUES ('a', 'x')`))
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "55P03" {
+		t.Fatalf("insert whose event waits out lock_timeout under Record: %v, want the lock timeout (55P03)", err)
+	}
+	if err := writer.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := e.outbox.Stats(ctx, e.pool); err != nil || s.CaptureErrors != 0 {
+		t.Fatalf("stats after a lock timeout: %+v, %v; want no capture error", s, err)
+	}
+	// The application's retry writes the row and its event.
+	e.exec(`INSERT INTO {source} (id, name) VALUES ('a', 'x')`)
+	e.one(0, "workitem.created")
+}

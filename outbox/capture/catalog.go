@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/warrenmq/warren/outbox"
 )
@@ -16,10 +15,6 @@ import (
 // at generation time.
 type column struct {
 	name string
-	typ  string // format_type: "text", "timestamp with time zone", …
-	// textCompare is set for a type without an equality operator (json,
-	// xml, point): the trigger compares its text form instead.
-	textCompare bool
 }
 
 // table is what generation reads from the catalog, once.
@@ -60,7 +55,7 @@ func readTable(ctx context.Context, db outbox.DB, name string) (*table, error) {
 		return nil, invalidf("%s is not a table (pg_class.relkind %q); only tables can be captured", name, kind)
 	}
 	rows, err := db.Query(ctx, `
-		SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+		SELECT a.attname
 		FROM pg_attribute a
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, oid)
@@ -69,7 +64,7 @@ func readTable(ctx context.Context, db outbox.DB, name string) (*table, error) {
 	}
 	for rows.Next() {
 		var c column
-		if err := rows.Scan(&c.name, &c.typ); err != nil {
+		if err := rows.Scan(&c.name); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("capture %s: read columns: %w", name, err)
 		}
@@ -100,32 +95,6 @@ func readTable(ctx context.Context, db outbox.DB, name string) (*table, error) {
 		return nil, fmt.Errorf("capture %s: read primary key: %w", name, err)
 	}
 	return &t, nil
-}
-
-// probeEquality marks the columns whose type has no equality operator,
-// which IS DISTINCT FROM cannot compare. It asks Postgres itself, one
-// column at a time inside a savepoint (or a transaction of its own when
-// db is a pool), so a refused probe leaves the caller's transaction
-// usable.
-func probeEquality(ctx context.Context, db outbox.DB, cols []column) error {
-	for i := range cols {
-		tx, err := db.Begin(ctx)
-		if err != nil {
-			return fmt.Errorf("capture: probe the type of column %s: %w", cols[i].name, err)
-		}
-		_, err = tx.Exec(ctx, fmt.Sprintf("SELECT NULL::%[1]s IS DISTINCT FROM NULL::%[1]s", cols[i].typ))
-		rollbackErr := tx.Rollback(ctx)
-		var pgErr *pgconn.PgError
-		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == "42883": // undefined_function: no = for the type
-			cols[i].textCompare = true
-		case err != nil:
-			return fmt.Errorf("capture: probe the type %s of column %s: %w", cols[i].typ, cols[i].name, err)
-		case rollbackErr != nil:
-			return fmt.Errorf("capture: probe the type of column %s: %w", cols[i].name, rollbackErr)
-		}
-	}
-	return nil
 }
 
 // quote quotes an identifier for SQL.

@@ -10,7 +10,11 @@
 // swallowed: by default it fails the statement ([Fail]); with [Record] the
 // statement succeeds and the failure is written to the outbox's capture
 // errors table ([outbox.Table.CaptureErrorsTable]), which outbox.Stats,
-// `warren outbox stats` and the relay's metrics count. And there is one
+// `warren outbox stats` and the relay's metrics count; but an error that
+// a retry would cure (serialization failure, deadlock, lock timeout) still
+// fails the statement. An update writes an event when a tracked column's
+// text form changed, which its JSON is made from: numeric 1.0 to 1.00 and
+// a change of case under citext are changes. And there is one
 // generated function per table instead of a copy per entity.
 //
 // # Events
@@ -56,7 +60,11 @@
 //
 // [Generate] returns the SQL; [Install] applies it in one transaction and
 // records it in [MigrationsTable] as the table's next version with its
-// checksum. Installing an unchanged result again does nothing. Because
+// checksum. Installing an unchanged result again does nothing, unless
+// what it created is no longer in place (a trigger dropped, lost with a
+// rebuilt table, or disabled; the function dropped or edited): then it
+// is applied again as the next version, and [Result.Repaired] says why.
+// It locks the table before reading its columns. Because
 // the trigger names its columns, run Install again after every migration
 // that changes the captured table (in the same deploy step): a dropped or
 // renamed tracked column makes the table's writes fail (Fail) or be

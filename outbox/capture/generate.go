@@ -21,6 +21,18 @@ type Migration struct {
 	Name     string
 	SQL      string
 	Checksum string // SHA-256 of SQL, hex
+
+	// installs is what the SQL creates, which Install checks is still in
+	// place before it calls an unchanged migration applied; nil for
+	// Uninstall's.
+	installs *objects
+}
+
+// objects are a capture's function and triggers as its SQL creates them.
+type objects struct {
+	source   string // the captured table, quoted
+	function string // the function's signature, quoted: "public"."issues_warren_capture"()
+	body     string // the function's body, as pg_proc.prosrc holds it
 }
 
 // The names the generated objects use.
@@ -59,9 +71,9 @@ func Generate(ctx context.Context, db outbox.DB, spec Spec) (Migration, error) {
 	if err != nil {
 		return Migration{}, err
 	}
-	sql := p.sql()
+	sql, installs := p.sql()
 	sum := sha256.Sum256([]byte(sql))
-	return Migration{Name: p.name(), SQL: sql, Checksum: hex.EncodeToString(sum[:])}, nil
+	return Migration{Name: p.name(), SQL: sql, Checksum: hex.EncodeToString(sum[:]), installs: installs}, nil
 }
 
 func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
@@ -94,9 +106,6 @@ func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
 		errorsName: outboxSchema + "." + ob.CaptureErrorsTable(),
 	}
 	if err := p.resolveColumns(); err != nil {
-		return nil, err
-	}
-	if err := probeEquality(ctx, db, p.tracked); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -202,14 +211,22 @@ func (p *plan) data(side string) string {
 }
 
 // changed is the JSON object of the old values of the tracked columns an
-// update changed; '{}' when it changed none.
+// update changed; '{}' when it changed none. A column changed when its
+// text form did, not when the type's = operator says so: = calls numeric
+// 1.0 and 1.00 equal, and 'A' and 'a' under citext or a case-insensitive
+// collation, although the payload shows them apart (and jsonb's = also
+// calls 1.0 and 1.00 equal). Every type has a text form, which its JSON
+// form is made from, so a value whose JSON changed has a changed text;
+// the reverse differs only for json, whose re-spacing is an event with the
+// same payload. The text form also compares the types that have no = at
+// all (json, xml, point), and costs a bulk update about what = did, where
+// comparing to_jsonb(…)::text made it a quarter slower.
 func (p *plan) changed() string {
 	var parts []string
 	for _, c := range p.tracked {
-		o, n := ref("o", c.name), ref("n", c.name)
-		if c.textCompare {
-			o, n = o+"::text", n+"::text"
-		}
+		// COLLATE "C": a text column's collation survives the cast, and a
+		// case-insensitive one would call 'A' and 'a' equal again.
+		o, n := ref("o", c.name)+`::text COLLATE "C"`, ref("n", c.name)+`::text COLLATE "C"`
 		parts = append(parts, fmt.Sprintf("CASE WHEN %s IS DISTINCT FROM %s THEN jsonb_build_object(%s, %s) ELSE '{}'::jsonb END",
 			o, n, literal(c.name), ref("o", c.name)))
 	}
@@ -326,6 +343,13 @@ func (p *plan) onUpdate() string {
 // with the entity ids it concerned, and raised as a warning; the
 // statement goes on. Under Fail nothing is caught: the error fails the
 // statement, as any failed statement in the transaction would.
+//
+// Record does not catch what a retry would cure: a serialization failure
+// or deadlock (class 40), a lock or statement timeout (55P03, 57014),
+// exhausted resources (53), a connection or operator problem (08, 57).
+// Recording those would lose events that the application's retry of the
+// failed statement writes; re-raised, they fail the statement.
+// (PL/pgSQL's OTHERS never catches 57014 query_canceled anyway.)
 func (p *plan) guarded(op, insert, ids string) string {
 	if p.spec.OnFailure != Record {
 		return "\t\t" + insert + "\n\t\tGET DIAGNOSTICS written = ROW_COUNT;"
@@ -336,6 +360,10 @@ func (p *plan) guarded(op, insert, ids string) string {
 		-- Catching opens a subtransaction per statement, not per row.
 		EXCEPTION WHEN others THEN
 			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT, err_detail = PG_EXCEPTION_DETAIL;
+			-- Retryable: fail the statement so that the application retries it.
+			IF left(err_state, 2) IN ('08', '40', '53', '57') OR err_state = '55P03' THEN
+				RAISE;
+			END IF;
 			INSERT INTO %s (source_table, operation, entity_ids, sqlstate, message, detail)
 			VALUES (%s, %s, ARRAY(%s), err_state, err_message, nullif(err_detail, ''));
 			RAISE WARNING 'warren capture: %% on %%: events not written: %% (SQLSTATE %%); recorded in %%',
@@ -350,8 +378,8 @@ func (p *plan) ids(rows, alias string) string {
 	return fmt.Sprintf("SELECT %s::text FROM %s AS %s", ref(alias, p.entityID), rows, alias)
 }
 
-// sql is the whole migration.
-func (p *plan) sql() string {
+// sql is the whole migration, and what it installs.
+func (p *plan) sql() (string, *objects) {
 	var b strings.Builder
 	source := quote(p.source.schema) + "." + quote(p.source.name)
 	function := quote(p.source.schema) + "." + quote(p.source.name+functionSuffix)
@@ -382,10 +410,7 @@ CREATE TABLE IF NOT EXISTS %s (
 	if p.spec.OnFailure == Record {
 		declare += "\terr_state text;\n\terr_message text;\n\terr_detail text;\n"
 	}
-	fmt.Fprintf(&b, `
--- One function for the table's three statement-level triggers. The column
--- lists are written out: nothing is looked up in the catalog at run time.
-CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS %s
+	body := fmt.Sprintf(`
 DECLARE
 %sBEGIN
 	IF TG_OP = 'INSERT' THEN
@@ -401,12 +426,19 @@ DECLARE
 	END IF;
 	RETURN NULL;
 END
-%s;
-`, function, bodyTag, declare,
+`, declare,
 		p.guarded("INSERT", p.onInsert(), p.ids(newRows, "n")),
 		p.guarded("UPDATE", p.onUpdate(), p.ids(newRows, "n")+" UNION "+p.ids(oldRows, "o")),
 		p.guarded("DELETE", p.onDelete(), p.ids(oldRows, "o")),
-		literal(p.channel), bodyTag)
+		literal(p.channel))
+	fmt.Fprintf(&b, `
+-- One function for the table's three statement-level triggers. The column
+-- lists are written out: nothing is looked up in the catalog at run time.
+-- jit = off: a session keeps the plan its first statement made; planned for
+-- a bulk statement's transition tables it costs over jit_above_cost, and
+-- every later one-row statement would pay ~60 ms of JIT compilation.
+CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SET jit = off AS %s%s%s;
+`, function, bodyTag, body, bodyTag)
 	fmt.Fprintf(&b, `
 -- Statement-level: a statement touching 10,000 rows writes its events in
 -- one INSERT … SELECT from its transition tables.
@@ -420,5 +452,5 @@ CREATE TRIGGER %[2]s AFTER UPDATE ON %[4]s REFERENCING OLD TABLE AS %[7]s NEW TA
 CREATE TRIGGER %[3]s AFTER DELETE ON %[4]s REFERENCING OLD TABLE AS %[7]s
 	FOR EACH STATEMENT EXECUTE FUNCTION %[5]s();
 `, triggerInsert, triggerUpdate, triggerDelete, source, function, newRows, oldRows)
-	return b.String()
+	return b.String(), &objects{source: source, function: function + "()", body: body}
 }

@@ -3,8 +3,12 @@ package capture_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox/capture"
@@ -88,6 +92,9 @@ func TestGenerateRefusesBadSpecs(t *testing.T) {
 		"bad setting":        {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), InitiatorTypeSetting: "initiator"}, "custom setting"},
 		"soft delete twice":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), SoftDeleteColumn: "deleted_at", NoSoftDelete: true}, "exclude each other"},
 		"control in prefix":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), EventPrefix: "work\nitem"}, "control character"},
+		"backslash: prefix":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), EventPrefix: `work\item`}, "EventPrefix \"work\\\\item\" contains a backslash"},
+		"backslash: entity":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), EntityType: `is\sue`}, "EntityType \"is\\\\sue\" contains a backslash"},
+		"backslash: version": {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), Version: `1\0`}, "Version \"1\\\\0\" contains a backslash"},
 		"unknown id column":  {capture.Spec{Table: composite, Outbox: e.outbox.Name(), EntityIDColumn: "c"}, `EntityIDColumn: table`},
 		"unknown soft.del.":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), SoftDeleteColumn: "removed_at"}, `no column "removed_at"`},
 		"unknown workspace":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), WorkspaceColumn: "ws"}, `no column "ws"`},
@@ -105,5 +112,82 @@ func TestGenerateRefusesBadSpecs(t *testing.T) {
 	// A composite key is fine once the entity id is named.
 	if _, err := capture.Generate(ctx, e.pool, capture.Spec{Table: composite, Outbox: e.outbox.Name(), EntityIDColumn: "b"}); err != nil {
 		t.Errorf("composite key with EntityIDColumn: %v", err)
+	}
+}
+
+// An Install whose SQL is unchanged still applies it again when what the
+// last version created is no longer in place, since the table's changes
+// write no events until it is; and says why.
+func TestInstallRepairsWhatIsNoLongerInPlace(t *testing.T) {
+	e := newEnv(t)
+	spec := e.spec()
+	version := e.install(spec).Version
+	function := pgx.Identifier{e.table + "_warren_capture"}.Sanitize() + "()"
+	for i, c := range []struct{ name, breakSQL, want string }{
+		{"dropped trigger", `DROP TRIGGER warren_capture_insert ON {source}`, "trigger warren_capture_insert is missing"},
+		{"disabled trigger", `ALTER TABLE {source} DISABLE TRIGGER warren_capture_insert`, "trigger warren_capture_insert is disabled"},
+		{"replica-only trigger", `ALTER TABLE {source} ENABLE REPLICA TRIGGER warren_capture_insert`, "trigger warren_capture_insert is disabled"},
+		{"every trigger disabled", `ALTER TABLE {source} DISABLE TRIGGER USER`, "trigger warren_capture_update is disabled"},
+		{"function edited", `CREATE OR REPLACE FUNCTION ` + function + ` RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$`,
+			"is not the generated one"},
+		{"function dropped", `DROP FUNCTION ` + function + ` CASCADE`, `function "public".` + function + " is missing"},
+		{"table rebuilt", `DROP TABLE {source}; ` + issuesDDL, "trigger warren_capture_delete is missing"},
+	} {
+		id := fmt.Sprintf("row-%d", i)
+		e.exec(c.breakSQL)
+		_, last := e.events(0)
+		e.exec(`INSERT INTO {source} (id, name) VALUES ($1, 'x')`, id)
+		e.none(last, c.name+": the broken capture")
+		res := e.install(spec)
+		if !res.Applied || res.Version != version+1 || !strings.Contains(res.Repaired, c.want) {
+			t.Fatalf("%s: install %+v, want version %d applied, Repaired saying %q", c.name, res, version+1, c.want)
+		}
+		version = res.Version
+		e.exec(`DELETE FROM {source} WHERE id = $1`, id)
+		if ev, _ := e.one(last, "workitem.deleted"); ev.EntityID != id {
+			t.Fatalf("%s: after the repair, deleted event for %s", c.name, ev.EntityID)
+		}
+		if again := e.install(spec); again.Applied || again.Repaired != "" {
+			t.Fatalf("%s: install after the repair: %+v, want a no-op", c.name, again)
+		}
+	}
+}
+
+// Install locks the table before it reads its columns: an ALTER TABLE
+// in progress finishes first, and the trigger knows its column.
+func TestInstallWaitsForAnAlterTableInProgress(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	alter, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alter.Rollback(ctx)
+	if _, err := alter.Exec(ctx, e.render(`ALTER TABLE {source} ADD COLUMN estimate integer`)); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res capture.Result
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := capture.Install(ctx, e.pool, e.spec())
+		done <- result{res, err}
+	}()
+	testenv.WaitFor(t, 30*time.Second, "Install waiting for the table's lock", func() bool {
+		var waiting int
+		err := e.pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE relation = to_regclass($1) AND NOT granted`, e.table).Scan(&waiting)
+		return err == nil && waiting > 0
+	})
+	if err := alter.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-done; r.err != nil || !r.res.Applied {
+		t.Fatalf("install: %+v, %v", r.res, r.err)
+	}
+	e.exec(`INSERT INTO {source} (id, name, estimate) VALUES ('a', 'x', 3)`)
+	if ev, _ := e.one(0, "workitem.created"); ev.Data["estimate"] != float64(3) {
+		t.Fatalf("the column added while Install waited is not in the event: %v", ev.Data)
 	}
 }

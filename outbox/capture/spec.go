@@ -21,7 +21,10 @@ const (
 	// Record lets the statement succeed and writes the failure (table,
 	// operation, entity ids, SQLSTATE, message, time) to the outbox's
 	// capture errors table in the same transaction, where `warren outbox
-	// stats`, [outbox.Stats] and the relay's metrics count it.
+	// stats`, [outbox.Stats] and the relay's metrics count it. An error a
+	// retry would cure (SQLSTATE class 08, 40, 53 or 57, or 55P03
+	// lock_not_available) is not recorded: it fails the statement, for
+	// the application to retry.
 	Record FailurePolicy = "record"
 )
 
@@ -160,10 +163,15 @@ func (s Spec) withDefaults() (Spec, error) {
 
 // plainText refuses what does not belong in an event's envelope field: a
 // control character or white space at either end (warren.Event.Validate
-// refuses those in event types).
+// refuses those in event types), and a backslash, which the generated
+// SQL's string literals could not carry unchanged whatever
+// standard_conforming_strings is.
 func plainText(field, v string) error {
 	if strings.TrimSpace(v) != v {
 		return invalidf("%s %q has leading or trailing white space", field, v)
+	}
+	if strings.ContainsRune(v, '\\') {
+		return invalidf("%s %q contains a backslash", field, v)
 	}
 	for _, r := range v {
 		if unicode.IsControl(r) {
