@@ -49,7 +49,7 @@
 // ([PlaneClaimToken]). [Table.CheckPlane] checks Plane's columns and
 // whether warren's optional migration is applied; [Table.Migrate] applies
 // it (additive columns warren_attempts, warren_last_error,
-// warren_dead_at and two partial indexes, recorded in
+// warren_dead_at and three partial indexes built concurrently, recorded in
 // "<table>_warren_migrations"). [Table.Stats] works either way and counts
 // lapsed claims; [Table.Dead] and [Table.Redrive] need the migration
 // ([ErrPlaneMigrationNeeded]); [Table.Publish] and [Table.Purge] refuse

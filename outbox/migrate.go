@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +25,32 @@ type migration struct {
 	version int
 	name    string
 	sql     string
+	// index is set on a step that builds one index with CREATE INDEX
+	// CONCURRENTLY: the {table_suffix} placeholder of its name. Such a
+	// step cannot run in a transaction (see migratePlane).
+	index string
+}
+
+// concurrentIndexRE is the one form a step that builds an index
+// concurrently may take: a single statement, IF NOT EXISTS so that a rerun
+// after a crash between the build and its version record is harmless, on
+// the table itself, its name a placeholder the runner can look up.
+var concurrentIndexRE = regexp.MustCompile(`(?is)^CREATE\s+INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\{table_[a-z_]+\})\s+ON\s+\{table\}[^;]*;?$`)
+
+var sqlCommentRE = regexp.MustCompile(`--[^\n]*`)
+
+// indexOf returns the index placeholder of a step that builds one index
+// concurrently, "" for a step that runs in a transaction, and an error
+// for a step that uses CONCURRENTLY in any other form.
+func indexOf(sql string) (string, error) {
+	body := strings.TrimSpace(sqlCommentRE.ReplaceAllString(sql, ""))
+	if m := concurrentIndexRE.FindStringSubmatch(body); m != nil {
+		return m[1], nil
+	}
+	if strings.Contains(strings.ToUpper(body), "CONCURRENTLY") {
+		return "", errors.New("a step that builds an index concurrently must be one statement, CREATE INDEX CONCURRENTLY IF NOT EXISTS {table_suffix} ON {table} …")
+	}
+	return "", nil
 }
 
 // sequence is one line of versioned migrations and the record of how far
@@ -73,7 +100,11 @@ func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, migration{version: version, name: label, sql: string(body)})
+		index, err := indexOf(string(body))
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", name, err)
+		}
+		out = append(out, migration{version: version, name: label, sql: string(body), index: index})
 	}
 	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
 	for i, m := range out {
@@ -121,14 +152,15 @@ type MigrateResult struct {
 // On a SchemaPlane table, which Plane's migrations create, Migrate adds
 // warren's optional columns and indexes (up to [PlaneSchemaVersion]),
 // recorded in a table with the suffix "_warren_migrations"; it refuses a
-// table that is missing or is not Plane's outbox.
+// table that is missing or is not Plane's outbox. It does so without
+// stopping Plane's writes for longer than a moment: see [Options].LockTimeout
+// and migratePlane. db must then be a pool or a connection, not a
+// transaction, since the indexes are built with CREATE INDEX CONCURRENTLY.
 func (o *Table) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
-	res := MigrateResult{Table: o.table}
 	if o.schema == SchemaPlane {
-		if _, err := o.CheckPlane(ctx, db); err != nil {
-			return res, fmt.Errorf("migrate: %w", err)
-		}
+		return o.migratePlane(ctx, db)
 	}
+	res := MigrateResult{Table: o.table}
 	seq := o.sequence()
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -138,11 +170,7 @@ func (o *Table) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, seq.lock+o.table); err != nil {
 		return res, fmt.Errorf("migrate %s: lock: %w", o.table, err)
 	}
-	createLog := render(o.table, `CREATE TABLE IF NOT EXISTS `+seq.log+` (
-		version    integer     PRIMARY KEY,
-		name       text        NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT now())`)
-	if _, err := tx.Exec(ctx, createLog); err != nil {
+	if _, err := tx.Exec(ctx, createLogSQL(o.table, seq)); err != nil {
 		return res, fmt.Errorf("migrate %s: %w", o.table, err)
 	}
 	if err := tx.QueryRow(ctx, versionSQL(o.table, seq)).Scan(&res.From); err != nil {
@@ -152,7 +180,7 @@ func (o *Table) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
 	if latest := len(seq.steps); res.From > latest {
 		return res, fmt.Errorf("migrate %s: %w: the table is at %s %d, newer than this build of warren knows (%d)", o.table, ErrSchema, seq.what, res.From, latest)
 	}
-	record := render(o.table, `INSERT INTO `+seq.log+` (version, name) VALUES ($1, $2)`)
+	record := recordSQL(o.table, seq)
 	for _, m := range seq.steps[res.From:] {
 		if _, err := tx.Exec(ctx, render(o.table, m.sql)); err != nil {
 			return res, fmt.Errorf("migrate %s: step %d (%s): %w", o.table, m.version, m.name, err)
@@ -166,6 +194,17 @@ func (o *Table) Migrate(ctx context.Context, db DB) (MigrateResult, error) {
 		return res, fmt.Errorf("migrate %s: commit: %w", o.table, err)
 	}
 	return res, nil
+}
+
+func createLogSQL(table string, seq sequence) string {
+	return render(table, `CREATE TABLE IF NOT EXISTS `+seq.log+` (
+		version    integer     PRIMARY KEY,
+		name       text        NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`)
+}
+
+func recordSQL(table string, seq sequence) string {
+	return render(table, `INSERT INTO `+seq.log+` (version, name) VALUES ($1, $2)`)
 }
 
 func versionSQL(table string, seq sequence) string {

@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,12 +25,13 @@ type DB interface {
 // Table is one outbox table: the statements that write, inspect and trim
 // it. It holds no connection, so it is cheap and safe to share.
 type Table struct {
-	table   string
-	channel string
-	schema  Schema
-	lease   time.Duration // SchemaPlane: how long a claim holds a row
-	sql     statements    // SchemaWarren
-	plane   [2]planeStatements
+	table       string
+	channel     string
+	schema      Schema
+	lease       time.Duration // SchemaPlane: how long a claim holds a row
+	lockTimeout time.Duration // SchemaPlane: how long Migrate waits for the table's lock
+	sql         statements    // SchemaWarren
+	plane       [2]planeStatements
 }
 
 // DefaultTable is the outbox table's name when none is given.
@@ -80,6 +82,14 @@ type Options struct {
 	// DefaultLease. Unused with SchemaWarren, whose rows carry their
 	// lease's end.
 	Lease time.Duration
+
+	// LockTimeout is how long [Table.Migrate] waits, on a SchemaPlane
+	// table, for the lock its ALTER TABLE needs before it gives up with an
+	// error wrapping [ErrLockTimeout], having changed nothing: while it
+	// waits (for a long transaction that read or wrote the table to end),
+	// every other read and write of the table queues behind it. Default
+	// DefaultLockTimeout. Unused with SchemaWarren.
+	LockTimeout time.Duration
 }
 
 // DefaultLease is Options.Lease's default, relay.DefaultLease.
@@ -110,7 +120,10 @@ func Open(table string, opts Options) (*Table, error) {
 	if lease < time.Millisecond {
 		return nil, fmt.Errorf("%w: Lease must be at least 1ms, got %v", ErrInvalidConfig, lease)
 	}
-	o := &Table{table: table, channel: "warren." + table, schema: schema, lease: lease}
+	if opts.LockTimeout < 0 {
+		return nil, fmt.Errorf("%w: LockTimeout must not be negative, got %v", ErrInvalidConfig, opts.LockTimeout)
+	}
+	o := &Table{table: table, channel: "warren." + table, schema: schema, lease: lease, lockTimeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout)}
 	switch schema {
 	case SchemaWarren:
 		o.sql = renderStatements(table)

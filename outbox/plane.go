@@ -189,25 +189,16 @@ WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped`
 // CheckPlane checks that a SchemaPlane table has Plane's columns, in
 // types the relay reads, and says whether warren's optional migration is
 // applied. A missing table or column is an error wrapping [ErrSchema].
+//
+// Migrated needs every index of the migration valid as well: with the
+// migration recorded, a missing or invalid one (a failed REINDEX
+// CONCURRENTLY, a DROP INDEX) is an error that says to run the migration
+// again, which rebuilds it.
 func (o *Table) CheckPlane(ctx context.Context, db DB) (PlaneSchema, error) {
 	var ps PlaneSchema
-	if o.schema != SchemaPlane {
-		return ps, fmt.Errorf("outbox %s: CheckPlane on a %s table", o.table, o.schema)
-	}
-	rows, err := db.Query(ctx, planeColumnsQuery, pgx.Identifier{o.table}.Sanitize())
+	types, err := o.planeColumns(ctx, db)
 	if err != nil {
-		return ps, fmt.Errorf("outbox %s: read columns: %w", o.table, err)
-	}
-	types := map[string]string{}
-	var name, typ string
-	if _, err := pgx.ForEachRow(rows, []any{&name, &typ}, func() error { types[name] = typ; return nil }); err != nil {
-		return ps, fmt.Errorf("outbox %s: read columns: %w", o.table, err)
-	}
-	if len(types) == 0 {
-		return ps, fmt.Errorf("outbox %s: %w: the table does not exist (Plane's migrations create it; check --table and the search_path)", o.table, ErrSchema)
-	}
-	if problems := checkColumns(types, planeRequired); len(problems) > 0 {
-		return ps, fmt.Errorf("outbox %s: %w: not Plane's outbox table: %s", o.table, ErrSchema, strings.Join(problems, "; "))
+		return ps, err
 	}
 	ps.TimeZone = types["claimed_at"] == "timestamp with time zone"
 	version, err := o.migrationVersion(ctx, db, planeSequence)
@@ -221,9 +212,40 @@ func (o *Table) CheckPlane(ctx context.Context, db DB) (PlaneSchema, error) {
 		if problems := checkColumns(types, planeOptional); len(problems) > 0 {
 			return ps, fmt.Errorf("outbox %s: %w: warren's migration is recorded but its columns are not right: %s", o.table, ErrSchema, strings.Join(problems, "; "))
 		}
+		problems, err := o.planeIndexProblems(ctx, db, version)
+		if err != nil {
+			return ps, err
+		}
+		if len(problems) > 0 {
+			return ps, fmt.Errorf("outbox %s: %w: warren's migration is recorded but %s; run `warren outbox migrate --schema plane` (Table.Migrate) again, which rebuilds it", o.table, ErrSchema, strings.Join(problems, "; "))
+		}
 		ps.Migrated = true
 	}
 	return ps, nil
+}
+
+// planeColumns checks that the table has Plane's columns, in types the
+// relay reads, and returns every column's type.
+func (o *Table) planeColumns(ctx context.Context, db DB) (map[string]string, error) {
+	if o.schema != SchemaPlane {
+		return nil, fmt.Errorf("outbox %s: CheckPlane on a %s table", o.table, o.schema)
+	}
+	rows, err := db.Query(ctx, planeColumnsQuery, pgx.Identifier{o.table}.Sanitize())
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: read columns: %w", o.table, err)
+	}
+	types := map[string]string{}
+	var name, typ string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &typ}, func() error { types[name] = typ; return nil }); err != nil {
+		return nil, fmt.Errorf("outbox %s: read columns: %w", o.table, err)
+	}
+	if len(types) == 0 {
+		return nil, fmt.Errorf("outbox %s: %w: the table does not exist (Plane's migrations create it; check --table and the search_path)", o.table, ErrSchema)
+	}
+	if problems := checkColumns(types, planeRequired); len(problems) > 0 {
+		return nil, fmt.Errorf("outbox %s: %w: not Plane's outbox table: %s", o.table, ErrSchema, strings.Join(problems, "; "))
+	}
+	return types, nil
 }
 
 func checkColumns(types map[string]string, want []planeColumn) []string {

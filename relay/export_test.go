@@ -1,6 +1,12 @@
 package relay
 
-import "github.com/warrenmq/warren/outbox"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren/outbox"
+)
 
 // Test hooks: set before Run, called from the relay's goroutines.
 
@@ -30,4 +36,23 @@ func PlaneStatements(ob *outbox.Table, maxAttempts int, migrated bool) map[strin
 		"claim": s.claim, "claimTakeover": s.claimTakeover, "settle": s.settleDelete,
 		"failure": s.settleFailure, "release": s.release,
 	}
+}
+
+// SetPlaneTakeoverClaim replaces the statement of the claims that look for
+// lapsed claims on a Plane table.
+func SetPlaneTakeoverClaim(r *Relay, query string) {
+	s := *r.sql.Load()
+	s.claimTakeover = query
+	r.sql.Store(&s)
+}
+
+// ClaimBatch runs the claim a worker's cycle starts with, on pool, and
+// returns the rows it claimed, leaving them claimed.
+func ClaimBatch(ctx context.Context, r *Relay, pool *pgxpool.Pool) ([]outbox.Row, error) {
+	_, rows, err := r.claimBatch(ctx, pool)
+	out := make([]outbox.Row, len(rows))
+	for i, c := range rows {
+		out[i] = c.Row
+	}
+	return out, err
 }

@@ -22,19 +22,8 @@ import (
 	"github.com/warrenmq/warren/relay"
 )
 
-// pythonWithPika is Debian's interpreter, which python3-pika installs into
-// (not a pyenv python3 first on PATH).
-const pythonWithPika = "/usr/bin/python3"
-
-func requirePika(t *testing.T) {
-	t.Helper()
-	if out, err := exec.Command(pythonWithPika, "-c", "import pika").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import pika (%v: %s): run scripts/services.sh, which installs Debian's python3-pika", pythonWithPika, err, bytes.TrimSpace(out))
-	}
-}
-
 func TestPlaneConsumerReadsPlaneFormat(t *testing.T) {
-	requirePika(t)
+	pythonWithPika := testenv.PythonWithPika(t)
 	e := newEnv(t)
 	e.bindQueue()
 	created := time.Date(2026, 3, 4, 5, 6, 7, 890e6, time.UTC)

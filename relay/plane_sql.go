@@ -29,10 +29,15 @@ import (
 
 // planeClaimSQL takes, first, lapsed claims (the {lapsed} CTE: Plane's
 // crashed poller's stranded rows, a dead relay's, retries falling due),
-// then unclaimed rows in id order on Plane's partial index
-// outbox_unclaimed_unprocessed, both with SKIP LOCKED so concurrent
+// then unclaimed rows in id order, both with SKIP LOCKED so concurrent
 // relays (and Plane's poller, whose claim is the same) take disjoint
 // rows. A lapsed claim whose attempts are spent is made dead instead.
+// Plane's partial index outbox_unclaimed_unprocessed holds the unclaimed
+// rows but cannot hand them over in id order (its leading columns are
+// matched by IS NULL), so without warren's migration the planner walks the
+// primary key past every processed row, or sorts every unclaimed one; the
+// migration's claim index (id) WHERE unclaimed and unprocessed gives the
+// first batch directly.
 const planeClaimSQL = `
 WITH lapsed AS ({lapsed}),
 fresh AS (

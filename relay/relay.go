@@ -26,21 +26,27 @@ import (
 // Relay moves events from an outbox table to a RabbitMQ exchange. Any
 // number of relays may run on one table at once, in one process or many.
 type Relay struct {
-	cfg      Config
-	outbox   *outbox.Table
-	sql      statements
-	claimSQL string
-	poolCfg  *pgxpool.Config // nil when cfg.Pool is set
-	log      *slog.Logger
-	wake     wakeup
-	running  atomic.Bool
-	hooks    hooks
+	cfg     Config
+	outbox  *outbox.Table
+	poolCfg *pgxpool.Config // nil when cfg.Pool is set
+	// sql are the statements a cycle runs, loaded once per cycle so that
+	// a batch is claimed and settled by one set. On a Plane table they
+	// are replaced when warren's optional columns appear
+	// (noticePlaneMigration).
+	sql     atomic.Pointer[statements]
+	log     *slog.Logger
+	wake    wakeup
+	running atomic.Bool
+	hooks   hooks
 
 	// lastTakeover is when a claim last looked for lapsed claims on a
 	// Plane table (Unix nanoseconds; 0: look at the next claim).
 	lastTakeover atomic.Int64
-	health       *healthState
-	tracer       trace.Tracer // nil without Config.TracerProvider
+	// takeoverFailures counts the searches for lapsed claims that failed
+	// in a row.
+	takeoverFailures atomic.Int32
+	health           *healthState
+	tracer           trace.Tracer // nil without Config.TracerProvider
 }
 
 // hooks let tests act at exact points of the relay's work. All are nil
@@ -71,20 +77,19 @@ func New(cfg Config) (*Relay, error) {
 		// Replaced by Run once it knows whether warren's columns are there.
 		sql = renderPlaneStatements(ob, cfg.MaxAttempts, false)
 	}
-	r := &Relay{
-		cfg:      cfg,
-		outbox:   ob,
-		sql:      sql,
-		claimSQL: sql.claim,
-		log:      cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
-		wake:     newWakeup(),
-		health:   newHealth(cfg),
+	if cfg.OrderByEntity {
+		sql.claim = sql.claimOrdered
 	}
+	r := &Relay{
+		cfg:    cfg,
+		outbox: ob,
+		log:    cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
+		wake:   newWakeup(),
+		health: newHealth(cfg),
+	}
+	r.sql.Store(&sql)
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName)
-	}
-	if cfg.OrderByEntity {
-		r.claimSQL = sql.claimOrdered
 	}
 	if cfg.Pool == nil {
 		pc, err := pgxpool.ParseConfig(cfg.DatabaseURL)
@@ -135,15 +140,15 @@ func (r *Relay) Run(ctx context.Context) error {
 		return err
 	}
 	if r.cfg.Schema == outbox.SchemaPlane {
-		r.sql = renderPlaneStatements(r.outbox, r.cfg.MaxAttempts, plane.Migrated)
-		r.claimSQL = r.sql.claim
+		sql := renderPlaneStatements(r.outbox, r.cfg.MaxAttempts, plane.Migrated)
+		r.sql.Store(&sql)
 		if !plane.Migrated {
-			r.log.Warn("Plane's outbox table lacks warren's optional columns: rows have no attempt count and cannot be dead, so a row that can never be published is retried every RetryMax, logged at Error each time; lapsed claims are looked for every Lease/2; 'warren outbox dead' and 'redrive' do not work. Run 'warren outbox migrate --schema plane' to add them",
+			r.log.Warn("Plane's outbox table lacks warren's optional columns: rows have no attempt count and cannot be dead, so a row that can never be published is retried every RetryMax, logged at Error each time; lapsed claims are looked for every Lease/2; 'warren outbox dead' and 'redrive' do not work. Run 'warren outbox migrate --schema plane' to add them; this relay notices them within Lease/2",
 				"retry_max", r.cfg.RetryMax, "lease", r.cfg.Lease)
 		}
 	}
 	r.log.Info("relay started", "amqp_url", redact.URL(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL), "schema", r.cfg.Schema,
-		"batch_size", r.cfg.BatchSize, "workers", r.cfg.Workers, "lease", r.cfg.Lease, "keep_delivered", r.cfg.KeepDelivered || r.sql.plane,
+		"batch_size", r.cfg.BatchSize, "workers", r.cfg.Workers, "lease", r.cfg.Lease, "keep_delivered", r.cfg.KeepDelivered || r.cfg.Schema == outbox.SchemaPlane,
 		"order_by_entity", r.cfg.OrderByEntity)
 
 	listenCtx, stopListening := context.WithCancel(ctx)
@@ -384,7 +389,7 @@ func (r *Relay) cycle(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publis
 	// The lease runs from the claim's transaction time; measuring from
 	// before the claim keeps the settle deadline inside it.
 	leaseEnd := time.Now().Add(r.cfg.Lease)
-	rows, err := r.claim(ctx, pool)
+	s, rows, err := r.claimBatch(ctx, pool)
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
@@ -396,24 +401,37 @@ func (r *Relay) cycle(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publis
 		r.hooks.afterClaim(plain)
 	}
 	results := r.publish(ctx, pub, rows)
-	r.settle(ctx, pool, rows, results, leaseEnd)
+	r.settle(ctx, pool, s, rows, results, leaseEnd)
 	if r.hooks.afterSettle != nil {
 		r.hooks.afterSettle()
 	}
 	return len(rows), nil
 }
 
-func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error) {
+// claimBatch claims one batch and returns the statements that claimed it,
+// which settle it too.
+func (r *Relay) claimBatch(ctx context.Context, pool *pgxpool.Pool) (*statements, []claimed, error) {
+	s := r.sql.Load()
+	takeover := s.plane && r.takeoverDue(s)
+	if takeover && !s.canDie {
+		s = r.noticePlaneMigration(ctx, pool, s)
+	}
+	rows, err := r.claim(ctx, pool, s, takeover)
+	return s, rows, err
+}
+
+// claim claims one batch with s; takeover (on a Plane table) says it
+// also looks for lapsed claims.
+func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool, s *statements, takeover bool) ([]claimed, error) {
 	// Not cancelled by a stop: a claim that committed must be returned so
 	// its rows can be released, not left leased.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease/2)
 	defer cancel()
-	query, args := r.claimSQL, []any{r.cfg.BatchSize, r.cfg.Lease.Seconds(), r.cfg.MaxAttempts, r.cfg.Name}
-	takeover := false
-	if r.sql.plane {
+	query, args := s.claim, []any{r.cfg.BatchSize, r.cfg.Lease.Seconds(), r.cfg.MaxAttempts, r.cfg.Name}
+	if s.plane {
 		args = args[:1] // the rest are rendered into a Plane table's statements
-		if takeover = r.takeoverDue(); takeover {
-			query = r.sql.claimTakeover
+		if takeover {
+			query = s.claimTakeover
 		}
 	}
 	var b pgx.Batch
@@ -425,7 +443,7 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 			var c claimed
 			var wasLapsed bool
 			prefix := []any{&c.exhausted}
-			if r.sql.plane {
+			if s.plane {
 				prefix = append(prefix, &wasLapsed)
 			}
 			var err error
@@ -441,7 +459,13 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 		return rows.Err()
 	})
 	if err := pool.SendBatch(cctx, &b).Close(); err != nil {
+		if takeover && s.takeoverEvery > 0 {
+			r.takeoverFailed(err)
+		}
 		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if takeover {
+		r.takeoverFailures.Store(0)
 	}
 	if lapsed > 0 {
 		r.log.Info("took over lapsed claims (a relay or Plane's poller died or stalled holding them, or their retry fell due)", "count", lapsed)
@@ -459,13 +483,53 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool) ([]claimed, error
 // claims, and if so makes the next one wait takeoverEvery: without
 // warren's index that search scans the table, so one relay runs it at
 // most every Lease/2, whatever its number of workers.
-func (r *Relay) takeoverDue() bool {
-	every := r.sql.takeoverEvery
+func (r *Relay) takeoverDue(s *statements) bool {
+	every := s.takeoverEvery
 	if every == 0 {
 		return true
 	}
 	now, last := time.Now().UnixNano(), r.lastTakeover.Load()
 	return now-last >= int64(every) && r.lastTakeover.CompareAndSwap(last, now)
+}
+
+// takeoverFailed handles a claim that looked for lapsed claims, without
+// warren's index, and failed. takeoverDue started the interval before the
+// claim ran; the first failure in a row makes the search due again at the
+// next claim, so a passing fault does not leave lapsed claims stranded for
+// another interval. Further failures keep the interval: the search runs in
+// the same statement as the claim of new rows, and one that keeps failing
+// (a scan of a huge table that outlasts the claim's timeout) must not stop
+// those too. Each failure says what it means and what cures it.
+func (r *Relay) takeoverFailed(err error) {
+	if r.takeoverFailures.Add(1) == 1 {
+		r.lastTakeover.Store(0)
+	}
+	r.log.Error("the search for lapsed claims failed: rows that a dead relay or Plane's poller left claimed stay stranded until it succeeds. Without warren's lapsed-claim index it scans Plane's whole table; run 'warren outbox migrate --schema plane' for its index",
+		"consecutive_failures", r.takeoverFailures.Load(), "error", redact.Error(err, r.cfg.DatabaseURL))
+}
+
+// noticePlaneMigration looks, before a takeover (every Lease/2), whether
+// warren's optional columns have appeared on the Plane table since this
+// relay started, and if so switches to the statements that use them. The
+// statements without them would take dead rows (whose claimed_at stays
+// set) for lapsed claims and publish them again. It returns the
+// statements to use.
+func (r *Relay) noticePlaneMigration(ctx context.Context, pool *pgxpool.Pool, s *statements) *statements {
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.Lease/2)
+	defer cancel()
+	ps, err := r.outbox.CheckPlane(cctx, pool)
+	switch {
+	case err != nil:
+		r.log.Warn("could not check whether warren's optional columns are on Plane's table yet", "error", redact.Error(err, r.cfg.DatabaseURL))
+		return s
+	case !ps.Migrated:
+		return s
+	}
+	migrated := renderPlaneStatements(r.outbox, r.cfg.MaxAttempts, true)
+	if r.sql.CompareAndSwap(s, &migrated) {
+		r.log.Info("warren's optional columns are on Plane's table now: rows count attempts and can be dead, and lapsed claims are looked for at every claim")
+	}
+	return r.sql.Load()
 }
 
 // queueAsyncCommit makes the batch's implicit transaction commit without
@@ -596,7 +660,7 @@ func later(a, b time.Time) time.Time {
 // statements sent in one round trip, retrying while the lease lasts. If
 // it cannot, the rows are claimed again after their lease: published
 // twice, never lost.
-func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, results []result, leaseEnd time.Time) {
+func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, s *statements, rows []claimed, results []result, leaseEnd time.Time) {
 	var ok, giveBack fence
 	var bad failures
 	var notSent int // released rows whose publish failed through no fault of theirs
@@ -617,7 +681,7 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 			// process, into Postgres and `warren outbox dead`.
 			res.err = redact.Error(res.err, r.cfg.AMQPURL, r.cfg.DatabaseURL)
 			lo := r.cfg.RetryMin
-			if res.outcome == rejected && !r.sql.canDie {
+			if res.outcome == rejected && !s.canDie {
 				// A Plane table without warren's columns has no dead
 				// state: the row is retried at the slowest pace, and said
 				// loudly each time.
@@ -644,7 +708,7 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 	defer cancel()
 	retry := amqpx.NewBackOff(time.Second)
 	for retried := false; ; retried = true {
-		dead, err := r.sendSettle(sctx, pool, &ok, &giveBack, &bad, retried)
+		dead, err := r.sendSettle(sctx, pool, s, &ok, &giveBack, &bad, retried)
 		if err == nil {
 			r.observeDead(dead)
 			return
@@ -662,15 +726,15 @@ func (r *Relay) settle(ctx context.Context, pool *pgxpool.Pool, rows []claimed, 
 
 // sendSettle reports how many failed rows became dead. retried says an
 // earlier attempt failed, possibly after it committed.
-func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack *fence, bad *failures, retried bool) (dead int, err error) {
+func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, s *statements, ok, giveBack *fence, bad *failures, retried bool) (dead int, err error) {
 	// Deleting (or marking delivered) comes only after the broker's
 	// confirm: the confirm is the durable copy that replaces the row.
 	var b pgx.Batch
 	queueAsyncCommit(&b)
 	if len(ok.ids) > 0 {
-		q := r.sql.settleDelete
+		q := s.settleDelete
 		if r.cfg.KeepDelivered {
-			q = r.sql.settleKeep
+			q = s.settleKeep
 		}
 		b.Queue(q, ok.ids, ok.claims).Exec(func(tag pgconn.CommandTag) error {
 			// After an attempt whose reply was lost, rows it settled
@@ -685,12 +749,12 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 	if len(bad.ids) > 0 {
 		args := []any{bad.ids, bad.claims, bad.errs, bad.delays, bad.permanent, r.cfg.MaxAttempts}
 		switch {
-		case r.sql.plane && r.sql.canDie:
+		case s.plane && s.canDie:
 			args = args[:5] // MaxAttempts is rendered into the statement
-		case r.sql.plane:
+		case s.plane:
 			args = []any{bad.ids, bad.claims, bad.delays}
 		}
-		b.Queue(r.sql.settleFailure, args...).Query(func(rows pgx.Rows) error {
+		b.Queue(s.settleFailure, args...).Query(func(rows pgx.Rows) error {
 			var (
 				id       int64
 				eventID  string
@@ -708,7 +772,7 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, ok, giveBack
 		})
 	}
 	if len(giveBack.ids) > 0 {
-		b.Queue(r.sql.release, giveBack.ids, giveBack.claims, r.outbox.Channel())
+		b.Queue(s.release, giveBack.ids, giveBack.claims, r.outbox.Channel())
 	}
 	err = pool.SendBatch(ctx, &b).Close() // runs the callbacks that count dead
 	return dead, err

@@ -46,6 +46,9 @@ var outboxSubs = []outboxSub{
 			"warren outbox migrate --table orders_outbox",
 			"warren outbox migrate --schema plane     (add warren's optional columns to Plane's table: attempts, last error, dead rows)",
 		},
+		flags: func(fs *flagSet, o *outboxOptions) {
+			fs.Var(&o.lockTimeout, "lock-timeout", "DURATION", fmt.Sprintf("--schema plane: how long the ALTER TABLE may wait for the table's lock, while every read and write of the table queues behind it, before it gives up, changing nothing (default %v)", outbox.DefaultLockTimeout))
+		},
 		run: runOutboxMigrate,
 	},
 	{
@@ -132,8 +135,8 @@ var outboxSubs = []outboxSub{
 // outboxOptions holds every flag of every subcommand; each registers its
 // own.
 type outboxOptions struct {
-	db    outboxDBFlags
-	lease ageFlag
+	db                 outboxDBFlags
+	lease, lockTimeout ageFlag
 
 	json, all, yes bool
 	types, ids     listFlag
@@ -153,7 +156,7 @@ type outboxOptions struct {
 // --lease.
 type outboxDBFlags struct {
 	databaseURL, table, schema string
-	lease                      time.Duration
+	lease, lockTimeout         time.Duration
 }
 
 func (f *outboxDBFlags) register(fs *flagSet) {
@@ -182,7 +185,7 @@ func (f *outboxDBFlags) resolve(env *cliEnv) error {
 // open validates the table name and connects, with the password kept out
 // of every error.
 func (f *outboxDBFlags) open(ctx context.Context) (*outbox.Table, *pgxpool.Pool, error) {
-	ob, err := outbox.Open(f.table, outbox.Options{Schema: outbox.Schema(f.schema), Lease: f.lease})
+	ob, err := outbox.Open(f.table, outbox.Options{Schema: outbox.Schema(f.schema), Lease: f.lease, LockTimeout: f.lockTimeout})
 	if err != nil {
 		return nil, nil, usagef("--table: %v", err)
 	}
@@ -273,7 +276,7 @@ func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("capture: the triggers write to a warren-schema outbox table only, and the schema is plane " +
 			"(--schema or $WARREN_SCHEMA); pass --schema warren, and --table too if $WARREN_OUTBOX_TABLE names Plane's table")
 	}
-	o.db.lease = time.Duration(o.lease)
+	o.db.lease, o.db.lockTimeout = time.Duration(o.lease), time.Duration(o.lockTimeout)
 	ob, pool, err := o.db.open(ctx)
 	if err != nil {
 		return o.db.redact(err)

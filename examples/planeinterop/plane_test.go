@@ -37,17 +37,6 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// pythonWithPika is Debian's interpreter, which python3-pika installs into
-// (not a pyenv python3 first on PATH).
-const pythonWithPika = "/usr/bin/python3"
-
-func requirePika(t *testing.T) {
-	t.Helper()
-	if out, err := exec.Command(pythonWithPika, "-c", "import pika").CombinedOutput(); err != nil {
-		t.Fatalf("%s cannot import pika (%v: %s): run scripts/services.sh, which installs Debian's python3-pika", pythonWithPika, err, bytes.TrimSpace(out))
-	}
-}
-
 // The AMQP properties plane_publisher.py puts on a message.
 const (
 	propsPlane = "plane" // Plane's: persistent, application/json, content encoding utf-8, timestamp
@@ -81,7 +70,7 @@ func publishAsPlane(t *testing.T, amqpURL, exchange string, msgs []planeMessage)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, pythonWithPika, "testdata/plane_publisher.py", amqpURL, exchange)
+	cmd := exec.CommandContext(ctx, testenv.PythonWithPika(t), "testdata/plane_publisher.py", amqpURL, exchange)
 	cmd.Stdin = &in
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -371,7 +360,7 @@ func settled(s consumer.Stats) consumer.Stats {
 // each did with every message, sent with Plane's properties, with all of
 // warren's and with none.
 func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
-	requirePika(t)
+	testenv.PythonWithPika(t) // before the examples start
 	e := startExamples(t)
 	ctx := context.Background()
 

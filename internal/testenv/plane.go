@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -149,4 +151,17 @@ func (p *PlaneTable) render(sql string) string {
 		suffix := out[i+len("{table") : i+j]
 		out = out[:i] + pgx.Identifier{p.Name + suffix}.Sanitize() + out[i+j+1:]
 	}
+}
+
+// PythonWithPika returns Debian's python3, which python3-pika installs
+// into (not a pyenv python3 first on PATH), for the tests that run
+// Plane's kind of client; it fails t, saying how to install pika, when
+// that interpreter cannot import it.
+func PythonWithPika(t testing.TB) string {
+	t.Helper()
+	const python = "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import pika").CombinedOutput(); err != nil {
+		t.Fatalf("%s cannot import pika (%v: %s): run scripts/services.sh, which installs Debian's python3-pika", python, err, bytes.TrimSpace(out))
+	}
+	return python
 }

@@ -22,6 +22,7 @@
 //	warren_outbox_in_flight_rows              pending rows leased to a relay now
 //	warren_outbox_retrying_rows               pending rows waiting out a retry delay
 //	warren_outbox_dead_rows                   dead rows
+//	warren_outbox_lapsed_rows                 pending rows whose claim lapsed unsettled (a relay or Plane's poller died holding them)
 //	warren_outbox_delivered_rows              delivered rows kept by KeepDelivered
 //	warren_outbox_oldest_pending_age_seconds  age of the oldest pending row
 //	warren_outbox_capture_errors              changes whose events a capture trigger could not write (outbox/capture, record policy)

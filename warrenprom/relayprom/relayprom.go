@@ -40,6 +40,7 @@ type RelayMetrics struct {
 	confirm, latency          *prometheus.HistogramVec
 	pending, inFlight         *prometheus.GaugeVec
 	retrying, deadRows        *prometheus.GaugeVec
+	lapsed                    *prometheus.GaugeVec
 	delivered, oldest         *prometheus.GaugeVec
 	captureErrors             *prometheus.GaugeVec
 	blocked                   *prometheus.GaugeVec
@@ -71,10 +72,12 @@ func NewRelayMetrics(reg prometheus.Registerer, opts RelayOptions) (*RelayMetric
 			"Time from publishing a row's message to the broker's verdict.", confirm, "outbox"),
 		latency: promreg.HistogramVec("warren_relay_outbox_latency_seconds",
 			"Time from the producer's transaction (the row's inserted_at, on the database clock) to the broker's confirm.", latency, "outbox"),
-		pending:   promreg.GaugeVec("warren_outbox_pending_rows", "Rows not yet delivered or dead, in-flight and retrying rows included.", "outbox"),
-		inFlight:  promreg.GaugeVec("warren_outbox_in_flight_rows", "Pending rows leased to a relay right now.", "outbox"),
-		retrying:  promreg.GaugeVec("warren_outbox_retrying_rows", "Pending rows waiting out the delay after a failed attempt.", "outbox"),
-		deadRows:  promreg.GaugeVec("warren_outbox_dead_rows", "Dead rows, waiting for 'warren outbox redrive' or a purge.", "outbox"),
+		pending:  promreg.GaugeVec("warren_outbox_pending_rows", "Rows not yet delivered or dead, in-flight and retrying rows included.", "outbox"),
+		inFlight: promreg.GaugeVec("warren_outbox_in_flight_rows", "Pending rows leased to a relay right now.", "outbox"),
+		retrying: promreg.GaugeVec("warren_outbox_retrying_rows", "Pending rows waiting out the delay after a failed attempt.", "outbox"),
+		deadRows: promreg.GaugeVec("warren_outbox_dead_rows", "Dead rows, waiting for 'warren outbox redrive' or a purge.", "outbox"),
+		lapsed: promreg.GaugeVec("warren_outbox_lapsed_rows",
+			"Pending rows whose claim's lease ended before the claim was settled: a relay (or Plane's poller) died or stalled holding them, or, on a Plane table, a retry fell due. A relay takes them over.", "outbox"),
 		delivered: promreg.GaugeVec("warren_outbox_delivered_rows", "Delivered rows kept by KeepDelivered until purged.", "outbox"),
 		oldest:    promreg.GaugeVec("warren_outbox_oldest_pending_age_seconds", "How long the oldest pending row has waited; 0 when none.", "outbox"),
 		captureErrors: promreg.GaugeVec("warren_outbox_capture_errors",
@@ -82,7 +85,7 @@ func NewRelayMetrics(reg prometheus.Registerer, opts RelayOptions) (*RelayMetric
 		blocked: promreg.GaugeVec("warren_relay_connection_blocked", "1 while the broker blocks the relay's connection (a memory or disk alarm: the relay claims nothing), else 0.", "outbox"),
 	}
 	err := promreg.Register(reg, m.published, m.failures, m.dead, m.wakeups, m.confirm, m.latency,
-		m.pending, m.inFlight, m.retrying, m.deadRows, m.delivered, m.oldest, m.captureErrors, m.blocked)
+		m.pending, m.inFlight, m.retrying, m.deadRows, m.lapsed, m.delivered, m.oldest, m.captureErrors, m.blocked)
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +154,7 @@ func (m *RelayMetrics) OutboxStats(outbox string, st outbox.Stats) {
 	m.inFlight.WithLabelValues(outbox).Set(float64(st.InFlight))
 	m.retrying.WithLabelValues(outbox).Set(float64(st.Retrying))
 	m.deadRows.WithLabelValues(outbox).Set(float64(st.Dead))
+	m.lapsed.WithLabelValues(outbox).Set(float64(st.Lapsed))
 	m.delivered.WithLabelValues(outbox).Set(float64(st.Delivered))
 	m.oldest.WithLabelValues(outbox).Set(st.OldestPendingAge.Seconds())
 	m.captureErrors.WithLabelValues(outbox).Set(float64(st.CaptureErrors))

@@ -30,7 +30,7 @@ func TestObserverMapsEvents(t *testing.T) {
 	rm.Woken("t1", true)
 	rm.Woken("t1", false)
 	rm.Woken("t1", false)
-	rm.OutboxStats("t1", outbox.Stats{Pending: 7, InFlight: 2, Retrying: 1, Dead: 3, Delivered: 4, OldestPendingAge: 90 * time.Second, CaptureErrors: 2})
+	rm.OutboxStats("t1", outbox.Stats{Pending: 7, InFlight: 2, Retrying: 1, Dead: 3, Lapsed: 5, Delivered: 4, OldestPendingAge: 90 * time.Second, CaptureErrors: 2})
 
 	want := `
 # HELP warren_relay_published_total Rows whose message the broker confirmed and routed.
@@ -49,6 +49,9 @@ warren_relay_wakeups_total{outbox="t1",source="poll"} 2
 # HELP warren_outbox_pending_rows Rows not yet delivered or dead, in-flight and retrying rows included.
 # TYPE warren_outbox_pending_rows gauge
 warren_outbox_pending_rows{outbox="t1"} 7
+# HELP warren_outbox_lapsed_rows Pending rows whose claim's lease ended before the claim was settled: a relay (or Plane's poller) died or stalled holding them, or, on a Plane table, a retry fell due. A relay takes them over.
+# TYPE warren_outbox_lapsed_rows gauge
+warren_outbox_lapsed_rows{outbox="t1"} 5
 # HELP warren_outbox_oldest_pending_age_seconds How long the oldest pending row has waited; 0 when none.
 # TYPE warren_outbox_oldest_pending_age_seconds gauge
 warren_outbox_oldest_pending_age_seconds{outbox="t1"} 90
@@ -57,7 +60,7 @@ warren_outbox_oldest_pending_age_seconds{outbox="t1"} 90
 warren_outbox_capture_errors{outbox="t1"} 2
 `
 	err = testutil.GatherAndCompare(reg, strings.NewReader(want), "warren_relay_published_total", "warren_relay_publish_failures_total",
-		"warren_relay_dead_rows_total", "warren_relay_wakeups_total", "warren_outbox_pending_rows", "warren_outbox_oldest_pending_age_seconds",
+		"warren_relay_dead_rows_total", "warren_relay_wakeups_total", "warren_outbox_pending_rows", "warren_outbox_lapsed_rows", "warren_outbox_oldest_pending_age_seconds",
 		"warren_outbox_capture_errors")
 	if err != nil {
 		t.Error(err)
