@@ -20,6 +20,10 @@ import (
 type variant struct {
 	name     string
 	baseline bool // a raw-client variant; the best baseline is the ratio's denominator
+	// peer marks a variant of another framework a user would pick instead
+	// of warren (Watermill); the best peer is the second ratio's
+	// denominator, and a target's peer ratio is judged against it.
+	peer bool
 	run      func(ctx context.Context, env *env) (figures, error)
 	// why explains, in the report, a miss of the scenario's target by this
 	// variant: what it pays for that the baseline does not.
@@ -44,7 +48,8 @@ type metric struct {
 // target is what warren's variants should reach on a metric: a ratio to
 // the best baseline, an absolute bound, or both (zero means none).
 type target struct {
-	ratio float64 // at least this much of the best baseline (at most, when lowerBetter)
+	ratio     float64 // at least this much of the best baseline (at most, when lowerBetter)
+	peerRatio float64 // at least this much of the best peer (at most, when lowerBetter)
 	bound float64 // at most this much (at least, when !lowerBetter)
 }
 
