@@ -24,7 +24,7 @@ type variant struct {
 	// of warren (Watermill); the best peer is the second ratio's
 	// denominator, and a target's peer ratio is judged against it.
 	peer bool
-	run      func(ctx context.Context, env *env) (figures, error)
+	run  func(ctx context.Context, env *env) (figures, error)
 	// why explains, in the report, a miss of the scenario's target by this
 	// variant: what it pays for that the baseline does not.
 	why string
@@ -50,7 +50,7 @@ type metric struct {
 type target struct {
 	ratio     float64 // at least this much of the best baseline (at most, when lowerBetter)
 	peerRatio float64 // at least this much of the best peer (at most, when lowerBetter)
-	bound float64 // at most this much (at least, when !lowerBetter)
+	bound     float64 // at most this much (at least, when !lowerBetter)
 }
 
 // throughput is the metric of the scenarios that drain a backlog.
