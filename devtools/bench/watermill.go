@@ -225,7 +225,30 @@ func watermillRelay(ctx context.Context, e *env) (figures, error) {
 	if err := <-errc; err != nil {
 		return nil, err
 	}
+	// Watermill ignores returned (unroutable) messages, and a confirm
+	// follows a return: a wrong exchange would empty the table and deliver
+	// nothing. The queue keeps the last 1000 messages; it must hold them.
+	if err := expectQueued(ob, min(e.messages, 1000)); err != nil {
+		return nil, err
+	}
 	return rate(e.messages, elapsed), nil
+}
+
+// expectQueued checks that the outbox bench's queue holds want messages.
+func expectQueued(ob *outboxBench, want int) error {
+	ch, err := ob.conn.Channel()
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	q, err := ch.QueueDeclarePassive(ob.queue, true, false, false, false, amqp.Table{"x-max-length": int64(1000)})
+	if err != nil {
+		return err
+	}
+	if q.Messages != want {
+		return fmt.Errorf("the forwarder emptied its table but the queue holds %d messages, want %d", q.Messages, want)
+	}
+	return nil
 }
 
 // fillWatermillOutbox writes n events to a Watermill outbox table through
