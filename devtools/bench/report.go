@@ -311,7 +311,8 @@ func cpuModel() string {
 	return "unknown"
 }
 
-// moduleVersions lists the client libraries both sides are built with.
+// moduleVersions lists the client libraries every side is built with, and
+// the peers' framework.
 func moduleVersions() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -320,7 +321,8 @@ func moduleVersions() string {
 	var out []string
 	for _, d := range info.Deps {
 		switch d.Path {
-		case "github.com/rabbitmq/amqp091-go", "github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9":
+		case "github.com/rabbitmq/amqp091-go", "github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9",
+			"github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill-amqp/v3", "github.com/ThreeDotsLabs/watermill-sql/v4":
 			out = append(out, d.Path+" "+d.Version)
 		}
 	}
