@@ -38,12 +38,12 @@ func ratioBars(results []result) []bar {
 			if v.baseline || v.peer {
 				continue
 			}
-			med := median(r.column(i, 0))
+			med, t := median(r.column(i, 0)), r.scenario.metricFor(v, 0).target
 			if best > 0 {
-				bars = append(bars, bar{label: r.scenario.name + ": " + v.name, ratio: med / best, target: ms[0].target.ratio})
+				bars = append(bars, bar{label: r.scenario.name + ": " + v.name, ratio: med / best, target: t.ratio})
 			}
 			if bestPeer > 0 {
-				bars = append(bars, bar{label: r.scenario.name + ": " + v.name + " ÷ best peer", ratio: med / bestPeer, target: ms[0].target.peerRatio})
+				bars = append(bars, bar{label: r.scenario.name + ": " + v.name + " ÷ best peer", ratio: med / bestPeer, target: t.peerRatio})
 			}
 		}
 	}

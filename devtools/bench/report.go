@@ -128,7 +128,8 @@ func (r result) verdicts() []verdict {
 		if v.baseline || v.peer {
 			continue
 		}
-		for mi, m := range r.scenario.metricList() {
+		for mi := range r.scenario.metricList() {
+			m := r.scenario.metricFor(v, mi)
 			if m.target == (target{}) {
 				continue
 			}

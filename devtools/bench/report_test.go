@@ -73,6 +73,25 @@ func TestVerdicts(t *testing.T) {
 		t.Fatalf("verdicts without a baseline = %+v; want none", v)
 	}
 
+	// A variant with a throughput target of its own is judged on it, and
+	// the others on the scenario's.
+	own := scenario{
+		name:    "dedup",
+		metrics: []metric{{name: "msg/s", target: target{ratio: 1}}},
+		variants: []variant{
+			{name: "raw", baseline: true},
+			{name: "warren"},
+			{name: "warren transactional", throughputTarget: &target{ratio: 0.75}},
+		},
+	}
+	v = resultOf(own, rates(100), rates(80), rates(80)).verdicts()
+	if len(v) != 2 || v[0].met || !v[1].met || v[1].targetText() != "ratio ≥ 0.75" {
+		t.Fatalf("verdicts = %+v; want warren missed at 0.80 of raw against 1.00, the transactional variant met against its own 0.75", v)
+	}
+	if bars := ratioBars([]result{resultOf(own, rates(100), rates(80), rates(80))}); len(bars) != 2 || bars[0].target != 1 || bars[1].target != 0.75 {
+		t.Fatalf("bars = %+v; want each warren variant's own target", bars)
+	}
+
 	latency := scenario{
 		name: "latency",
 		metrics: []metric{
