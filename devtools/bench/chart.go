@@ -15,15 +15,16 @@ import (
 const chartFile = "ratios.png"
 
 // bar is one warren variant's throughput ratio to its scenario's best
-// baseline.
+// baseline, or to its best peer.
 type bar struct {
 	label  string
 	ratio  float64
 	target float64 // 0: none
 }
 
-// ratioBars lists the throughput ratios of every non-baseline variant, in
-// report order. Latency and memory have their own units and are left to
+// ratioBars lists the throughput ratios of every warren variant, in report
+// order: to the best baseline, then (where the scenario has peers) to the
+// best peer. Latency and memory have their own units and are left to
 // the tables.
 func ratioBars(results []result) []bar {
 	var bars []bar
@@ -32,13 +33,17 @@ func ratioBars(results []result) []bar {
 		if len(ms) != 1 || ms[0].lowerBetter {
 			continue
 		}
-		best := r.best(0)
-		if best == 0 {
-			continue
-		}
+		best, bestPeer := r.best(0), r.bestPeer(0)
 		for i, v := range r.scenario.variants {
-			if !v.baseline {
-				bars = append(bars, bar{label: r.scenario.name + ": " + v.name, ratio: median(r.column(i, 0)) / best, target: ms[0].target.ratio})
+			if v.baseline || v.peer {
+				continue
+			}
+			med, t := median(r.column(i, 0)), r.scenario.metricFor(v, 0).target
+			if best > 0 {
+				bars = append(bars, bar{label: r.scenario.name + ": " + v.name, ratio: med / best, target: t.ratio})
+			}
+			if bestPeer > 0 {
+				bars = append(bars, bar{label: r.scenario.name + ": " + v.name + " ÷ best peer", ratio: med / bestPeer, target: t.peerRatio})
 			}
 		}
 	}
@@ -56,7 +61,7 @@ func writeChart(path string, results []result) error {
 	}
 	slices.Reverse(bars) // the first bar at the top
 	p := plot.New()
-	p.Title.Text = "warren ÷ best baseline, throughput (medians; ≥ 1 is as fast or faster; green met, red missed, grey no target)"
+	p.Title.Text = "warren ÷ best baseline (or best peer), throughput (medians; ≥ 1 is as fast or faster; green met, red missed, grey no target)"
 	p.X.Label.Text = "ratio"
 	p.X.Min = 0
 	met, missed, none := make(plotter.Values, len(bars)), make(plotter.Values, len(bars)), make(plotter.Values, len(bars))

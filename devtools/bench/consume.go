@@ -27,13 +27,17 @@ func consumeScenario() scenario {
 	return scenario{
 		name: "consume",
 		about: fmt.Sprintf("Drain a backlog of Plane-shaped events with a no-op handler, prefetch %d, %d workers. "+
-			"Raw variants use amqp091-go directly; warren is a BaseConsumer with its defaults.", prefetch, workers),
-		metrics: []metric{{name: throughput.name, target: target{ratio: 1}}},
+			"Raw variants use amqp091-go directly; warren is a BaseConsumer with its defaults. "+
+			"Watermill is a watermill-amqp durable-queue subscriber on the backlog queue under a router, prefetch %d per handler; "+
+			"each router handler is a channel that handles and acks one message at a time, so its concurrency is its number of handlers.", prefetch, workers, prefetch),
+		metrics: []metric{{name: throughput.name, target: target{ratio: 1, peerRatio: 1.4}}},
 		variants: []variant{
 			{name: "raw: 1 channel, ack each (naive)", baseline: true, run: rawConsume(1, 1, nil)},
 			{name: "raw: 1 channel, ack multiple every 100", baseline: true, run: rawConsume(1, 100, nil)},
 			{name: "raw: 16 channels, ack each", baseline: true, run: rawConsume(16, 1, nil)},
 			{name: "raw: 16 channels, ack multiple every 100", baseline: true, run: rawConsume(16, 100, nil)},
+			{name: "watermill: router, 1 handler", peer: true, run: watermillConsume(1, false)},
+			{name: "watermill: router, 16 handlers", peer: true, run: watermillConsume(workers, false)},
 			{name: "warren: BaseConsumer defaults", run: warrenConsume(nil),
 				why: "the consumer decodes and validates each event, routes it by prefix and runs it on a worker pool behind the ack coalescer; the raw loops only ack."},
 		},

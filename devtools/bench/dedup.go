@@ -38,11 +38,14 @@ func redisDedupScenario() scenario {
 		about: fmt.Sprintf("Drain a backlog with one Redis round trip of deduplication per message before its ack, prefetch %d, %d workers. "+
 			"Raw variants send `SET key 1 NX PX` with go-redis, then ack (a flag, not a lease: a handler failure after it would lose the event). "+
 			"warren is a BaseConsumer at its defaults with `middleware.Dedup` on the `dedup/redis` store, whose lease costs a claim "+
-			"before the handler and a completion after it.", prefetch, workers),
-		metrics: []metric{{name: throughput.name, target: target{ratio: 1}}},
+			"before the handler and a completion after it. Watermill is the consume scenario's router with %d handlers and its "+
+			"`middleware.Deduplicator` keyed by the event id, on a Redis key repository the bench implements (Watermill ships none): "+
+			"one `SET NX PX` per message, the raw variants' flag.", prefetch, workers, workers),
+		metrics: []metric{{name: throughput.name, target: target{ratio: 1, peerRatio: 1.3}}},
 		variants: []variant{
 			{name: "raw: 1 channel, SET NX then ack", baseline: true, run: rawConsume(1, 1, rawRedisSetNX)},
 			{name: "raw: 16 channels, SET NX then ack", baseline: true, run: rawConsume(16, 1, rawRedisSetNX)},
+			{name: "watermill: router, 16 handlers, Deduplicator on redis", peer: true, run: watermillConsume(workers, true)},
 			{name: "warren: Dedup, redis store", run: warrenConsumeWith(nil, warrenRedisDedup),
 				why: leaseWhy},
 		},
@@ -64,6 +67,9 @@ func postgresDedupScenario() scenario {
 			{name: "warren: Dedup, postgres store", run: warrenConsumeWith(nil, warrenPostgresDedup(false)),
 				why: leaseWhy},
 			{name: "warren: Dedup, postgres store, transactional", run: warrenConsumeWith(nil, warrenPostgresDedup(true)),
+				// Issue 17: a transaction per message is the price of
+				// exactly-once effects; it must keep three quarters of raw.
+				throughputTarget: &target{ratio: 0.75},
 				why: "the done-mark commits in the handler's own transaction, so every message pays a transaction of its own " +
 					"(BEGIN, UPDATE, COMMIT with its WAL flush) that no batching can share; that is the price of exactly-once database effects."},
 		},

@@ -18,6 +18,12 @@
 //     and with warren's generated capture trigger (and, for comparison,
 //     row-level triggers written by hand).
 //
+// Consume, consume + redis dedup and relay also have peer variants:
+// Watermill, what a Go team would pick instead of warren (watermill-amqp's
+// router; its Deduplicator on a Redis key repository written here, since
+// Watermill ships none; watermill-sql's Forwarder to AMQP). The best peer
+// gives each warren variant there a second ratio, with a target of its own.
+//
 // Variants run alternately for several rounds on equal workloads; the
 // report gives each one's median and spread and the ratio of medians to
 // the best baseline, because absolute numbers on a shared machine drift
@@ -28,8 +34,8 @@
 //	go run . -run relay -messages 5000 -rounds 3    one scenario, smaller
 //	go run . -run memory -rss-messages 1000000      the memory run
 //
-// It lives in its own module so its dependencies (gonum's plot) stay out
-// of warren's. The services are the ones the tests use (AMQP_URL,
+// It lives in its own module so its dependencies (gonum's plot, Watermill)
+// stay out of warren's. The services are the ones the tests use (AMQP_URL,
 // DATABASE_URL, REDIS_URL, with the same local defaults); every
 // measurement makes its own queues, tables and keys and removes them.
 package main

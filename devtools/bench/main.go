@@ -20,7 +20,15 @@ import (
 type variant struct {
 	name     string
 	baseline bool // a raw-client variant; the best baseline is the ratio's denominator
-	run      func(ctx context.Context, env *env) (figures, error)
+	// peer marks a variant of another framework a user would pick instead
+	// of warren (Watermill); the best peer is the second ratio's
+	// denominator, and a target's peer ratio is judged against it.
+	peer bool
+	run  func(ctx context.Context, env *env) (figures, error)
+	// throughputTarget, when set, is this variant's target on a throughput
+	// scenario's one metric in place of the scenario's: a variant that
+	// buys a guarantee the others lack is held to a bar of its own.
+	throughputTarget *target
 	// why explains, in the report, a miss of the scenario's target by this
 	// variant: what it pays for that the baseline does not.
 	why string
@@ -44,8 +52,9 @@ type metric struct {
 // target is what warren's variants should reach on a metric: a ratio to
 // the best baseline, an absolute bound, or both (zero means none).
 type target struct {
-	ratio float64 // at least this much of the best baseline (at most, when lowerBetter)
-	bound float64 // at most this much (at least, when !lowerBetter)
+	ratio     float64 // at least this much of the best baseline (at most, when lowerBetter)
+	peerRatio float64 // at least this much of the best peer (at most, when lowerBetter)
+	bound     float64 // at most this much (at least, when !lowerBetter)
 }
 
 // throughput is the metric of the scenarios that drain a backlog.
@@ -69,6 +78,16 @@ func (s *scenario) roundsFor(n int) int {
 		return min(s.rounds, n)
 	}
 	return n
+}
+
+// metricFor is metric mi of s as variant v is judged on it: with v's own
+// target where it has one.
+func (s *scenario) metricFor(v variant, mi int) metric {
+	m := s.metricList()[mi]
+	if v.throughputTarget != nil && len(s.metrics) <= 1 {
+		m.target = *v.throughputTarget
+	}
+	return m
 }
 
 func (s *scenario) metricList() []metric {

@@ -26,10 +26,14 @@ func relayScenario() scenario {
 			"The raw loop uses bare pgx and amqp091-go: it claims %d due rows with `FOR UPDATE SKIP LOCKED` (setting a lease, as any relay "+
 			"that can crash must), publishes them all with confirms pipelined, waits for the confirms and deletes the batch with one statement. "+
 			"warren is `relay.Run` at its defaults (batches of %d, %d claim–publish–settle loops). Both sides publish the same envelope "+
-			"with the same properties, mandatory, to an exchange bound to one queue.", rawClaimBatch, relay.DefaultBatchSize, relay.DefaultWorkers),
-		metrics: []metric{{name: throughput.name, target: target{ratio: 1}}},
+			"with the same properties, mandatory, to an exchange bound to one queue. "+
+			"Watermill is the Forwarder (watermill components) reading its own outbox table, filled with the same events through its publisher, "+
+			"with a watermill-sql subscriber on Postgres (queue schema, %d rows per query, rows deleted on ack) and publishing through "+
+			"watermill-amqp with confirms, mandatory, in Watermill's own message format.", rawClaimBatch, relay.DefaultBatchSize, relay.DefaultWorkers, watermillForwarderBatch),
+		metrics: []metric{{name: throughput.name, target: target{ratio: 1.1, peerRatio: 7}}},
 		variants: []variant{
 			{name: "raw: claim 500, publish, confirm, delete", baseline: true, run: rawRelay},
+			{name: "watermill: Forwarder, watermill-sql → amqp", peer: true, run: watermillRelay},
 			{name: "warren: relay.Run defaults", run: warrenRelay(nil),
 				why: "relay.Run encodes each envelope in Go from a decoded warren.Event (about an eighth of the relay's CPU profile) where the raw " +
 					"loop has Postgres build the JSON in its claim, and publishes each row on a goroutine with a deadline of its own."},

@@ -52,13 +52,28 @@ func (r result) column(variant, metric int) []float64 {
 	return xs
 }
 
+func (r result) hasPeer() bool {
+	return slices.ContainsFunc(r.scenario.variants, func(v variant) bool { return v.peer })
+}
+
 // best is the median of the best baseline on a metric, or 0 when the
 // scenario has no baseline.
 func (r result) best(metric int) float64 {
+	return r.bestOf(metric, func(v variant) bool { return v.baseline })
+}
+
+// bestPeer is the median of the best peer variant (another framework) on
+// a metric, or 0 when the scenario has none.
+func (r result) bestPeer(metric int) float64 {
+	return r.bestOf(metric, func(v variant) bool { return v.peer })
+}
+
+// bestOf is the best median on a metric among the variants that match.
+func (r result) bestOf(metric int, match func(variant) bool) float64 {
 	m := r.scenario.metricList()[metric]
 	best := 0.0
 	for i, v := range r.scenario.variants {
-		if !v.baseline {
+		if !match(v) {
 			continue
 		}
 		med := median(r.column(i, metric))
@@ -74,6 +89,7 @@ type verdict struct {
 	scenario, variant string
 	metric            metric
 	value, ratio      float64 // ratio is 0 without a baseline
+	peerRatio         float64 // to the best peer; 0 without a peer
 	met               bool
 	bestRoundMet      bool // the variant's best round alone would have met the target
 	why               string
@@ -88,6 +104,9 @@ func (v verdict) targetText() string {
 	if v.metric.target.ratio > 0 {
 		parts = append(parts, fmt.Sprintf("ratio %s %.2f", cmp, v.metric.target.ratio))
 	}
+	if v.metric.target.peerRatio > 0 {
+		parts = append(parts, fmt.Sprintf("ratio to best peer %s %.2f", cmp, v.metric.target.peerRatio))
+	}
 	if v.metric.target.bound > 0 {
 		parts = append(parts, fmt.Sprintf("%s %s %g", v.metric.name, cmp, v.metric.target.bound))
 	}
@@ -101,22 +120,23 @@ func (v verdict) outcome() string {
 	return "**missed**"
 }
 
-// verdicts checks every non-baseline variant against its scenario's
-// targets, on medians.
+// verdicts checks every warren variant (neither baseline nor peer)
+// against its scenario's targets, on medians.
 func (r result) verdicts() []verdict {
 	var out []verdict
 	for vi, v := range r.scenario.variants {
-		if v.baseline {
+		if v.baseline || v.peer {
 			continue
 		}
-		for mi, m := range r.scenario.metricList() {
+		for mi := range r.scenario.metricList() {
+			m := r.scenario.metricFor(v, mi)
 			if m.target == (target{}) {
 				continue
 			}
-			best := r.best(mi)
-			if best == 0 && m.target.bound == 0 {
-				// Only a ratio to judge, and -variant left out every
-				// baseline: there is nothing to judge it against.
+			best, bestPeer := r.best(mi), r.bestPeer(mi)
+			if (best == 0 || m.target.ratio == 0) && (bestPeer == 0 || m.target.peerRatio == 0) && m.target.bound == 0 {
+				// Only ratios to judge, and -variant left out every
+				// baseline and peer: nothing to judge them against.
 				continue
 			}
 			xs := r.column(vi, mi)
@@ -125,12 +145,15 @@ func (r result) verdicts() []verdict {
 			if best > 0 {
 				vd.ratio = val / best
 			}
-			vd.met = meets(m, val, best)
+			if bestPeer > 0 {
+				vd.peerRatio = val / bestPeer
+			}
+			vd.met = meets(m, val, best, bestPeer)
 			bestRound := slices.Max(xs)
 			if m.lowerBetter {
 				bestRound = slices.Min(xs)
 			}
-			vd.bestRoundMet = meets(m, bestRound, best)
+			vd.bestRoundMet = meets(m, bestRound, best, bestPeer)
 			out = append(out, vd)
 		}
 	}
@@ -138,12 +161,18 @@ func (r result) verdicts() []verdict {
 }
 
 // meets reports whether value meets m's target, best being the best
-// baseline's median (0 without a baseline).
-func meets(m metric, value, best float64) bool {
+// baseline's median and bestPeer the best peer's (each 0 without one: that
+// part of the target is then not judged).
+func meets(m metric, value, best, bestPeer float64) bool {
 	met := true
+	within := func(ratio, t float64) bool {
+		return (m.lowerBetter && ratio <= t) || (!m.lowerBetter && ratio >= t)
+	}
 	if t := m.target.ratio; t > 0 && best > 0 {
-		ratio := value / best
-		met = met && ((m.lowerBetter && ratio <= t) || (!m.lowerBetter && ratio >= t))
+		met = met && within(value/best, t)
+	}
+	if t := m.target.peerRatio; t > 0 && bestPeer > 0 {
+		met = met && within(value/bestPeer, t)
 	}
 	if b := m.target.bound; b > 0 {
 		met = met && ((m.lowerBetter && value <= b) || (!m.lowerBetter && value >= b))
@@ -171,7 +200,8 @@ func renderReport(results []result, run runInfo) string {
 	fmt.Fprintf(&b, "Every figure is the median of the rounds (%d unless a scenario says otherwise); the spread is the lowest and highest round. ", run.rounds)
 	fmt.Fprintf(&b, "Variants alternate within each round, and a ratio divides a variant's median by the median of the best raw baseline ")
 	fmt.Fprintf(&b, "of the same scenario in the same run (the highest rate, or the lowest latency), so it holds up better than the absolute ")
-	fmt.Fprintf(&b, "numbers on a shared machine. The chart [`%s`](%s) plots the throughput ratios.\n", chartFile, chartFile)
+	fmt.Fprintf(&b, "numbers on a shared machine. Where a scenario has peer variants (Watermill: what a user would pick instead of warren), ")
+	fmt.Fprintf(&b, "a second ratio divides by the best peer's median the same way. The chart [`%s`](%s) plots the throughput ratios.\n", chartFile, chartFile)
 
 	var all []verdict
 	for _, r := range results {
@@ -181,8 +211,13 @@ func renderReport(results []result, run runInfo) string {
 		fmt.Fprintf(&b, "\n## Targets\n\n| scenario | warren variant | figure | target | result |\n|---|---|---:|---|---|\n")
 		for _, v := range all {
 			fig := fmt.Sprintf("%.1f %s", v.value, v.metric.name)
-			if v.ratio > 0 {
+			switch {
+			case v.ratio > 0 && v.peerRatio > 0:
+				fig += fmt.Sprintf(" (ratio %.2f, to best peer %.2f)", v.ratio, v.peerRatio)
+			case v.ratio > 0:
 				fig += fmt.Sprintf(" (ratio %.2f)", v.ratio)
+			case v.peerRatio > 0:
+				fig += fmt.Sprintf(" (ratio to best peer %.2f)", v.peerRatio)
 			}
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", v.scenario, v.variant, fig, v.targetText(), v.outcome())
 		}
@@ -222,6 +257,10 @@ func renderReport(results []result, run runInfo) string {
 				header += " " + ratio + " |"
 				rule += "---:|"
 			}
+			if r.hasPeer() {
+				header += " ratio to best peer |"
+				rule += "---:|"
+			}
 		}
 		fmt.Fprintf(&b, "%s\n%s\n", header, rule)
 		for i, v := range r.scenario.variants {
@@ -231,6 +270,9 @@ func renderReport(results []result, run runInfo) string {
 				fmt.Fprintf(&b, " %s | %s – %s |", num(median(xs)), num(slices.Min(xs)), num(slices.Max(xs)))
 				if r.hasBaseline() {
 					fmt.Fprintf(&b, " %.2f |", median(xs)/r.best(mi))
+				}
+				if r.hasPeer() {
+					fmt.Fprintf(&b, " %.2f |", median(xs)/r.bestPeer(mi))
 				}
 			}
 			fmt.Fprintln(&b)
@@ -270,7 +312,8 @@ func cpuModel() string {
 	return "unknown"
 }
 
-// moduleVersions lists the client libraries both sides are built with.
+// moduleVersions lists the client libraries every side is built with, and
+// the peers' framework.
 func moduleVersions() string {
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
@@ -279,7 +322,8 @@ func moduleVersions() string {
 	var out []string
 	for _, d := range info.Deps {
 		switch d.Path {
-		case "github.com/rabbitmq/amqp091-go", "github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9":
+		case "github.com/rabbitmq/amqp091-go", "github.com/jackc/pgx/v5", "github.com/redis/go-redis/v9",
+			"github.com/ThreeDotsLabs/watermill", "github.com/ThreeDotsLabs/watermill-amqp/v3", "github.com/ThreeDotsLabs/watermill-sql/v4":
 			out = append(out, d.Path+" "+d.Version)
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,25 @@ func TestVerdicts(t *testing.T) {
 		t.Fatalf("verdicts without a baseline = %+v; want none", v)
 	}
 
+	// A variant with a throughput target of its own is judged on it, and
+	// the others on the scenario's.
+	own := scenario{
+		name:    "dedup",
+		metrics: []metric{{name: "msg/s", target: target{ratio: 1}}},
+		variants: []variant{
+			{name: "raw", baseline: true},
+			{name: "warren"},
+			{name: "warren transactional", throughputTarget: &target{ratio: 0.75}},
+		},
+	}
+	v = resultOf(own, rates(100), rates(80), rates(80)).verdicts()
+	if len(v) != 2 || v[0].met || !v[1].met || v[1].targetText() != "ratio ≥ 0.75" {
+		t.Fatalf("verdicts = %+v; want warren missed at 0.80 of raw against 1.00, the transactional variant met against its own 0.75", v)
+	}
+	if bars := ratioBars([]result{resultOf(own, rates(100), rates(80), rates(80))}); len(bars) != 2 || bars[0].target != 1 || bars[1].target != 0.75 {
+		t.Fatalf("bars = %+v; want each warren variant's own target", bars)
+	}
+
 	latency := scenario{
 		name: "latency",
 		metrics: []metric{
@@ -95,6 +115,46 @@ func TestVerdicts(t *testing.T) {
 	}
 }
 
+// A peer (another framework) is neither judged nor a baseline: it is the
+// denominator of the second ratio, and a target with a peer ratio is met
+// only when both ratios meet theirs.
+func TestPeerVerdicts(t *testing.T) {
+	s := scenario{
+		name:    "drain",
+		metrics: []metric{{name: "msg/s", target: target{ratio: 1, peerRatio: 1.4}}},
+		variants: []variant{
+			{name: "raw", baseline: true},
+			{name: "peer slow", peer: true}, {name: "peer fast", peer: true},
+			{name: "warren"},
+		},
+	}
+	check := func(warren []figures, wantMet bool, wantPeerRatio float64) {
+		t.Helper()
+		r := resultOf(s, rates(100, 100, 100), rates(50, 60, 70), rates(70, 80, 500), warren)
+		if best, peer := r.best(0), r.bestPeer(0); best != 100 || peer != 80 {
+			t.Fatalf("best baseline, best peer = %v, %v; want 100 (the raw) and 80 (the fast peer's median, not its 500 round)", best, peer)
+		}
+		v := r.verdicts()
+		if len(v) != 1 || v[0].variant != "warren" {
+			t.Fatalf("verdicts = %+v; want warren's alone (peers are not judged)", v)
+		}
+		if v[0].met != wantMet || v[0].peerRatio != wantPeerRatio {
+			t.Fatalf("verdict = %+v; want met %v at peer ratio %v", v[0], wantMet, wantPeerRatio)
+		}
+	}
+	check(rates(120, 120, 120), true, 1.5)  // 1.2× raw, 1.5× the best peer
+	check(rates(104, 104, 104), false, 1.3) // ahead of raw, short of 1.4× the peer
+	check(rates(96, 96, 96), false, 1.2)    // behind raw
+
+	// -variant leaving out the peers leaves the raw ratio to judge.
+	noPeer := s
+	noPeer.variants = []variant{s.variants[0], s.variants[3]}
+	v := resultOf(noPeer, rates(100), rates(104)).verdicts()
+	if len(v) != 1 || !v[0].met || v[0].peerRatio != 0 {
+		t.Fatalf("verdicts without a peer = %+v; want met on the raw ratio alone", v)
+	}
+}
+
 // The report names the command, the machine's load, each variant's
 // median, spread and ratio, and the reason of every missed target.
 func TestRenderReport(t *testing.T) {
@@ -114,9 +174,19 @@ func TestRenderReport(t *testing.T) {
 	}
 	run := runInfo{command: "go run . -rounds 3", rounds: 3, started: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC),
 		finished: time.Date(2026, 11, 29, 12, 7, 0, 0, time.UTC), loadBefore: "1.00, 2.00, 3.00", loadAfter: "4.00, 5.00, 6.00"}
+	peered := scenario{
+		name:    "relay",
+		metrics: []metric{{name: "msg/s", target: target{ratio: 1.1, peerRatio: 7}}},
+		variants: []variant{
+			{name: "raw", baseline: true},
+			{name: "watermill: Forwarder", peer: true},
+			{name: "warren", why: "it confirms"},
+		},
+	}
 	out := renderReport([]result{
 		resultOf(s, rates(100, 110, 120), rates(80, 90, 100)),
 		resultOf(memory, []figures{{23.4}}),
+		resultOf(peered, rates(5000), rates(800), rates(5600)),
 	}, run)
 	for _, want := range []string{
 		"`cd devtools/bench && go run . -rounds 3`",
@@ -126,7 +196,12 @@ func TestRenderReport(t *testing.T) {
 		"| drain | warren | 90.0 msg/s (ratio 0.82) | ratio ≥ 1.00 | **missed** |",
 		"- drain / warren (msg/s): it does more", // no round of warren's reached the target
 		"| memory | warren: consumer | 23.4 peak RSS MB | peak RSS MB ≤ 50 | met |",
-		"| variant | peak RSS MB median | spread |\n", // no ratio column without a baseline
+		"| variant | peak RSS MB median | spread |\n",               // no ratio column without a baseline
+		"| variant | msg/s median | spread | ratio to best raw |\n", // no peer column without a peer
+		"| variant | msg/s median | spread | ratio to best raw | ratio to best peer |\n",
+		"| watermill: Forwarder | 800 | 800 – 800 | 0.16 | 1.00 |",
+		"| warren | 5600 | 5600 – 5600 | 1.12 | 7.00 |",
+		"| relay | warren | 5600.0 msg/s (ratio 1.12, to best peer 7.00) | ratio ≥ 1.10 and ratio to best peer ≥ 7.00 | met |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
@@ -143,10 +218,21 @@ func TestChart(t *testing.T) {
 	}
 	latency := scenario{name: "latency", metrics: []metric{{name: "p50 ms", lowerBetter: true}},
 		variants: []variant{{name: "poller", baseline: true}, {name: "relay"}}}
-	results := []result{resultOf(s, rates(100), rates(120)), resultOf(latency, rates(150), rates(2))}
+	peered := scenario{
+		name:     "relay",
+		metrics:  []metric{{name: "msg/s", target: target{ratio: 1.1, peerRatio: 7}}},
+		variants: []variant{{name: "raw", baseline: true}, {name: "watermill", peer: true}, {name: "warren"}},
+	}
+	results := []result{resultOf(s, rates(100), rates(120)), resultOf(latency, rates(150), rates(2)),
+		resultOf(peered, rates(100), rates(20), rates(110))}
 	bars := ratioBars(results)
-	if len(bars) != 1 || bars[0].label != "drain: warren" || bars[0].ratio != 1.2 {
-		t.Fatalf("bars = %+v; want warren's throughput ratio alone", bars)
+	want := []bar{
+		{label: "drain: warren", ratio: 1.2, target: 1},
+		{label: "relay: warren", ratio: 1.1, target: 1.1},
+		{label: "relay: warren ÷ best peer", ratio: 5.5, target: 7},
+	}
+	if !slices.Equal(bars, want) {
+		t.Fatalf("bars = %+v; want %+v: warren's throughput ratios alone, to the best raw and to the best peer", bars, want)
 	}
 	path := filepath.Join(t.TempDir(), chartFile)
 	if err := writeChart(path, results); err != nil {
