@@ -6,12 +6,10 @@ package relay_test
 // consumers do.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"os/exec"
-	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -89,21 +87,5 @@ func TestPlaneConsumerReadsPlaneFormat(t *testing.T) {
 		w["publisher_instance"] = amqpx.Hostname()
 		w["source"] = relay.DefaultSource
 	}
-	lines := bufio.NewScanner(bytes.NewReader(out))
-	for lines.Scan() {
-		dec := json.NewDecoder(bytes.NewReader(lines.Bytes()))
-		dec.UseNumber()
-		var got map[string]any
-		if err := dec.Decode(&got); err != nil {
-			t.Fatalf("%v: %s", err, lines.Bytes())
-		}
-		id, _ := got["event_id"].(string)
-		if !reflect.DeepEqual(got, want[id]) {
-			t.Errorf("Plane's consumer read\n %v\nwant\n %v", got, want[id])
-		}
-		delete(want, id)
-	}
-	if len(want) > 0 {
-		t.Errorf("not read by Plane's consumer: %v\n%s", want, out)
-	}
+	testenv.CheckPlaneConsumerRead(t, out, want)
 }

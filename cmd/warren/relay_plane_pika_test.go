@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -122,23 +120,7 @@ func TestRelayRunPlaneTableFeedsPlaneConsumer(t *testing.T) {
 	if rows[1].projectID != nil || rows[1].initiatorID != nil {
 		t.Fatal("the second row was meant to have NULL project_id and initiator_id")
 	}
-	lines := bufio.NewScanner(bytes.NewReader(out))
-	for lines.Scan() {
-		dec := json.NewDecoder(bytes.NewReader(lines.Bytes()))
-		dec.UseNumber()
-		var got map[string]any
-		if err := dec.Decode(&got); err != nil {
-			t.Fatalf("%v: %s", err, lines.Bytes())
-		}
-		id, _ := got["event_id"].(string)
-		if !reflect.DeepEqual(got, want[id]) {
-			t.Errorf("Plane's consumer read\n %v\nwant\n %v", got, want[id])
-		}
-		delete(want, id)
-	}
-	if len(want) > 0 {
-		t.Errorf("not read by Plane's consumer: %v\n%s", want, out)
-	}
+	testenv.CheckPlaneConsumerRead(t, out, want)
 	testenv.WaitFor(t, 60*time.Second, "processed_at set on both rows", func() bool { return p.Count("processed_at IS NOT NULL") == len(rows) })
 
 	cancel()

@@ -1,10 +1,13 @@
 package testenv
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/exec"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -164,4 +167,29 @@ func PythonWithPika(t testing.TB) string {
 		t.Fatalf("%s cannot import pika (%v: %s): run scripts/services.sh, which installs Debian's python3-pika", python, err, bytes.TrimSpace(out))
 	}
 	return python
+}
+
+// CheckPlaneConsumerRead compares what relay/testdata/plane_consumer.py
+// printed (one JSON object a message) with want, keyed by event_id, and
+// fails t for every message read differently, and for every one not read.
+// Numbers are kept as json.Number, so an integer field stays exact.
+func CheckPlaneConsumerRead(t testing.TB, out []byte, want map[string]map[string]any) {
+	t.Helper()
+	lines := bufio.NewScanner(bytes.NewReader(out))
+	for lines.Scan() {
+		dec := json.NewDecoder(bytes.NewReader(lines.Bytes()))
+		dec.UseNumber()
+		var got map[string]any
+		if err := dec.Decode(&got); err != nil {
+			t.Fatalf("%v: %s", err, lines.Bytes())
+		}
+		id, _ := got["event_id"].(string)
+		if !reflect.DeepEqual(got, want[id]) {
+			t.Errorf("Plane's consumer read\n %v\nwant\n %v", got, want[id])
+		}
+		delete(want, id)
+	}
+	if len(want) > 0 {
+		t.Errorf("not read by Plane's consumer: %v\n%s", want, out)
+	}
 }
