@@ -247,8 +247,8 @@ func (c *publishCounter) Published(_ string, p relay.Publication) {
 		c.Add(1)
 	}
 }
-func (*publishCounter) Woken(string, bool)                {}
-func (*publishCounter) Dead(string, int)                  {}
+func (*publishCounter) Woken(string, bool)               {}
+func (*publishCounter) Dead(string, int)                 {}
 func (*publishCounter) OutboxStats(string, outbox.Stats) {}
 
 // backlogTable is an outbox table holding rows pending rows, shared by
