@@ -107,6 +107,18 @@ func (l *growthLine) grow() {
 	}
 }
 
+// highest is the highest figure of metric mi at point x, NaN-free (0
+// when there is none).
+func (c *growthChart) highest(mi, x int) float64 {
+	h := 0.0
+	for _, l := range c.lines {
+		if v := l.values[mi][x]; !math.IsNaN(v) {
+			h = max(h, v)
+		}
+	}
+	return h
+}
+
 // writeGrowthCharts writes one PNG per growth dimension into dir: a panel
 // per metric, x the dimension's points, one line per side.
 func writeGrowthCharts(dir string, results []result) error {
@@ -167,7 +179,10 @@ func (c *growthChart) write(path string) error {
 			if l.warren {
 				line.Color, points.Color = warrenColor, warrenColor
 			}
-			work, _, _ := strings.Cut(l.label, ":")
+			work, _, _ := strings.Cut(l.label, ": ") // "" when the dimension has one kind of work
+			if !strings.Contains(l.label, ": ") {
+				work = ""
+			}
 			if _, ok := works[work]; !ok {
 				works[work] = len(works)
 			}
@@ -178,6 +193,14 @@ func (c *growthChart) write(path string) error {
 			line.Width = vg.Points(1.5)
 			p.Add(line, points)
 			p.Legend.Add(l.label, line, points)
+		}
+		// The legend goes in the top corner the lines leave free: the left
+		// one when they end higher than they start.
+		p.Legend.Left = c.highest(mi, len(c.xs)-1) > c.highest(mi, 0)
+		if c.dim.logY {
+			p.Y.Max *= 2
+		} else {
+			p.Y.Max *= 1.1
 		}
 		panels[mi] = p
 	}
