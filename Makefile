@@ -41,9 +41,9 @@ vulncheck:
 		cd devtools/bench && go run $(GOVULNCHECK) -db $(VULNDB) ./...; \
 	fi
 
-# Every benchmark scenario at its defaults (about 20 minutes on 2 cores,
-# half of it the 1M-message memory run):
-# writes devtools/bench/RESULTS.md and ratios.png. One scenario:
+# Every benchmark scenario at its defaults (about 30 minutes on 2 cores,
+# a third of it the 1M-message memory run, another the growth scenarios):
+# writes devtools/bench/RESULTS.md, ratios.png and growth-*.png. One scenario:
 # cd devtools/bench && go run . -run relay
 bench:
 	cd devtools/bench && go run . -out RESULTS.md

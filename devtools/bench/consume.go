@@ -63,14 +63,14 @@ func newBacklog(ctx context.Context, e *env, queue string, args amqp.Table) (*ba
 		return nil, err
 	}
 	ch.Close()
-	if err := fill(ctx, conn, "", queue, e.messages); err != nil {
+	if err := fill(ctx, e, conn, "", queue, e.messages); err != nil {
 		return nil, err
 	}
 	return &backlog{conn: conn, queue: queue}, nil
 }
 
-// fill publishes n events with confirms, many in flight.
-func fill(ctx context.Context, conn *amqp.Connection, exchange, key string, n int) error {
+// fill publishes n of e's events with confirms, many in flight.
+func fill(ctx context.Context, e *env, conn *amqp.Connection, exchange, key string, n int) error {
 	pub, err := amqpx.NewPublisher(ctx, conn, 1024)
 	if err != nil {
 		return err
@@ -80,7 +80,7 @@ func fill(ctx context.Context, conn *amqp.Connection, exchange, key string, n in
 	var firstErr atomic.Value
 	sem := make(chan struct{}, 1024)
 	for i := range n {
-		msg, err := amqpx.EventPublishing(sampleEvent(i))
+		msg, err := amqpx.EventPublishing(e.event(i))
 		if err != nil {
 			return err
 		}
@@ -181,68 +181,8 @@ func rawConsume(channels, ackEvery int, setup rawSetup) func(ctx context.Context
 			}
 		}
 		begin := time.Now()
-		for range channels {
-			ch, err := conn.Channel()
-			if err != nil {
-				return nil, err
-			}
-			if err := ch.Qos(prefetch, 0, false); err != nil {
-				return nil, err
-			}
-			deliveries, err := ch.Consume(b.queue, "", false, false, false, false, nil)
-			if err != nil {
-				return nil, err
-			}
-			if ackEvery == 1 {
-				// Naive: workers share the channel and ack each message.
-				for range max(workers/channels, 1) {
-					go func() {
-						for d := range deliveries {
-							handle(&d)
-							d.Ack(false)
-							finish()
-						}
-					}()
-				}
-				continue
-			}
-			// Batched: one goroutine per channel acks in order, multiple,
-			// every ackEvery messages, and whatever it holds once its
-			// channel has nothing more for it (the end of the backlog,
-			// which a channel cannot tell from a pause between deliveries).
-			go func() {
-				n := 0
-				var last amqp.Delivery
-				idle := time.NewTimer(time.Hour)
-				defer idle.Stop()
-				ack := func() {
-					last.Ack(true)
-					for range n {
-						finish()
-					}
-					n = 0
-				}
-				for {
-					select {
-					case d, ok := <-deliveries:
-						if !ok {
-							return
-						}
-						handle(&d)
-						last = d
-						n++
-						if n%ackEvery == 0 {
-							ack()
-						} else {
-							idle.Reset(time.Millisecond)
-						}
-					case <-idle.C:
-						if n > 0 {
-							ack()
-						}
-					}
-				}
-			}()
+		if err := consumeRaw(conn, b.queue, channels, ackEvery, handle, finish); err != nil {
+			return nil, err
 		}
 		select {
 		case <-done:
@@ -253,6 +193,79 @@ func rawConsume(channels, ackEvery int, setup rawSetup) func(ctx context.Context
 		}
 		return rate(e.messages, time.Since(begin)), nil
 	}
+}
+
+// consumeRaw starts consuming queue on channels channels of conn, each
+// with prefetch deliveries in flight, and returns once the broker has
+// registered every consumer. Each delivery is passed to handle and then
+// acked, by itself (ackEvery 1, with workers goroutines sharing the
+// channels) or with multiple set every ackEvery deliveries; acked is
+// called once per delivery after the ack that covers it.
+func consumeRaw(conn *amqp.Connection, queue string, channels, ackEvery int, handle func(*amqp.Delivery), acked func()) error {
+	for range channels {
+		ch, err := conn.Channel()
+		if err != nil {
+			return err
+		}
+		if err := ch.Qos(prefetch, 0, false); err != nil {
+			return err
+		}
+		deliveries, err := ch.Consume(queue, "", false, false, false, false, nil)
+		if err != nil {
+			return err
+		}
+		if ackEvery == 1 {
+			// Naive: workers share the channel and ack each message.
+			for range max(workers/channels, 1) {
+				go func() {
+					for d := range deliveries {
+						handle(&d)
+						d.Ack(false)
+						acked()
+					}
+				}()
+			}
+			continue
+		}
+		// Batched: one goroutine per channel acks in order, multiple,
+		// every ackEvery messages, and whatever it holds once its
+		// channel has nothing more for it (the end of the backlog,
+		// which a channel cannot tell from a pause between deliveries).
+		go func() {
+			n := 0
+			var last amqp.Delivery
+			idle := time.NewTimer(time.Hour)
+			defer idle.Stop()
+			ack := func() {
+				last.Ack(true)
+				for range n {
+					acked()
+				}
+				n = 0
+			}
+			for {
+				select {
+				case d, ok := <-deliveries:
+					if !ok {
+						return
+					}
+					handle(&d)
+					last = d
+					n++
+					if n%ackEvery == 0 {
+						ack()
+					} else {
+						idle.Reset(time.Millisecond)
+					}
+				case <-idle.C:
+					if n > 0 {
+						ack()
+					}
+				}
+			}
+		}()
+	}
+	return nil
 }
 
 // warrenSetup readies one measurement of a warren variant: it makes what
@@ -270,77 +283,125 @@ func warrenConsume(tweak func(*consumer.Config)) func(ctx context.Context, e *en
 // does nothing, behind what setup installs.
 func warrenConsumeWith(tweak func(*consumer.Config), setup warrenSetup) func(ctx context.Context, e *env) (figures, error) {
 	return func(ctx context.Context, e *env) (figures, error) {
-		name := uniqueName("warren")
-		exchange := name + ".ex"
-		cfg := consumer.Config{URL: e.amqpURL, Name: name, Exchange: exchange, Logger: discardLogger}
-		if tweak != nil {
-			tweak(&cfg)
+		// Fill the queue before consuming, so warren drains the same
+		// backlog the raw variants do.
+		backlog := func(ctx context.Context, conn *amqp.Connection, queue string) error {
+			return fill(ctx, e, conn, "", queue, e.messages)
 		}
-		c, err := consumer.New(cfg)
+		elapsed, err := runWarrenConsumer(ctx, e, tweak, setup, warrenLoad{n: e.messages, before: backlog})
 		if err != nil {
 			return nil, err
-		}
-		if setup != nil {
-			cleanup, err := setup(ctx, e, c)
-			if err != nil {
-				return nil, err
-			}
-			defer cleanup()
-		}
-		// Declare the topology and fill the queue before consuming, so warren
-		// drains the same backlog the raw variants do.
-		if err := declareOnly(ctx, cfg); err != nil {
-			return nil, err
-		}
-		conn, err := amqpx.Dial(ctx, e.amqpURL, amqpx.DialOptions{Name: "bench fill"})
-		if err != nil {
-			return nil, err
-		}
-		defer func() {
-			if ch, err := conn.Channel(); err == nil {
-				for _, q := range c.Topology().Queues() {
-					ch.QueueDelete(q, false, false, false)
-				}
-				ch.ExchangeDelete(exchange, false, false)
-				ch.ExchangeDelete(c.Topology().DLX, false, false)
-			}
-			conn.Close()
-		}()
-		if err := fill(ctx, conn, "", name, e.messages); err != nil {
-			return nil, err
-		}
-
-		var handled atomic.Int64
-		done := make(chan struct{})
-		c.HandleFunc("", func(context.Context, *warren.Message) error {
-			if handled.Add(1) == int64(e.messages) {
-				close(done)
-			}
-			return nil
-		})
-		runCtx, cancel := context.WithCancel(ctx)
-		errc := make(chan error, 1)
-		begin := time.Now()
-		go func() { errc <- c.Run(runCtx) }()
-		select {
-		case <-done:
-		case err := <-errc:
-			cancel()
-			return nil, fmt.Errorf("consumer stopped: %w", err)
-		case <-ctx.Done():
-		}
-		elapsed := time.Since(begin)
-		cancel()
-		if err := <-errc; err != nil {
-			return nil, err
-		}
-		if st := c.Stats(); st.Done != uint64(e.messages) {
-			// A deferred or retried message was handled again later, or
-			// not at all: the measurement is not of the work it claims.
-			return nil, fmt.Errorf("consumer settled %d messages as done, want %d (stats %+v)", st.Done, e.messages, st)
 		}
 		return rate(e.messages, elapsed), nil
 	}
+}
+
+// warrenLoad is what a measurement's BaseConsumer handles: n messages
+// that before publishes to its queue ahead of the consumer's start (a
+// backlog), or that during publishes once the consumer is ready.
+type warrenLoad struct {
+	n              int
+	before, during func(ctx context.Context, conn *amqp.Connection, queue string) error
+	handled        func(m *warren.Message) // called by the handler, which does nothing else
+}
+
+// runWarrenConsumer runs a BaseConsumer at its defaults, as tweak changes
+// them, behind what setup installs, on a topology of its own, until it has
+// handled load's n messages, and returns the time from its start to the
+// last of them.
+func runWarrenConsumer(ctx context.Context, e *env, tweak func(*consumer.Config), setup warrenSetup, load warrenLoad) (time.Duration, error) {
+	name := uniqueName("warren")
+	exchange := name + ".ex"
+	cfg := consumer.Config{URL: e.amqpURL, Name: name, Exchange: exchange, Logger: discardLogger}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	c, err := consumer.New(cfg)
+	if err != nil {
+		return 0, err
+	}
+	if setup != nil {
+		cleanup, err := setup(ctx, e, c)
+		if err != nil {
+			return 0, err
+		}
+		defer cleanup()
+	}
+	if err := declareOnly(ctx, cfg); err != nil {
+		return 0, err
+	}
+	conn, err := amqpx.Dial(ctx, e.amqpURL, amqpx.DialOptions{Name: "bench fill"})
+	if err != nil {
+		return 0, err
+	}
+	defer func() {
+		if ch, err := conn.Channel(); err == nil {
+			for _, q := range c.Topology().Queues() {
+				ch.QueueDelete(q, false, false, false)
+			}
+			ch.ExchangeDelete(exchange, false, false)
+			ch.ExchangeDelete(c.Topology().DLX, false, false)
+		}
+		conn.Close()
+	}()
+	if load.before != nil {
+		if err := load.before(ctx, conn, name); err != nil {
+			return 0, err
+		}
+	}
+
+	var handled atomic.Int64
+	done := make(chan struct{})
+	c.HandleFunc("", func(_ context.Context, m *warren.Message) error {
+		if load.handled != nil {
+			load.handled(m)
+		}
+		if handled.Add(1) == int64(load.n) {
+			close(done)
+		}
+		return nil
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	begin := time.Now()
+	go func() { errc <- c.Run(runCtx) }()
+	fed := make(chan error, 1)
+	if load.during != nil {
+		go func() {
+			if err := waitReady(runCtx, c, errc); err != nil {
+				fed <- err
+				return
+			}
+			fed <- load.during(runCtx, conn, name)
+		}()
+	}
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case err := <-fed:
+			if err != nil {
+				return 0, err
+			}
+		case err := <-errc:
+			return 0, fmt.Errorf("consumer stopped: %w", err)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	elapsed := time.Since(begin)
+	cancel()
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	if st := c.Stats(); st.Done != uint64(load.n) {
+		// A deferred or retried message was handled again later, or
+		// not at all: the measurement is not of the work it claims.
+		return 0, fmt.Errorf("consumer settled %d messages as done, want %d (stats %+v)", st.Done, load.n, st)
+	}
+	return elapsed, nil
 }
 
 var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -355,14 +416,26 @@ func declareOnly(ctx context.Context, cfg consumer.Config) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- c.Run(runCtx) }()
-	for !c.Health().Ready {
-		select {
-		case err := <-errc:
-			cancel()
-			return err
-		case <-time.After(5 * time.Millisecond):
-		}
+	if err := waitReady(ctx, c, errc); err != nil {
+		cancel()
+		return err
 	}
 	cancel()
 	return <-errc
+}
+
+// waitReady waits until c, whose Run reports to errc, is consuming. The
+// consumer has no readiness signal but its health; a look every 5ms is
+// what that costs.
+func waitReady(ctx context.Context, c *consumer.BaseConsumer, errc <-chan error) error {
+	for !c.Health().Ready {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("consumer stopped before it was ready: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -182,6 +182,9 @@ func pgPool(ctx context.Context, e *env) (*pgxpool.Pool, error) {
 	}
 	cfg.MaxConns = poolConns
 	cfg.ConnConfig.RuntimeParams["application_name"] = "warren-bench"
+	if e.pgTracer != nil {
+		cfg.ConnConfig.Tracer = e.pgTracer
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

@@ -16,7 +16,12 @@
 //     of this binary, over -rss-messages messages;
 //   - capture: bulk and single-row UPDATEs of a table without a trigger
 //     and with warren's generated capture trigger (and, for comparison,
-//     row-level triggers written by hand).
+//     row-level triggers written by hand);
+//   - growth (growth*.go): throughput and p99 as the work grows — consumer
+//     workers 1 to 64, payloads of 300 B to 64 KiB, 1 to 4 relays on one
+//     table, an outbox backlog of 10k and 1M rows — each point a scenario
+//     of raw against warren, drawn as one chart per dimension
+//     (growth-*.png) and reported under "How cost grows".
 //
 // Consume, consume + redis dedup and relay also have peer variants:
 // Watermill, what a Go team would pick instead of warren (watermill-amqp's
@@ -30,7 +35,8 @@
 // from run to run and ratios mostly do not. It checks each warren variant
 // against the targets and says why a missed one was missed.
 //
-//	make bench                                      everything, defaults (about 20 minutes on 2 cores)
+//	make bench                                      everything, defaults (about 30 minutes on 2 cores)
+//	go run . -run growth                            the growth scenarios alone (about 10 quiet minutes)
 //	go run . -run relay -messages 5000 -rounds 3    one scenario, smaller
 //	go run . -run memory -rss-messages 1000000      the memory run
 //

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // variant is one way of doing a scenario's work. run processes the
@@ -70,6 +72,13 @@ type scenario struct {
 	// measurements are long and steady (memory).
 	rounds   int
 	variants []variant
+	// growth places the scenario on a growth chart (growth.go): a point
+	// of one dimension, reported in "How cost grows" instead of a section
+	// of its own.
+	growth *growthPoint
+	// done, when set, removes what the scenario's variants share between
+	// rounds (growth's backlog tables) once its last round has run.
+	done func()
 }
 
 // roundsFor is how many rounds s runs when -rounds asks for n.
@@ -105,6 +114,10 @@ type env struct {
 	rssMessages int           // messages of the memory scenario
 	latencyRun  time.Duration // how long the latency scenario produces
 	latencyRate int           // events per second it produces
+
+	// Set by growth variants on their own copy of the env (growth.go):
+	payloadData []byte          // every event's payload.data, when set (env.event)
+	pgTracer    pgx.QueryTracer // traces the statements of the pools pgPool opens
 }
 
 func main() {
@@ -198,6 +211,9 @@ func main() {
 				fmt.Fprintf(os.Stderr, "   round %d  %-52s %s\n", round+1, v.name, formatFigures(s.metricList(), f))
 			}
 		}
+		if s.done != nil {
+			s.done()
+		}
 		results = append(results, r)
 	}
 	run.finished, run.loadAfter = time.Now(), loadAverage()
@@ -208,6 +224,9 @@ func main() {
 		if err := writeChart(chartPath, results); err != nil {
 			fatal(err)
 		}
+		if err := writeGrowthCharts(filepath.Dir(*out), results); err != nil {
+			fatal(err)
+		}
 		if err := os.WriteFile(*out, []byte(report), 0o644); err != nil {
 			fatal(err)
 		}
@@ -216,8 +235,9 @@ func main() {
 }
 
 func scenarios() []scenario {
-	return []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(),
+	all := []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(),
 		relayScenario(), latencyScenario(), memoryScenario(), captureScenario()}
+	return append(all, growthScenarios()...)
 }
 
 func formatFigures(ms []metric, f figures) string {

@@ -129,7 +129,7 @@ func prepareQueue(ctx context.Context, e *env) ([]string, func(), error) {
 		}
 		conn.Close()
 	}
-	if err := fill(ctx, conn, "", name, e.rssMessages); err != nil {
+	if err := fill(ctx, e, conn, "", name, e.rssMessages); err != nil {
 		cleanup()
 		return nil, nil, err
 	}

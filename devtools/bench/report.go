@@ -243,6 +243,9 @@ func renderReport(results []result, run runInfo) string {
 	}
 
 	for _, r := range results {
+		if r.scenario.growth != nil {
+			continue // in "How cost grows", below
+		}
 		ms := r.scenario.metricList()
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n\nOne measurement: %s. Rounds: %d.\n\n", r.scenario.name, r.scenario.about, r.size, r.rounds)
 		header, rule := "| variant |", "|---|"
@@ -278,6 +281,7 @@ func renderReport(results []result, run runInfo) string {
 			fmt.Fprintln(&b)
 		}
 	}
+	renderGrowth(&b, results)
 	return b.String()
 }
 
