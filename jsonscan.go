@@ -114,22 +114,21 @@ func unquote(raw []byte) ([]byte, error) {
 	return []byte(s), nil
 }
 
-// setString stores a JSON string (or null, as "") into dst, or reports the
-// field's actual type.
-func setString(name string, raw []byte, dst *string) error {
+// unquoteString returns the contents of a JSON string (null reads as the
+// empty string), or reports the field's actual type. The result may share
+// raw's memory.
+func unquoteString(name string, raw []byte) ([]byte, error) {
 	if isNull(raw) {
-		*dst = ""
-		return nil
+		return nil, nil
 	}
 	if raw[0] != '"' {
-		return &invalidError{msg: fmt.Sprintf("%s must be a string, got %s", name, jsonKind(raw))}
+		return nil, &invalidError{msg: fmt.Sprintf("%s must be a string, got %s", name, jsonKind(raw))}
 	}
 	s, err := unquote(raw)
 	if err != nil {
-		return &invalidError{msg: fmt.Sprintf("%s: %v", name, err)}
+		return nil, &invalidError{msg: fmt.Sprintf("%s: %v", name, err)}
 	}
-	*dst = string(s)
-	return nil
+	return s, nil
 }
 
 // validJSON checks data before the scanner walks it, and describes what is

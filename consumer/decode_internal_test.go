@@ -30,3 +30,31 @@ func TestDecodeTakesUTF8ContentEncodingAsIdentity(t *testing.T) {
 		}
 	}
 }
+
+// A producer's message (no failure record, the JSON content type warren and
+// Plane send) decodes in two allocations, the Message and its event's
+// strings: the attempt count and the content type are read without the
+// parsing only a retry's copy or another content type needs, and the
+// attempt still counts for a retry's copy.
+func TestDecodeOfAProducersMessageAllocatesTwice(t *testing.T) {
+	c, err := New(Config{Name: "decode-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := amqp.Delivery{
+		ContentType: "application/json", Exchange: "ex", Headers: amqp.Table{"x-warren-initiator-type": "USER"},
+		Body: []byte(`{"event_id": "ev-1", "event_type": "workitem.updated", "initiator_type": "USER"}`),
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := c.decode(withTrustedHistory(d)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 2 {
+		t.Errorf("decode allocated %v times, want 2", allocs)
+	}
+	d.Exchange, d.Headers = "", amqp.Table{"x-warren-attempts": int32(2)}
+	if m, err := c.decode(withTrustedHistory(d)); err != nil || m.Attempt != 3 {
+		t.Errorf("a retry's copy after 2 attempts decodes as attempt %d (%v), want 3", m.Attempt, err)
+	}
+}

@@ -260,11 +260,14 @@ func (c *BaseConsumer) invoke(ctx context.Context, h warren.Handler, m *warren.M
 // decode checks a delivery and turns it into a Message. On error it still
 // returns what it could read (the attempt count), for the dead letter.
 func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
-	meta := dlq.ParseMetadata(d.Headers)
+	attempts := 0
+	if _, ok := d.Headers[dlq.HeaderAttempts]; ok { // only a retry's copy, not a producer's message, has it
+		attempts = dlq.ParseMetadata(d.Headers).Attempts
+	}
 	m := &warren.Message{
 		Body:        d.Body,
 		Headers:     d.Headers,
-		Attempt:     meta.Attempts + 1,
+		Attempt:     attempts + 1,
 		MaxAttempts: c.cfg.MaxAttempts,
 		Consumer:    c.cfg.Name,
 		Queue:       c.topo.Queue,
@@ -274,7 +277,7 @@ func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
 	if len(d.Body) > c.cfg.MaxBodyBytes {
 		return m, fmt.Errorf("body is %d bytes, over the %d-byte limit", len(d.Body), c.cfg.MaxBodyBytes)
 	}
-	if d.ContentType != "" {
+	if d.ContentType != "" && d.ContentType != "application/json" { // what warren and Plane send needs no parsing
 		if mt, _, err := mime.ParseMediaType(d.ContentType); err != nil || mt != "application/json" {
 			return m, fmt.Errorf("content type %q is not application/json", d.ContentType)
 		}

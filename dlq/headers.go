@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -193,10 +194,12 @@ var historyHeaders = []string{
 	HeaderReplays, HeaderFirstDeathReason, HeaderFirstDeathQueue, HeaderFirstDeathTime,
 }
 
-// StripHistory returns a copy of headers without any record of earlier
-// failures: warren's dead-letter metadata (every header this package
-// defines) and RabbitMQ's death headers. Other headers (a traceparent, the
-// initiator type, a producer's own) are kept. headers itself is not changed.
+// StripHistory returns headers without any record of earlier failures:
+// warren's dead-letter metadata (every header this package defines) and
+// RabbitMQ's death headers. Other headers (a traceparent, the initiator
+// type, a producer's own) are kept. headers itself is not changed: it is
+// returned as it is when it holds no such record (a producer's message,
+// the common case, costs no copy), and a copy without them otherwise.
 //
 // The consumer applies it to a delivery a producer published: whoever may
 // publish to the consumer's exchange can set any of these headers, and
@@ -205,6 +208,10 @@ var historyHeaders = []string{
 // into (x-warren-origin-queue). Such a delivery is a first delivery, and
 // its history is the one warren stamps from then on.
 func StripHistory(headers amqp.Table) amqp.Table {
+	has := func(name string) bool { _, ok := headers[name]; return ok }
+	if !slices.ContainsFunc(historyHeaders, has) && !slices.ContainsFunc(brokerDeathHeaders, has) {
+		return headers
+	}
 	out := maps.Clone(headers)
 	for _, name := range historyHeaders {
 		delete(out, name)

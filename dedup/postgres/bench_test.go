@@ -16,7 +16,9 @@ import (
 )
 
 // The per-message cost of deduplication: the store's Claim + Complete (two
-// statements, two round trips) against the floor, one bare INSERT … ON
+// statements, two round trips) and, in transactional mode, Claim +
+// WithinTx (the claim's round trip, then BEGIN and the done-mark with the
+// COMMIT) against the floor, one bare INSERT … ON
 // CONFLICT DO NOTHING into the same table, each on a fresh key,
 // sequentially and from 16 goroutines on a 16-connection pool. Run with
 //
@@ -49,6 +51,15 @@ func BenchmarkDedup(b *testing.B) {
 			return fmt.Errorf("Claim = %+v, %v", c, err)
 		}
 		return store.Complete(ctx, c)
+	})
+	// The transactional mode with a handler that writes nothing: the
+	// claim, then the handler's transaction, its done-mark and commit.
+	testenv.BenchSeqAnd16(b, "ClaimWithinTx", func() error {
+		c, err := store.Claim(ctx, rand.Text(), time.Minute)
+		if err != nil || c.Result != dedup.Acquired {
+			return fmt.Errorf("Claim = %+v, %v", c, err)
+		}
+		return store.WithinTx(ctx, c, func(context.Context) error { return nil })
 	})
 	testenv.BenchSeqAnd16(b, "BareInsertOnConflict", func() error {
 		_, err := pool.Exec(ctx, bare, rand.Text(), "x")

@@ -92,9 +92,9 @@ type Store struct {
 	batch     int
 	timeout   time.Duration // Config.CallTimeout
 
-	claimSQL, completeSQL, releaseSQL, purgeSQL, schemaSQL     string
-	lockManySQL, claimManySQL, completeManySQL, releaseManySQL string
-	lockClass                                                  int32 // of the batches' advisory locks
+	claimSQL, completeSQL, markSQL, releaseSQL, purgeSQL, schemaSQL string
+	lockManySQL, claimManySQL, completeManySQL, releaseManySQL      string
+	lockClass                                                       int32 // of the batches' advisory locks
 
 	batcher *coalesce.Batcher[*call] // nil when batching is off
 	// oneByOne counts batches that failed and were sent again call by
@@ -164,6 +164,11 @@ RETURNING d.token = $2, d.done_at IS NOT NULL`
 	s.completeSQL = `INSERT INTO ` + table + ` AS d (key, token, done_at, expires_at)
 VALUES ($1, $2, now(), now() + $3 * interval '1 millisecond')
 ON CONFLICT (key) DO UPDATE SET` + completeSet
+	// The transactional mode's done-mark: the completion, failing when it
+	// writes nothing (commitWithMark says why).
+	s.markSQL = `WITH mark AS (` + s.completeSQL + `
+RETURNING 1)
+SELECT 1 / count(*) FROM mark`
 	s.releaseSQL = `DELETE FROM ` + table + ` WHERE key = $1 AND token = $2 AND done_at IS NULL`
 	s.purgeSQL = `DELETE FROM ` + table + ` WHERE key IN (
 	SELECT key FROM ` + table + ` WHERE expires_at < now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
@@ -254,14 +259,33 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 	return nil
 }
 
-// completeInTx writes the done-mark in the handler's transaction.
-func (s *Store) completeInTx(ctx context.Context, db execer, c dedup.Claim) error {
-	tag, err := db.Exec(ctx, s.completeSQL, rowKey(c.Key), c.Token, s.retention.Milliseconds())
-	if err != nil {
-		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(err))
-	}
-	if tag.RowsAffected() == 0 {
+// commitWithMark writes c's done-mark in tx and commits tx, both in one
+// round trip: the mark and the COMMIT go out together in one pipeline.
+// The mark must not commit when it writes nothing (another claim holds
+// the key: the lease was lost), and the pipeline cannot wait to look, so
+// markSQL fails the statement then (a division by zero, which nothing
+// else in it can raise): Postgres skips the rest of the pipeline after an
+// error, the COMMIT with it, and the transaction stays open and aborted
+// for the caller to roll back.
+func (s *Store) commitWithMark(ctx context.Context, tx pgx.Tx, c dedup.Claim) error {
+	var b pgx.Batch
+	b.Queue(s.markSQL, rowKey(c.Key), c.Token, s.retention.Milliseconds())
+	b.Queue("commit")
+	br := tx.SendBatch(ctx, &b)
+	_, markErr := br.Exec()
+	tag, commitErr := br.Exec()
+	closeErr := br.Close()
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(markErr, &pgErr) && pgErr.Code == "22012": // division_by_zero
 		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
+	case markErr != nil:
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(markErr))
+	case commitErr == nil && tag.String() == "ROLLBACK":
+		commitErr = pgx.ErrTxCommitRollback
+	}
+	if err := cmp.Or(commitErr, closeErr); err != nil {
+		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, refused(err))
 	}
 	return nil
 }
@@ -277,10 +301,6 @@ func rowKey(key string) string {
 		return storedkey.Digest(key)
 	}
 	return storedkey.Bounded(key)
-}
-
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
 // Release implements [dedup.Store] in one statement, which it shares with
@@ -332,14 +352,27 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 	}
 	bctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	tx, err := s.pool.Begin(bctx)
+	// The connection rather than pool.Begin's transaction, which would send
+	// a ROLLBACK before it gave the connection back even after
+	// commitWithMark committed. Release returns it to the pool once its
+	// transaction has ended, and closes it otherwise, which ends it.
+	conn, err := s.pool.Acquire(bctx)
 	if err != nil {
 		return fmt.Errorf("dedup/postgres: begin: %w", refused(err))
 	}
+	defer conn.Release()
+	tx, err := conn.Begin(bctx)
+	if err != nil {
+		return fmt.Errorf("dedup/postgres: begin: %w", refused(err))
+	}
+	committed := false
 	defer func() {
-		// After Commit this is a no-op. Otherwise it runs even when ctx has
-		// ended (a handler timeout), and keeps fn's error as the result: a
-		// failed rollback closes the connection, which rolls back as well.
+		if committed {
+			return
+		}
+		// This runs even when ctx has ended (a handler timeout), and keeps
+		// fn's error as the result: a failed rollback closes the
+		// connection, which rolls back as well.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 		defer cancel()
 		_ = tx.Rollback(rctx)
@@ -352,12 +385,10 @@ func (s *Store) WithinTx(ctx context.Context, c dedup.Claim, fn func(ctx context
 	// timeout rather than by nothing.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
 	defer cancel()
-	if err := s.completeInTx(cctx, tx, c); err != nil {
+	if err := s.commitWithMark(cctx, tx, c); err != nil {
 		return err
 	}
-	if err := tx.Commit(cctx); err != nil {
-		return fmt.Errorf("dedup/postgres: commit %q: %w", c.Key, refused(err))
-	}
+	committed = true
 	return nil
 }
 

@@ -71,7 +71,9 @@ func postgresDedupScenario() scenario {
 				// exactly-once effects; it must keep three quarters of raw.
 				throughputTarget: &target{ratio: 0.75},
 				why: "the done-mark commits in the handler's own transaction, so every message pays a transaction of its own " +
-					"(BEGIN, UPDATE, COMMIT with its WAL flush) that no batching can share; that is the price of exactly-once database effects."},
+					"that no batching can share: the batched claim's round trip and commit, then BEGIN, then the done-mark and the COMMIT " +
+					"pipelined in one round trip with its WAL flush, where the raw INSERT is one round trip and one flush; " +
+					"that is the price of exactly-once database effects."},
 		},
 	}
 }
