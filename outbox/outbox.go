@@ -114,7 +114,9 @@ type Options struct {
 	// for the next poll, as a notification lost while the listener
 	// reconnects would: never longer than the relay's poll interval, and
 	// about as long as the producer took between Publish and its commit
-	// when PollMin is small (relay.DefaultPollMin). A row due for a
+	// when the relay's PollMin is a few milliseconds. Set it so
+	// (relay.Config.PollMin): a busy relay hears of new rows from that
+	// poll, not from notifications. A row due for a
 	// retry, a lapsed lease, or under relay.Config.OrderByEntity a row
 	// held back behind its entity's failing one, also counts as due: new
 	// events then rely on the poll until it is gone. Unused with
