@@ -22,14 +22,7 @@ func TestNotifyWhenIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listener, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{e.outbox.Channel()}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := testenv.Listen(t, e.outbox.Channel())
 	// publish commits id through ob and reports whether that commit sent a
 	// notification.
 	publish := func(ob *outbox.Table, id string) bool {

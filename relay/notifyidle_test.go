@@ -21,14 +21,8 @@ import (
 // does not listen, so that nothing but that poll can find the row (a
 // listener's first wake-up would reset the poll too).
 func TestSkippedNotifyIsFoundByThePollAfterAClaim(t *testing.T) {
-	e := newEnv(t)
-	e.bindQueue()
-	got := consume(t, e.queue)
+	e, got, quiet := newQuietEnv(t)
 	ctx := context.Background()
-	quiet, err := outbox.Open(e.table, outbox.Options{NotifyWhenIdle: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	e.publish(event("due")) // no relay yet: it stays due
 	late, err := e.pool.Begin(ctx)
 	if err != nil {
@@ -56,14 +50,8 @@ func TestSkippedNotifyIsFoundByThePollAfterAClaim(t *testing.T) {
 // next claim takes, so a steady stream under NotifyWhenIdle is delivered
 // whole with the idle poll an hour long.
 func TestNotifyWhenIdleStreamIsDelivered(t *testing.T) {
-	e := newEnv(t)
-	e.bindQueue()
-	got := consume(t, e.queue)
+	e, got, quiet := newQuietEnv(t)
 	ctx := context.Background()
-	quiet, err := outbox.Open(e.table, outbox.Options{NotifyWhenIdle: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var listening counter
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.PollMax = time.Hour
@@ -83,4 +71,17 @@ func TestNotifyWhenIdleStreamIsDelivered(t *testing.T) {
 	}
 	got.waitDistinct(t, len(ids), 60*time.Second)
 	got.requireOnce(t, ids, &e.claims)
+}
+
+// newQuietEnv is a test's env with its queue bound and consumed, and its
+// outbox table opened with NotifyWhenIdle for the producers.
+func newQuietEnv(t *testing.T) (*env, *collector, *outbox.Table) {
+	t.Helper()
+	e := newEnv(t)
+	e.bindQueue()
+	quiet, err := outbox.Open(e.table, outbox.Options{NotifyWhenIdle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, consume(t, e.queue), quiet
 }

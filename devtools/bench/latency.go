@@ -69,8 +69,8 @@ func latencyScenario(rate int) scenario {
 		},
 		variants: []variant{
 			{name: "raw: poll every 250 ms", baseline: true, run: measureLatency(rate, runPoller, outbox.Options{})},
-			{name: "reference: producers alone, NOTIFY in every transaction", reference: true, run: producersAlone(rate, outbox.Options{})},
-			{name: "reference: producers alone, NotifyWhenIdle", reference: true, run: producersAlone(rate, notifyWhenIdle)},
+			{name: "reference: producers alone, NOTIFY in every transaction", reference: true, run: measureLatency(rate, nil, outbox.Options{})},
+			{name: "reference: producers alone, NotifyWhenIdle", reference: true, run: measureLatency(rate, nil, notifyWhenIdle)},
 			{name: "warren: relay.Run, NOTIFY in every transaction", run: measureLatency(rate, runWarrenRelay(nil), outbox.Options{}),
 				why: "every producer's transaction sends a NOTIFY, and Postgres commits notifying transactions one WAL flush at a time " +
 					"(see the reference without a relay); the relay's own work then takes CPU from the producers."},
@@ -135,7 +135,9 @@ func runWarrenRelay(tune func(*relay.Config)) runRelay {
 // measureLatency produces rate events a second for e.latencyRun through
 // an outbox opened with opts while run relays them, and returns the p50
 // and p99 of the commit → delivery latency in milliseconds and the rate
-// the producers committed at.
+// the producers committed at. With run nil the producers run alone, with
+// no relay and no consumer: the rate they reach on this machine by
+// themselves, the latencies NaN (not measured).
 func measureLatency(rate int, run runRelay, opts outbox.Options) func(ctx context.Context, e *env) (figures, error) {
 	return func(ctx context.Context, e *env) (figures, error) {
 		ob, err := latencyOutbox(ctx, e, opts)
@@ -145,6 +147,10 @@ func measureLatency(rate int, run runRelay, opts outbox.Options) func(ctx contex
 		defer ob.close()
 		total := int(e.latencyRun.Seconds() * float64(rate))
 		committed := make([]atomic.Int64, total) // unix nanoseconds of each event's commit
+		if run == nil {
+			committedRate, err := produce(ctx, ob, rate, total, committed)
+			return figures{math.NaN(), math.NaN(), committedRate}, err
+		}
 		arrived := make([]atomic.Int64, total)
 		var received atomic.Int64
 
@@ -208,22 +214,6 @@ func measureLatency(rate int, run runRelay, opts outbox.Options) func(ctx contex
 		}
 		slices.Sort(ms)
 		return figures{percentile(ms, 0.50), percentile(ms, 0.99), committedRate}, nil
-	}
-}
-
-// producersAlone runs measureLatency's producers with no relay and no
-// consumer: the rate they reach on this machine by themselves. The
-// latencies are NaN: not measured.
-func producersAlone(rate int, opts outbox.Options) func(ctx context.Context, e *env) (figures, error) {
-	return func(ctx context.Context, e *env) (figures, error) {
-		ob, err := latencyOutbox(ctx, e, opts)
-		if err != nil {
-			return nil, err
-		}
-		defer ob.close()
-		total := int(e.latencyRun.Seconds() * float64(rate))
-		committedRate, err := produce(ctx, ob, rate, total, make([]atomic.Int64, total))
-		return figures{math.NaN(), math.NaN(), committedRate}, err
 	}
 }
 
