@@ -1,5 +1,7 @@
 package outbox
 
+import "fmt"
+
 // statements are the queries that producers and operators run on one
 // outbox table, rendered once with its quoted name. The relay's claim and
 // settle statements live in package relay.
@@ -23,9 +25,10 @@ const Columns = `id, event_id, event_type, entity_type, entity_id, workspace_id,
 
 // The insert takes one array per column so a batch is one statement. The
 // NOTIFY rides in the caller's transaction, so it is delivered when (and
-// only if) the rows commit; pg_notify runs once per inserted row and
-// Postgres folds identical notifications of one transaction into one. The
-// trace context ($14, $15) is the caller's, the same for the whole batch.
+// only if) the rows commit; the notify expression (%s: notifyAlways or
+// notifyWhenIdle) runs once per inserted row and Postgres folds identical
+// notifications of one transaction into one. The trace context ($14, $15)
+// is the caller's, the same for the whole batch.
 const insertSQL = `
 WITH inserted AS (
 	INSERT INTO {table} (event_id, event_type, entity_type, entity_id, workspace_id, project_id,
@@ -41,7 +44,18 @@ WITH inserted AS (
 	ON CONFLICT (event_id) DO NOTHING
 	RETURNING 1
 )
-SELECT count(*) FROM (SELECT pg_notify($13, '') FROM inserted) AS notified`
+SELECT count(*) FROM (SELECT %s FROM inserted) AS notified`
+
+const notifyAlways = `pg_notify($13, '')`
+
+// notifyWhenIdle notifies only when no other row is due and unclaimed in
+// this statement's snapshot (a claimed row's available_at is its lease's
+// end, in the future). The uncorrelated EXISTS runs once per statement, on
+// the claim index; the CASE keeps pg_notify volatile, so the count(*)
+// above still runs it. See Options.NotifyWhenIdle for why it is safe.
+const notifyWhenIdle = `CASE WHEN NOT EXISTS (
+		SELECT 1 FROM {table} WHERE state = 'pending' AND available_at <= now()
+	) THEN pg_notify($13, '') END`
 
 const statsSQL = `
 SELECT
@@ -89,10 +103,14 @@ const (
 
 const schemaVersionSQL = `SELECT coalesce(max(version), 0) FROM {table_migrations}`
 
-func renderStatements(table string) statements {
+func renderStatements(table string, whenIdle bool) statements {
 	r := func(q string) string { return render(table, q) }
+	notify := notifyAlways
+	if whenIdle {
+		notify = notifyWhenIdle
+	}
 	return statements{
-		insert:        r(insertSQL),
+		insert:        r(fmt.Sprintf(insertSQL, notify)),
 		stats:         r(statsSQL),
 		dead:          r(deadSQL),
 		redrive:       r(redriveSQL),

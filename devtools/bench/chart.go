@@ -35,7 +35,7 @@ func ratioBars(results []result) []bar {
 		}
 		best, bestPeer := r.best(0), r.bestPeer(0)
 		for i, v := range r.scenario.variants {
-			if v.baseline || v.peer {
+			if !v.judged() {
 				continue
 			}
 			med, t := median(r.column(i, 0)), r.scenario.metricFor(v, 0).target

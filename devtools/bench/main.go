@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,9 @@ type variant struct {
 	// scenario's one metric in place of the scenario's: a variant that
 	// buys a guarantee the others lack is held to a bar of its own.
 	throughputTarget *target
+	// reference marks a variant shown for comparison that is neither
+	// judged nor a ratio's denominator (the producers without a relay).
+	reference bool
 	// why explains, in the report, a miss of the scenario's target by this
 	// variant: what it pays for that the baseline does not.
 	why string
@@ -113,7 +117,6 @@ type env struct {
 	messages    int           // backlog size of the throughput scenarios
 	rssMessages int           // messages of the memory scenario
 	latencyRun  time.Duration // how long the latency scenario produces
-	latencyRate int           // events per second it produces
 
 	// Set by growth variants on their own copy of the env (growth.go):
 	payloadData []byte          // every event's payload.data, when set (env.event)
@@ -132,14 +135,15 @@ func main() {
 	messages := flag.Int("messages", 20000, "backlog size per throughput measurement")
 	rssMessages := flag.Int("rss-messages", 1000000, "messages the memory scenario's consumer and relay each process")
 	latencyRun := flag.Duration("latency-duration", 10*time.Second, "how long each latency measurement produces events")
-	latencyRate := flag.Int("latency-rate", 1000, "events per second the latency scenario commits")
+	latencyRates := flag.String("latency-rate", "1000,3000", "events per second the latency scenario commits: a comma-separated list, one scenario per rate")
 	filter := flag.String("run", "", "regexp selecting scenarios by name")
 	variantFilter := flag.String("variant", "", "regexp selecting variants by name (for profiling one side)")
 	out := flag.String("out", "", "write the markdown report here, and the ratio chart next to it as ratios.png (default: stdout only)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run here")
 	flag.Parse()
-	if *rounds < 1 || *messages < 1 || *rssMessages < 1 || *latencyRun <= 0 || *latencyRate < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -rounds, -messages, -rss-messages, -latency-duration and -latency-rate must be positive")
+	rates, err := parseRates(*latencyRates)
+	if *rounds < 1 || *messages < 1 || *rssMessages < 1 || *latencyRun <= 0 || err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -rounds, -messages, -rss-messages, -latency-duration and each of -latency-rate must be positive")
 		os.Exit(2)
 	}
 	if *cpuProfile != "" {
@@ -162,7 +166,6 @@ func main() {
 		messages:    *messages,
 		rssMessages: *rssMessages,
 		latencyRun:  *latencyRun,
-		latencyRate: *latencyRate,
 	}
 	re, err := regexp.Compile(*filter)
 	if err != nil {
@@ -175,7 +178,7 @@ func main() {
 
 	run := runInfo{command: "go run . " + strings.Join(os.Args[1:], " "), rounds: *rounds, started: time.Now(), loadBefore: loadAverage()}
 	var results []result
-	for _, s := range scenarios() {
+	for _, s := range scenarios(rates) {
 		if !re.MatchString(s.name) {
 			continue
 		}
@@ -234,10 +237,24 @@ func main() {
 	}
 }
 
-func scenarios() []scenario {
-	all := []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(),
-		relayScenario(), latencyScenario(), memoryScenario(), captureScenario()}
-	return append(all, growthScenarios()...)
+func scenarios(latencyRates []int) []scenario {
+	out := []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(), relayScenario()}
+	out = append(out, latencyScenarios(latencyRates)...)
+	out = append(out, memoryScenario(), captureScenario())
+	return append(out, growthScenarios()...)
+}
+
+// parseRates reads -latency-rate: positive integers separated by commas.
+func parseRates(list string) ([]int, error) {
+	var rates []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("rate %q is not a positive integer", f)
+		}
+		rates = append(rates, n)
+	}
+	return rates, nil
 }
 
 func formatFigures(ms []metric, f figures) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -120,12 +121,16 @@ func (v verdict) outcome() string {
 	return "**missed**"
 }
 
-// verdicts checks every warren variant (neither baseline nor peer)
-// against its scenario's targets, on medians.
+// judged says whether v is one of warren's variants, held to the
+// scenario's targets: not a baseline, a peer or a reference.
+func (v variant) judged() bool { return !v.baseline && !v.peer && !v.reference }
+
+// verdicts checks every warren variant against its scenario's targets, on
+// medians.
 func (r result) verdicts() []verdict {
 	var out []verdict
 	for vi, v := range r.scenario.variants {
-		if v.baseline || v.peer {
+		if !v.judged() {
 			continue
 		}
 		for mi := range r.scenario.metricList() {
@@ -270,12 +275,16 @@ func renderReport(results []result, run runInfo) string {
 			fmt.Fprintf(&b, "| %s |", v.name)
 			for mi := range ms {
 				xs := r.column(i, mi)
-				fmt.Fprintf(&b, " %s | %s – %s |", num(median(xs)), num(slices.Min(xs)), num(slices.Max(xs)))
+				if math.IsNaN(median(xs)) {
+					fmt.Fprintf(&b, " – | – |")
+				} else {
+					fmt.Fprintf(&b, " %s | %s – %s |", num(median(xs)), num(slices.Min(xs)), num(slices.Max(xs)))
+				}
 				if r.hasBaseline() {
-					fmt.Fprintf(&b, " %.2f |", median(xs)/r.best(mi))
+					fmt.Fprintf(&b, " %s |", ratioText(median(xs), r.best(mi)))
 				}
 				if r.hasPeer() {
-					fmt.Fprintf(&b, " %.2f |", median(xs)/r.bestPeer(mi))
+					fmt.Fprintf(&b, " %s |", ratioText(median(xs), r.bestPeer(mi)))
 				}
 			}
 			fmt.Fprintln(&b)
@@ -283,6 +292,15 @@ func renderReport(results []result, run runInfo) string {
 	}
 	renderGrowth(&b, results)
 	return b.String()
+}
+
+// ratioText is x / best with two decimals, or "–" where x was not
+// measured (NaN: a reference variant's latency).
+func ratioText(x, best float64) string {
+	if math.IsNaN(x) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", x/best)
 }
 
 // num prints large figures (rates) whole and small ones (milliseconds,

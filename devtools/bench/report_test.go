@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -112,6 +113,49 @@ func TestVerdicts(t *testing.T) {
 	}
 	if best := r.best(0); best != 150 {
 		t.Fatalf("best latency baseline = %v, want the lowest median, 150", best)
+	}
+}
+
+// The latency scenario's committed rate is held to a floor derived from
+// the rate it was asked for: an absolute bound on a metric where higher is
+// better. A reference (producers without a relay) is shown, with its
+// unmeasured latencies as "–", but neither judged nor a denominator.
+func TestCommittedRateFloorAndReference(t *testing.T) {
+	s := latencyScenario(1000)
+	if m := s.metrics[2]; m.lowerBetter || m.target.bound != 970 {
+		t.Fatalf("committed metric %+v; want at least 970 (0.97 × 1000)", m)
+	}
+	s.variants = []variant{
+		{name: "poller", baseline: true},
+		{name: "alone", reference: true},
+		{name: "relay"},
+	}
+	r := resultOf(s,
+		[]figures{{150, 270, 1000}, {150, 270, 1000}, {150, 270, 1000}},
+		[]figures{{math.NaN(), math.NaN(), 2000}, {math.NaN(), math.NaN(), 2000}, {math.NaN(), math.NaN(), 2000}},
+		[]figures{{2, 40, 980}, {3, 30, 960}, {2, 35, 950}})
+	got := map[string]verdict{}
+	for _, v := range r.verdicts() {
+		if v.variant != "relay" {
+			t.Fatalf("verdict for %q: only warren's variants are judged", v.variant)
+		}
+		got[v.metric.name] = v
+	}
+	if c := got["committed events/s"]; len(got) != 3 || c.met || !c.bestRoundMet || c.targetText() != "committed events/s ≥ 970" {
+		t.Fatalf("verdicts %+v; want committed missed at a median of 960 < 970, its best round (980) meeting it", got)
+	}
+	if r.best(2) != 1000 {
+		t.Fatalf("best committed baseline = %v; want the poller's 1000, not the reference's 2000", r.best(2))
+	}
+	r.samples[2][1][2] = 975 // the median round now keeps the schedule
+	for _, v := range r.verdicts() {
+		if !v.met {
+			t.Fatalf("%s missed: %+v", v.metric.name, v)
+		}
+	}
+	out := renderReport([]result{r}, runInfo{rounds: 3})
+	if want := "| alone | – | – | – | – | – | – | 2000 | 2000 – 2000 | 2.00 |"; !strings.Contains(out, want) {
+		t.Fatalf("report lacks %q:\n%s", want, out)
 	}
 }
 

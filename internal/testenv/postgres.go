@@ -27,6 +27,22 @@ func PgPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// Listen opens a connection of its own that LISTENs on channel, closed
+// when t ends: a test reads the notifications a commit sent from it.
+func Listen(t testing.TB, channel string) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, DatabaseURL(t))
+	if err != nil {
+		t.Fatalf("connect a listener: %v\nstart the services with: %s", err, StartCommand)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // DropTables drops the tables (if they exist) when t ends, on a connection
 // of its own, so it works after the test's pools are closed. Register it
 // before anything that uses the tables: cleanups run last-registered first.

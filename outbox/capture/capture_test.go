@@ -133,14 +133,7 @@ func TestCaptureBulkUpdate(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	listener, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer listener.Close(ctx)
-	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{e.outbox.Channel()}.Sanitize()); err != nil {
-		t.Fatal(err)
-	}
+	listener := testenv.Listen(t, e.outbox.Channel())
 
 	e.exec(`UPDATE {source} SET state = 'done'`)
 	evs, last = e.events(last)

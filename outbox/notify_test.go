@@ -1,0 +1,76 @@
+package outbox_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
+)
+
+// NotifyWhenIdle: Publish notifies when no other row is due and unclaimed,
+// and only then; the default notifies on every commit. Whether a commit
+// notified is read in order: a sentinel NOTIFY sent after it must be the
+// next notification, with nothing from the commit before it.
+func TestNotifyWhenIdle(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	idle, err := outbox.Open(e.table, outbox.Options{NotifyWhenIdle: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listener := testenv.Listen(t, e.outbox.Channel())
+	// publish commits id through ob and reports whether that commit sent a
+	// notification.
+	publish := func(ob *outbox.Table, id string) bool {
+		t.Helper()
+		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			inserted, err := ob.Publish(ctx, tx, event(id))
+			if err == nil && !inserted {
+				t.Errorf("Publish(%s) reported the new event as not inserted", id)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, 'sentinel')", e.outbox.Channel()); err != nil {
+			t.Fatal(err)
+		}
+		notified := false
+		for {
+			wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := listener.WaitForNotification(wait)
+			cancel()
+			if err != nil {
+				t.Fatalf("waiting for the notifications after Publish(%s): %v", id, err)
+			}
+			if n.Payload == "sentinel" {
+				return notified
+			}
+			notified = true
+		}
+	}
+
+	if !publish(idle, "first") {
+		t.Fatal("NotifyWhenIdle: Publish into an empty table sent no NOTIFY; the relay would wait for its poll")
+	}
+	if publish(idle, "second") {
+		t.Fatal("NotifyWhenIdle: Publish notified although an earlier row was due and unclaimed")
+	}
+	if e.count("true") != 2 {
+		t.Fatalf("table holds %d rows, want 2: a skipped NOTIFY must not skip the row", e.count("true"))
+	}
+	if !publish(e.outbox, "default") {
+		t.Fatal("the default outbox skipped the NOTIFY of a commit")
+	}
+	// Claimed rows (leased: available_at in the future) and rows waiting
+	// for a retry are not due: the relay may be idle, so notify.
+	e.exec(`UPDATE {table} SET available_at = now() + interval '1 hour', claimed_by = 'test'`)
+	if !publish(idle, "after-claim") {
+		t.Fatal("NotifyWhenIdle: Publish sent no NOTIFY while every other row was claimed")
+	}
+}
