@@ -166,7 +166,7 @@ func (e *Event) UnmarshalJSON(data []byte) error {
 	err := eachField("event", data, func(key, raw []byte) error {
 		if i := stringField(key); i >= 0 {
 			s, err := unquoteString(stringFieldNames[i], raw)
-			strs[i] = s // a repeated key: the last one wins, as in encoding/json
+			strs[i] = s // a repeated key: the last one wins (a null one too, as it did before)
 			return err
 		}
 		switch string(key) {
@@ -248,9 +248,9 @@ func (e *Event) stringFields() [len(stringFieldNames)]*string {
 // consumer decodes every message it receives, and two allocations per
 // string field (its key's name and its value) were 17 of the 25 of a
 // Plane envelope's decode: the values are copied into one string instead,
-// which the fields slice. The fields then
-// keep that whole string alive, a few hundred bytes, no longer than the
-// event.
+// which the fields slice. Any one field then keeps all of them alive
+// (their length together, at most the body's, MaxBodyBytes), as long as
+// it is held.
 func (e *Event) setStrings(vals *[len(stringFieldNames)][]byte) {
 	n := 0
 	for _, v := range vals {

@@ -24,10 +24,15 @@ func TestNotifyWhenIdle(t *testing.T) {
 	}
 	listener := testenv.Listen(t, e.outbox.Channel())
 	// publish commits id through ob and reports whether that commit sent a
-	// notification.
+	// notification; publishIn does so at an isolation level.
+	var publishIn func(ob *outbox.Table, id string, iso pgx.TxIsoLevel) bool
 	publish := func(ob *outbox.Table, id string) bool {
 		t.Helper()
-		err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		return publishIn(ob, id, pgx.ReadCommitted)
+	}
+	publishIn = func(ob *outbox.Table, id string, iso pgx.TxIsoLevel) bool {
+		t.Helper()
+		err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: iso}, func(tx pgx.Tx) error {
 			inserted, err := ob.Publish(ctx, tx, event(id))
 			if err == nil && !inserted {
 				t.Errorf("Publish(%s) reported the new event as not inserted", id)
@@ -67,10 +72,28 @@ func TestNotifyWhenIdle(t *testing.T) {
 	if !publish(e.outbox, "default") {
 		t.Fatal("the default outbox skipped the NOTIFY of a commit")
 	}
+	// A REPEATABLE READ snapshot can be older than the relay's last claim,
+	// so the due rows it shows prove nothing about the relay: notify.
+	if !publishIn(idle, "repeatable-read", pgx.RepeatableRead) {
+		t.Fatal("NotifyWhenIdle: a REPEATABLE READ Publish skipped its NOTIFY on the grounds of its transaction's old snapshot")
+	}
+	if !publishIn(idle, "serializable", pgx.Serializable) {
+		t.Fatal("NotifyWhenIdle: a SERIALIZABLE Publish skipped its NOTIFY on the grounds of its transaction's old snapshot")
+	}
 	// Claimed rows (leased: available_at in the future) and rows waiting
 	// for a retry are not due: the relay may be idle, so notify.
 	e.exec(`UPDATE {table} SET available_at = now() + interval '1 hour', claimed_by = 'test'`)
 	if !publish(idle, "after-claim") {
 		t.Fatal("NotifyWhenIdle: Publish sent no NOTIFY while every other row was claimed")
+	}
+	// Dead and delivered rows are never claimed, whatever their
+	// available_at: counting them as due would silence every Publish for good.
+	e.exec(`UPDATE {table} SET available_at = now() - interval '1 hour', claimed_by = NULL, state = 'dead'`)
+	if !publish(idle, "after-dead") {
+		t.Fatal("NotifyWhenIdle: Publish sent no NOTIFY while the only other rows were dead")
+	}
+	e.exec(`UPDATE {table} SET available_at = now() - interval '1 hour', claimed_by = NULL, state = 'delivered'`)
+	if !publish(idle, "after-delivered") {
+		t.Fatal("NotifyWhenIdle: Publish sent no NOTIFY while the only other rows were delivered")
 	}
 }

@@ -104,7 +104,10 @@ type Options struct {
 	// almost always waiting, the relay is busy, and nobody notifies.
 	//
 	// Why no event is left behind: a producer that skips its NOTIFY saw,
-	// in its statement's snapshot, a due row R committed before it. R was
+	// in its statement's snapshot, a due row R committed before it (only a
+	// READ COMMITTED transaction skips: under REPEATABLE READ or
+	// SERIALIZABLE the snapshot is the transaction's first, which can show
+	// a row published long ago, so those notify every time). R was
 	// notified by its own producer, or skipped on the same grounds for an
 	// older row, down to a row that notified or that the relay's poll
 	// finds; either way a claim of R comes, and a claim that finds rows

@@ -53,7 +53,11 @@ const notifyAlways = `pg_notify($13, '')`
 // end, in the future). The uncorrelated EXISTS runs once per statement, on
 // the claim index; the CASE keeps pg_notify volatile, so the count(*)
 // above still runs it. See Options.NotifyWhenIdle for why it is safe.
-const notifyWhenIdle = `CASE WHEN NOT EXISTS (
+// Only under READ COMMITTED is the snapshot this statement's own: under
+// REPEATABLE READ or SERIALIZABLE it is the transaction's first, which
+// may show a row the relay has long since published, so those always
+// notify.
+const notifyWhenIdle = `CASE WHEN current_setting('transaction_isolation') <> 'read committed' OR NOT EXISTS (
 		SELECT 1 FROM {table} WHERE state = 'pending' AND available_at <= now()
 	) THEN pg_notify($13, '') END`
 
