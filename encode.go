@@ -1,7 +1,6 @@
 package warren
 
 import (
-	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -80,7 +79,11 @@ func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
 		return nil, err
 	}
 	planeFormat := f == FormatPlane
-	var w objectWriter
+	// One allocation for the whole body: the fields, the payload, and room
+	// for the keys, quotes and Plane's publisher fields.
+	w := objectWriter{compact: true, buf: make([]byte, 0, 384+len(ev.ID)+len(ev.Type)+len(ev.EntityType)+len(ev.EntityID)+
+		len(ev.WorkspaceID)+len(ev.ProjectID)+len(ev.InitiatorID)+len(ev.InitiatorType)+len(ev.Version)+
+		len(ev.Payload.Data)+len(ev.Payload.PreviousAttributes))}
 	w.str("event_id", ev.ID, false)
 	w.str("event_type", ev.Type, false)
 	w.str("entity_type", ev.EntityType, false)
@@ -89,47 +92,42 @@ func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
 	w.nullable("project_id", ev.ProjectID, planeFormat)
 	w.nullable("initiator_id", ev.InitiatorID, planeFormat)
 	w.str("initiator_type", ev.InitiatorType, false)
-	payload, err := ev.Payload.MarshalJSON()
-	if err != nil {
+	w.key("payload")
+	if err := w.payload(ev.Payload); err != nil {
 		return nil, err
 	}
-	w.raw("payload", payload)
 	if !planeFormat {
 		if !ev.CreatedAt.IsZero() {
-			w.str("created_at", ev.CreatedAt.UTC().Format(time.RFC3339Nano), false)
+			w.key("created_at")
+			// RFC 3339 is plain ASCII, which JSON quotes as it is.
+			w.buf = append(ev.CreatedAt.UTC().AppendFormat(append(w.buf, '"'), time.RFC3339Nano), '"')
 		}
 		w.str("version", ev.Version, true)
-		return compact(w.finish(ev.Extra))
+		return finish(&w, ev.Extra)
 	}
 	created := ev.CreatedAt
 	if created.IsZero() {
 		created = time.Now()
 	}
-	w.raw("timestamp", strconv.AppendInt(nil, created.Unix(), 10))
+	w.key("timestamp")
+	w.buf = strconv.AppendInt(w.buf, created.Unix(), 10)
 	p := enc.Publisher
 	w.str("version", cmp.Or(ev.Version, p.Version, PlaneEnvelopeVersion), false)
 	w.str("publisher", p.Name, false)
 	w.str("publisher_instance", p.Instance, false)
 	w.str("source", p.Source, false)
+	w.key("outbox_id")
 	if outboxID != 0 {
-		w.raw("outbox_id", strconv.AppendInt(nil, outboxID, 10))
+		w.buf = strconv.AppendInt(w.buf, outboxID, 10)
 	} else {
-		w.raw("outbox_id", json.RawMessage("null"))
+		w.buf = append(w.buf, "null"...)
 	}
-	return compact(w.finish(ev.Extra))
+	return finish(&w, ev.Extra)
 }
 
-// compact removes the white space raw parts bring (Postgres' jsonb prints
-// `{"id": "x"}`), and refuses a raw part that is not JSON, as json.Marshal
-// does for a Marshaler: a body is compact, and consumers matching on its
-// text (`"id":"x"`) see one spelling whichever path encoded it.
-func compact(body []byte, err error) ([]byte, error) {
-	if err != nil {
+func finish(w *objectWriter, extra map[string]json.RawMessage) ([]byte, error) {
+	if err := w.finish(extra); err != nil {
 		return nil, err
 	}
-	var out bytes.Buffer
-	if err := json.Compact(&out, body); err != nil {
-		return nil, fmt.Errorf("warren: event does not encode to JSON (payload.data or previous_attributes is not JSON?): %w", err)
-	}
-	return out.Bytes(), nil
+	return w.buf, nil
 }

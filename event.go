@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -310,9 +309,10 @@ func (p *Payload) decode(data []byte) error {
 // written as null so consumers see the same keys on every event.
 func (p Payload) MarshalJSON() ([]byte, error) {
 	var w objectWriter
-	w.raw("data", orNull(p.Data))
-	w.raw("previous_attributes", orNull(p.PreviousAttributes))
-	return w.finish(p.Extra)
+	if err := w.payload(p); err != nil {
+		return nil, err
+	}
+	return w.buf, nil
 }
 
 // parseTime accepts an RFC 3339 string or a number of Unix seconds, the two
@@ -371,24 +371,67 @@ func jsonKind(raw []byte) string {
 }
 
 // objectWriter builds a JSON object with known keys first and extra keys
-// after them in sorted order.
+// after them in sorted order. It appends straight to one buffer, without
+// an allocation per field: the relay encodes every event it publishes.
+//
+// With compact set, raw values that come from outside (payload parts,
+// Extra values) are compacted as they are written, as json.Marshal does to
+// a Marshaler's output; the parts the writer makes itself are compact
+// already. Either way the bytes are the ones json.Marshal and
+// strconv.Quote wrote before (encode_oracle_test.go holds that writer).
 type objectWriter struct {
-	buf  bytes.Buffer
-	seen map[string]bool
+	buf     []byte
+	compact bool
+	n       int // keys written
+	// known are the known keys written, which an Extra entry of the same
+	// name does not override; an object has at most 16 of them.
+	known  [16]string
+	nKnown int
 }
 
+// key writes a known name and the colon.
 func (w *objectWriter) key(name string) {
-	if w.buf.Len() == 0 {
-		w.buf.WriteByte('{')
+	w.open()
+	w.buf, _ = appendKey(w.buf, name)
+	w.known[w.nKnown] = name
+	w.nKnown++
+}
+
+// open writes what comes before the next key: the brace or a comma.
+func (w *objectWriter) open() {
+	if w.n == 0 {
+		w.buf = append(w.buf, '{')
 	} else {
-		w.buf.WriteByte(',')
+		w.buf = append(w.buf, ',')
 	}
-	w.buf.WriteString(strconv.Quote(name))
-	w.buf.WriteByte(':')
-	if w.seen == nil {
-		w.seen = map[string]bool{}
+	w.n++
+}
+
+// appendKey appends name as strconv.Quote spells it, and the colon. It
+// says whether that spelling is JSON: strconv.Quote writes some characters
+// in ways JSON does not (\a, \x00), and a name holding one cannot be
+// encoded. Known names always are.
+func appendKey(buf []byte, name string) ([]byte, bool) {
+	if plainString(name) {
+		buf = append(buf, '"')
+		buf = append(buf, name...)
+		return append(buf, '"', ':'), true
 	}
-	w.seen[name] = true
+	start := len(buf)
+	buf = strconv.AppendQuote(buf, name)
+	ok := json.Valid(buf[start:])
+	return append(buf, ':'), ok
+}
+
+// plainString says whether s is printable ASCII that neither JSON nor
+// strconv.Quote escapes: json.Marshal also escapes <, > and &.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 func (w *objectWriter) str(name, value string, omitEmpty bool) {
@@ -396,8 +439,14 @@ func (w *objectWriter) str(name, value string, omitEmpty bool) {
 		return
 	}
 	w.key(name)
+	if plainString(value) {
+		w.buf = append(w.buf, '"')
+		w.buf = append(w.buf, value...)
+		w.buf = append(w.buf, '"')
+		return
+	}
 	b, _ := json.Marshal(value) // a string always marshals
-	w.buf.Write(b)
+	w.buf = append(w.buf, b...)
 }
 
 // nullable writes an optional string: omitted when empty, or written as
@@ -410,25 +459,74 @@ func (w *objectWriter) nullable(name, value string, asNull bool) {
 	w.str(name, value, true)
 }
 
+// raw writes a value the writer made itself, compact JSON.
 func (w *objectWriter) raw(name string, value json.RawMessage) {
 	w.key(name)
-	w.buf.Write(value)
+	w.buf = append(w.buf, value...)
 }
 
-func (w *objectWriter) finish(extra map[string]json.RawMessage) ([]byte, error) {
-	for _, name := range slices.Sorted(maps.Keys(extra)) {
-		if w.seen[name] {
-			continue // a known field wins over a stale copy in Extra
+// external writes a value from outside the writer, compacted when w is:
+// a body is compact, and consumers matching on its text (`"id":"x"`) see
+// one spelling whichever path encoded it (Postgres' jsonb prints
+// `{"id": "x"}`). Compacting refuses a value that is not JSON, as
+// json.Marshal does for a Marshaler.
+func (w *objectWriter) external(value json.RawMessage) error {
+	if !w.compact {
+		w.buf = append(w.buf, value...)
+		return nil
+	}
+	out := bytes.NewBuffer(w.buf)
+	err := json.Compact(out, value)
+	w.buf = out.Bytes()
+	if err != nil {
+		return fmt.Errorf("warren: event does not encode to JSON (payload.data or previous_attributes is not JSON?): %w", err)
+	}
+	return nil
+}
+
+// payload writes p as an object: data, previous_attributes (null when
+// absent, so consumers see the same keys on every event) and its Extra.
+func (w *objectWriter) payload(p Payload) error {
+	pw := objectWriter{buf: w.buf, compact: w.compact}
+	defer func() { w.buf = pw.buf }()
+	pw.key("data")
+	if err := pw.external(orNull(p.Data)); err != nil {
+		return err
+	}
+	pw.key("previous_attributes")
+	if err := pw.external(orNull(p.PreviousAttributes)); err != nil {
+		return err
+	}
+	return pw.finish(p.Extra)
+}
+
+// finish writes the Extra entries whose names the writer did not write,
+// in sorted order, and closes the object.
+func (w *objectWriter) finish(extra map[string]json.RawMessage) error {
+	names := make([]string, 0, 8)
+	for name := range extra {
+		if !slices.Contains(w.known[:w.nKnown], name) { // a known field wins over a stale copy in Extra
+			names = append(names, name)
 		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		value := extra[name]
-		if !json.Valid(value) {
-			return nil, fmt.Errorf("warren: extra field %q holds invalid JSON", name)
+		if !w.compact && !json.Valid(value) {
+			return fmt.Errorf("warren: extra field %q holds invalid JSON", name)
 		}
-		w.raw(name, value)
+		w.open()
+		var ok bool
+		if w.buf, ok = appendKey(w.buf, name); !ok && w.compact {
+			return fmt.Errorf("warren: extra field %q: its name does not encode to JSON", name)
+		}
+		if err := w.external(value); err != nil {
+			return fmt.Errorf("warren: extra field %q holds invalid JSON", name)
+		}
 	}
-	if w.buf.Len() == 0 {
-		w.buf.WriteByte('{')
+	if w.n == 0 {
+		w.buf = append(w.buf, '{')
 	}
-	w.buf.WriteByte('}')
-	return w.buf.Bytes(), nil
+	w.buf = append(w.buf, '}')
+	return nil
 }

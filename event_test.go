@@ -235,3 +235,25 @@ func TestDecodeEventAllocatesOnce(t *testing.T) {
 		t.Errorf("decoded %+v", ev)
 	}
 }
+
+// BenchmarkEncode encodes the event the relay reads from an outbox row:
+// raw parts as Postgres' jsonb prints them, in both formats.
+func BenchmarkEncode(b *testing.B) {
+	ev, err := warren.DecodeEvent([]byte(planeEvent))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev.Payload.Data = json.RawMessage(`{"state": "done", "priority": "high"}`)
+	ev.Payload.PreviousAttributes = json.RawMessage(`{"state": "todo"}`)
+	for _, f := range []warren.Format{warren.FormatWarren, warren.FormatPlane} {
+		b.Run(string(f), func(b *testing.B) {
+			enc := warren.Encoder{Format: f, Publisher: warren.Publisher{Name: "relay", Instance: "host", Source: "warren-relay"}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := enc.Encode(ev, 4711); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -568,7 +568,8 @@ type result struct {
 // return, a closed channel and a timeout all leave the row in the table.
 func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claimed) []result {
 	results := make([]result, len(rows))
-	var wg sync.WaitGroup
+	out := make([]amqpx.Outgoing, 0, len(rows))
+	index := make([]int, 0, len(rows)) // the row of each message in out
 	for i, c := range rows {
 		if c.exhausted {
 			r.log.Error("outbox row is dead", "event_id", c.Event.ID, "event_type", c.Event.Type, "attempts", c.Attempts, "error", c.LastError)
@@ -584,47 +585,55 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			results[i] = result{outcome: released}
 			continue
 		}
-		wg.Go(func() {
-			// A publish that started is not cut short by a stop: it runs
-			// to its verdict so the row can be settled either way.
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
-			defer cancel()
-			endSpan := r.traceMessage(pctx, c, &msg)
-			start := time.Now()
-			err := pub.Publish(pctx, r.cfg.Exchange, c.Event.Type, msg)
-			notSent := errors.Is(err, amqpx.ErrNotSent)
-			timedOut := errors.Is(err, context.DeadlineExceeded)
-			// A broker that blocked the connection stops reading it: the
-			// timeout is the alarm's doing, not the row's.
-			blocked := timedOut && !notSent && r.health.block.BlockedSince(start)
-			switch {
-			case notSent && timedOut:
-				err = fmt.Errorf("no free in-flight slot within PublishTimeout (%v; MaxInFlight %d): %w", r.cfg.PublishTimeout, r.cfg.MaxInFlight, err)
-			case blocked:
-				err = fmt.Errorf("no confirm within PublishTimeout (%v) while the broker blocked the connection: %w", r.cfg.PublishTimeout, err)
-			case timedOut:
-				err = fmt.Errorf("no confirm from the broker within PublishTimeout (%v): %w", r.cfg.PublishTimeout, err)
-			}
-			if r.cfg.Observer != nil {
-				r.cfg.Observer.Published(r.cfg.Table, Publication{InsertedAt: c.InsertedAt, Took: time.Since(start), Err: err})
-			}
-			endSpan(err)
-			switch {
-			case err == nil:
-				results[i] = result{outcome: delivered}
-			case notSent || blocked:
-				// The broker never had the message, or refused every
-				// publisher for a while: the row did nothing wrong, so its
-				// attempt is given back. Released, not settled: if the
-				// broker had it after all, the row is published twice,
-				// never lost.
-				results[i] = result{released, err}
-			default:
-				results[i] = result{failed, err}
-			}
-		})
+		out = append(out, amqpx.Outgoing{RoutingKey: c.Event.Type, Msg: msg})
+		index = append(index, i)
 	}
-	wg.Wait()
+	if len(out) == 0 {
+		return results
+	}
+	// A publish that started is not cut short by a stop: it runs to its
+	// verdict so the row can be settled either way. The batch shares one
+	// PublishTimeout: every message of it is handed over at once.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	defer cancel()
+	ends := make([]func(error), len(out)) // each message's span
+	for j := range out {
+		ends[j] = r.traceMessage(pctx, rows[index[j]], &out[j].Msg)
+	}
+	start := time.Now()
+	pub.PublishBatch(pctx, r.cfg.Exchange, out, func(j int, err error) {
+		c := rows[index[j]]
+		notSent := errors.Is(err, amqpx.ErrNotSent)
+		timedOut := errors.Is(err, context.DeadlineExceeded)
+		// A broker that blocked the connection stops reading it: the
+		// timeout is the alarm's doing, not the row's.
+		blocked := timedOut && !notSent && r.health.block.BlockedSince(start)
+		switch {
+		case notSent && timedOut:
+			err = fmt.Errorf("no free in-flight slot within PublishTimeout (%v; MaxInFlight %d): %w", r.cfg.PublishTimeout, r.cfg.MaxInFlight, err)
+		case blocked:
+			err = fmt.Errorf("no confirm within PublishTimeout (%v) while the broker blocked the connection: %w", r.cfg.PublishTimeout, err)
+		case timedOut:
+			err = fmt.Errorf("no confirm from the broker within PublishTimeout (%v): %w", r.cfg.PublishTimeout, err)
+		}
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.Published(r.cfg.Table, Publication{InsertedAt: c.InsertedAt, Took: time.Since(start), Err: err})
+		}
+		ends[j](err)
+		switch {
+		case err == nil:
+			results[index[j]] = result{outcome: delivered}
+		case notSent || blocked:
+			// The broker never had the message, or refused every
+			// publisher for a while: the row did nothing wrong, so its
+			// attempt is given back. Released, not settled: if the
+			// broker had it after all, the row is published twice,
+			// never lost.
+			results[index[j]] = result{released, err}
+		default:
+			results[index[j]] = result{failed, err}
+		}
+	})
 	return results
 }
 

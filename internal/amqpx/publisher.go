@@ -118,74 +118,202 @@ func NewPublisher(ctx context.Context, conn *amqp.Connection, maxInFlight int) (
 // Publish sends msg with mandatory set and waits for the broker's verdict.
 // It is safe for concurrent use. When ctx ends first, Publish returns ctx's
 // error and the message may or may not have reached the broker, unless the
-// error also wraps ErrNotSent.
-//
-// A send can block inside amqp091-go when the broker stops reading the
-// socket (a memory or disk alarm blocks publishing connections), and the
-// library does not watch ctx there. The send therefore runs on a goroutine
-// of its own, so Publish returns on time; the stuck send keeps its slot
-// until the connection unblocks or is closed (CloseConnection), and Close
-// waits for it.
+// error also wraps ErrNotSent. It is [Publisher.PublishBatch] of one
+// message.
 func (p *Publisher) Publish(ctx context.Context, exchange, routingKey string, msg amqp.Publishing) error {
-	select {
-	case p.slots <- struct{}{}:
-	case <-ctx.Done():
-		return fmt.Errorf("publish to %q/%q: %w: %w", exchange, routingKey, ErrNotSent, ctx.Err())
-	}
-	key := returnKey{exchange, routingKey, msg.MessageId}
-	me := p.register(key)
+	var err error
+	p.PublishBatch(ctx, exchange, []Outgoing{{RoutingKey: routingKey, Msg: msg}}, func(_ int, e error) { err = e })
+	return err
+}
 
-	type sendResult struct {
-		dc  *amqp.DeferredConfirmation
-		err error
-	}
-	sent := make(chan sendResult, 1)
-	go func() {
-		dc, err := p.ch.PublishWithDeferredConfirm(exchange, routingKey, true, false, msg)
-		sent <- sendResult{dc, err}
-	}()
-	var r sendResult
-	select {
-	case r = <-sent:
-	case <-ctx.Done():
-		p.abandoned.Go(func() {
-			if r := <-sent; r.dc != nil {
-				<-r.dc.Done()
-			}
-			p.finish(key, me)
-		})
-		return fmt.Errorf("publish to %q/%q: the send is stuck (broker blocked?): %w", exchange, routingKey, ctx.Err())
-	}
-	if r.err != nil {
-		p.finish(key, me)
-		if errors.Is(r.err, amqp.ErrClosed) {
-			return fmt.Errorf("publish to %q/%q: %w: %w", exchange, routingKey, ErrNotSent, ErrClosed)
+// Outgoing is one message of a batch: its routing key and the message.
+type Outgoing struct {
+	RoutingKey string
+	Msg        amqp.Publishing
+}
+
+// PublishBatch sends msgs in order, each with mandatory set, and calls
+// verdict(i, err) for each of them, in order, as soon as message i has its
+// verdict; every message gets exactly one call before PublishBatch
+// returns, on the caller's goroutine. err is nil only when the broker
+// confirmed message i and did not return it; otherwise it is what
+// [Publisher.Publish] returns for it. ctx bounds the whole batch: when it
+// ends, every message without a verdict gets ctx's error, wrapping
+// ErrNotSent for those that certainly never reached the broker (they
+// waited for an in-flight slot, or came after one that did). It is safe
+// for concurrent use.
+//
+// The batch is sent by one goroutine and its confirms are awaited by the
+// caller, where a goroutine for every message would cost a context, a
+// timer and two goroutines each. The send runs off the caller's goroutine
+// because it can block inside amqp091-go when the broker stops reading the
+// socket (a memory or disk alarm blocks publishing connections), and the
+// library does not watch ctx there: the caller returns on time, and the
+// stuck send keeps its slot until the connection unblocks or is closed
+// (CloseConnection), which Close waits for.
+func (p *Publisher) PublishBatch(ctx context.Context, exchange string, msgs []Outgoing, verdict func(i int, err error)) {
+	b := &batchSend{results: make(chan sent, len(msgs))}
+	go p.sendBatch(ctx, exchange, msgs, b)
+	for i := range msgs {
+		rk := msgs[i].RoutingKey
+		var r sent
+		var ok bool
+		select {
+		case r, ok = <-b.results:
+		case <-ctx.Done():
 		}
-		return fmt.Errorf("publish to %q/%q: %w: %w", exchange, routingKey, ErrNotSent, r.err)
+		if !ok { // ctx ended, and the sender may have stopped for it
+			p.giveUp(ctx, exchange, msgs, i, nil, b, verdict)
+			return
+		}
+		if r.err != nil {
+			p.finish(r.key, r.me)
+			verdict(i, notSent(exchange, rk, r.err))
+			continue
+		}
+		select {
+		case <-r.dc.Done():
+		case <-ctx.Done():
+			p.giveUp(ctx, exchange, msgs, i, &r, b, verdict)
+			return
+		}
+		verdict(i, p.confirmed(exchange, rk, r))
 	}
-	dc := r.dc
-	select {
-	case <-dc.Done():
-	case <-ctx.Done():
-		// The slot stays taken until the broker answers or the channel
-		// closes, which resolves every outstanding confirmation.
-		p.abandoned.Go(func() {
-			<-dc.Done()
-			p.finish(key, me)
-		})
-		return fmt.Errorf("publish to %q/%q: no confirm: %w", exchange, routingKey, ctx.Err())
+}
+
+// notSent is the verdict on a message amqp091-go did not send.
+func notSent(exchange, routingKey string, err error) error {
+	if errors.Is(err, amqp.ErrClosed) {
+		err = ErrClosed
 	}
-	returned := p.finish(key, me)
+	return fmt.Errorf("publish to %q/%q: %w: %w", exchange, routingKey, ErrNotSent, err)
+}
+
+// batchSend is what the goroutine sending a batch shares with the caller
+// waiting for its verdicts.
+type batchSend struct {
+	results chan sent // one for each message sent, in order; closed when the sender is done
+
+	mu      sync.Mutex
+	started int  // messages whose send has begun
+	stopped bool // the caller gave up: send no more
+}
+
+// sent is one message handed to amqp091-go: its deferred confirmation, or
+// the error that kept it from the broker.
+type sent struct {
+	dc  *amqp.DeferredConfirmation
+	err error
+	key returnKey
+	me  *pending
+}
+
+// sendBatch sends msgs in order, each once it has an in-flight slot, until
+// they are all sent, ctx ends or the caller gives up.
+func (p *Publisher) sendBatch(ctx context.Context, exchange string, msgs []Outgoing, b *batchSend) {
+	defer close(b.results)
+	for _, m := range msgs {
+		select {
+		case p.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		b.mu.Lock()
+		if b.stopped {
+			b.mu.Unlock()
+			<-p.slots
+			return
+		}
+		b.started++
+		b.mu.Unlock()
+		key := returnKey{exchange, m.RoutingKey, m.Msg.MessageId}
+		me := p.register(key)
+		dc, err := p.ch.PublishWithDeferredConfirm(exchange, m.RoutingKey, true, false, m.Msg)
+		b.results <- sent{dc, err, key, me}
+	}
+}
+
+// confirmed is the verdict on a message whose confirmation resolved.
+func (p *Publisher) confirmed(exchange, routingKey string, r sent) error {
+	returned := p.finish(r.key, r.me)
 	switch {
 	case returned != nil:
 		return returned
-	case !dc.Acked():
+	case !r.dc.Acked():
 		if p.ch.IsClosed() {
 			return fmt.Errorf("publish to %q/%q: %w before the broker confirmed", exchange, routingKey, ErrClosed)
 		}
 		return fmt.Errorf("publish to %q/%q: %w", exchange, routingKey, ErrNacked)
 	}
 	return nil
+}
+
+// giveUp ends a batch whose ctx ended while the caller waited for message
+// i (for its confirm when pending holds its send). Messages sent whose
+// confirms are already in get their verdicts; the others get ctx's error,
+// wrapping ErrNotSent for those the sender never began. Their in-flight
+// slots stay taken until the broker answers or the channel closes, which
+// resolves every outstanding confirmation, and Close waits for that.
+func (p *Publisher) giveUp(ctx context.Context, exchange string, msgs []Outgoing, i int, pending *sent, b *batchSend, verdict func(int, error)) {
+	b.mu.Lock()
+	b.stopped = true
+	started := b.started
+	b.mu.Unlock()
+	var waiting []sent
+	missing := false // a send begun has no result yet
+	for ; i < len(msgs); i++ {
+		rk := msgs[i].RoutingKey
+		r := pending
+		pending = nil
+		if r == nil && i < started && !missing {
+			// Results come in order: once one is missing (its send is
+			// under way), the later ones are not looked for, or they
+			// would be taken for its.
+			select {
+			case got, ok := <-b.results:
+				if ok {
+					r = &got
+				}
+			default:
+			}
+			missing = r == nil
+		}
+		switch {
+		case i >= started:
+			verdict(i, fmt.Errorf("publish to %q/%q: %w: %w", exchange, rk, ErrNotSent, ctx.Err()))
+		case r == nil:
+			verdict(i, fmt.Errorf("publish to %q/%q: the send is stuck (broker blocked?): %w", exchange, rk, ctx.Err()))
+		case r.err != nil:
+			p.finish(r.key, r.me)
+			verdict(i, notSent(exchange, rk, r.err))
+		case isDone(r.dc):
+			verdict(i, p.confirmed(exchange, rk, *r))
+		default:
+			waiting = append(waiting, *r)
+			verdict(i, fmt.Errorf("publish to %q/%q: no confirm: %w", exchange, rk, ctx.Err()))
+		}
+	}
+	p.abandoned.Go(func() {
+		for _, r := range waiting {
+			<-r.dc.Done()
+			p.finish(r.key, r.me)
+		}
+		for r := range b.results { // sends that were under way
+			if r.dc != nil {
+				<-r.dc.Done()
+			}
+			p.finish(r.key, r.me)
+		}
+	})
+}
+
+func isDone(dc *amqp.DeferredConfirmation) bool {
+	select {
+	case <-dc.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 func (p *Publisher) register(key returnKey) *pending {

@@ -185,6 +185,25 @@ func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
 			}
 		})
 	}
+	// And a batch whose sends get stuck part way: every message gets one
+	// verdict, none a success, on time.
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		batch := make([]amqpx.Outgoing, 16)
+		for i := range batch {
+			batch[i] = amqpx.Outgoing{RoutingKey: "nowhere", Msg: amqp.Publishing{MessageId: fmt.Sprint(i), Body: body}}
+		}
+		begin, calls := time.Now(), 0
+		p.PublishBatch(ctx, "", batch, func(i int, err error) {
+			if calls++; i != calls-1 || err == nil {
+				t.Errorf("batch verdict %d for message %d: %v", calls, i, err)
+			}
+		})
+		if took := time.Since(begin); calls != len(batch) || took > 20*time.Second {
+			t.Errorf("PublishBatch gave %d verdicts for %d messages in %v with a 300ms deadline", calls, len(batch), took)
+		}
+	})
 	wg.Wait()
 	closed := make(chan error, 1)
 	go func() {
@@ -195,5 +214,99 @@ func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
 	case <-closed:
 	case <-time.After(60 * time.Second):
 		t.Fatal("closing the connection and the publisher hung behind the stuck sends")
+	}
+}
+
+// A batch gets one verdict per message, in order, each its own: a nacked
+// and a returned message in the middle fail alone, and exactly the
+// messages reported confirmed are in the queue.
+func TestPublishBatchVerdictEachMessage(t *testing.T) {
+	p, ch := newPublisher(t, 0)
+	ok, refusing, missing := testenv.Name(t, "q"), testenv.Name(t, "refusing"), testenv.Name(t, "missing")
+	testenv.CleanupQueues(t, ok, refusing)
+	if _, err := ch.QueueDeclare(ok, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ch.QueueDeclare(refusing, true, false, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
+		t.Fatal(err)
+	}
+	var batch []amqpx.Outgoing
+	want := map[int]error{}
+	for i := range 30 {
+		key := ok
+		switch i % 5 {
+		case 1:
+			key, want[i] = refusing, amqpx.ErrNacked
+		case 3:
+			key, want[i] = missing, amqpx.ErrUnroutable
+		}
+		batch = append(batch, amqpx.Outgoing{RoutingKey: key, Msg: amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("x")}})
+	}
+	next, confirmed := 0, 0
+	p.PublishBatch(context.Background(), "", batch, func(i int, err error) {
+		if i != next {
+			t.Errorf("verdict for message %d, want %d next", i, next)
+		}
+		next = i + 1
+		switch {
+		case want[i] == nil && err == nil:
+			confirmed++
+		case want[i] == nil || !errors.Is(err, want[i]):
+			t.Errorf("message %d: got %v, want %v", i, err, want[i])
+		}
+	})
+	if next != len(batch) {
+		t.Fatalf("%d verdicts for %d messages", next, len(batch))
+	}
+	if n := testenv.QueueDepth(t, ch, ok); n != confirmed || n != 18 {
+		t.Fatalf("queue holds %d messages; %d were confirmed, want 18", n, confirmed)
+	}
+}
+
+// When the batch's ctx ends, messages still waiting for an in-flight slot
+// never reached the broker and say so (ErrNotSent); a message sent and
+// not yet confirmed says only that ctx ended. Nothing is reported twice.
+func TestPublishBatchTimeoutTellsUnsentFromUnconfirmed(t *testing.T) {
+	brokerURL := testenv.AMQPURL(t)
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.StartProxy(t, u.Host)
+	conn, err := amqp.Dial(proxy.URL(t, brokerURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { amqpx.CloseConnection(conn, time.Second) })
+	p, err := amqpx.NewPublisher(context.Background(), conn, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	q := testenv.Name(t, "q")
+	testenv.CleanupQueues(t, q)
+	if _, err := testenv.Channel(t).QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall(true) // no confirm comes back: the one slot stays taken
+	batch := make([]amqpx.Outgoing, 4)
+	for i := range batch {
+		batch[i] = amqpx.Outgoing{RoutingKey: q, Msg: amqp.Publishing{MessageId: fmt.Sprint(i), Body: []byte("x")}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	verdicts := make([]error, len(batch))
+	calls := 0
+	p.PublishBatch(ctx, "", batch, func(i int, err error) { verdicts[i] = err; calls++ })
+	if calls != len(batch) {
+		t.Fatalf("%d verdicts for %d messages", calls, len(batch))
+	}
+	if err := verdicts[0]; !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, amqpx.ErrNotSent) {
+		t.Errorf("message 0, sent and unconfirmed: got %v, want DeadlineExceeded without ErrNotSent", err)
+	}
+	for i, err := range verdicts[1:] {
+		if !errors.Is(err, amqpx.ErrNotSent) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("message %d, never given a slot: got %v, want ErrNotSent and DeadlineExceeded", i+1, err)
+		}
 	}
 }
