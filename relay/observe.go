@@ -65,6 +65,11 @@ type Publication struct {
 // DefaultStatsInterval is Config.StatsInterval's default.
 const DefaultStatsInterval = 15 * time.Second
 
+// statsQueryFloor is the least time a stats query is given. Readings
+// never overlap (the next waits for this one), so a long query only
+// delays the next reading.
+const statsQueryFloor = 5 * time.Second
+
 // reportStats hands the table's stats to the observer every
 // StatsInterval until ctx ends. One query on the partial indexes per
 // interval and relay, so it costs nothing that matters.
@@ -72,7 +77,10 @@ func (r *Relay) reportStats(ctx context.Context, pool *pgxpool.Pool) {
 	t := time.NewTicker(r.cfg.StatsInterval)
 	defer t.Stop()
 	for {
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.StatsInterval)
+		// The query may take up to an interval, but never less than
+		// statsQueryFloor: a short interval on a busy database would
+		// otherwise time out every reading and report none.
+		qctx, cancel := context.WithTimeout(ctx, max(r.cfg.StatsInterval, statsQueryFloor))
 		s, err := r.outbox.Stats(qctx, pool)
 		cancel()
 		switch {
