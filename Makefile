@@ -13,7 +13,7 @@ PKGS := ./...
 # The race detector changes allocation counts, so the tests that pin the hot
 # path's allocations run again in a normal build.
 test:
-	go test -race -count=1 -timeout 12m $(PKGS)
+	go test -race -count=1 -timeout 20m $(PKGS)
 	go test -count=1 -run 'Allocates' . ./consumer
 	cd devtools/bench && go test -count=1 ./...
 
