@@ -140,59 +140,74 @@ type rawSetup func(ctx context.Context, e *env) (work perMessage, cleanup func()
 // work is done before its ack.
 func rawConsume(channels, ackEvery int, setup rawSetup) func(ctx context.Context, e *env) (figures, error) {
 	return func(ctx context.Context, e *env) (figures, error) {
-		var work perMessage
-		if setup != nil {
-			w, cleanup, err := setup(ctx, e)
-			if err != nil {
-				return nil, err
-			}
-			defer cleanup()
-			work = w
-		}
-		b, err := newBacklog(ctx, e, uniqueName("raw"), nil)
+		elapsed, err := rawDrain(ctx, e, channels, ackEvery, setup, nil)
 		if err != nil {
 			return nil, err
 		}
-		defer b.close()
-		conn, err := amqpx.Dial(ctx, e.amqpURL, amqpx.DialOptions{Name: "bench raw consumer"})
-		if err != nil {
-			return nil, err
-		}
-		defer conn.Close()
-
-		var handled atomic.Int64
-		done := make(chan struct{})
-		failed := make(chan error, 1)
-		var once sync.Once
-		finish := func() {
-			if handled.Add(1) == int64(e.messages) {
-				once.Do(func() { close(done) })
-			}
-		}
-		handle := func(d *amqp.Delivery) {
-			if work == nil {
-				return
-			}
-			if err := work(ctx, d); err != nil {
-				select {
-				case failed <- err:
-				default:
-				}
-			}
-		}
-		begin := time.Now()
-		if err := consumeRaw(conn, b.queue, channels, ackEvery, handle, finish); err != nil {
-			return nil, err
-		}
-		select {
-		case <-done:
-		case err := <-failed:
-			return nil, err
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		return rate(e.messages, time.Since(begin)), nil
+		return rate(e.messages, elapsed), nil
 	}
+}
+
+// rawDrain is one measurement of rawConsume: it fills a queue of its own
+// with e.messages events, calls filled (when set: BenchmarkConsume starts
+// its timer there), then dials and drains the queue, and returns the time
+// from the first consume to the ack of the last message.
+func rawDrain(ctx context.Context, e *env, channels, ackEvery int, setup rawSetup, filled func()) (time.Duration, error) {
+	var work perMessage
+	if setup != nil {
+		w, cleanup, err := setup(ctx, e)
+		if err != nil {
+			return 0, err
+		}
+		defer cleanup()
+		work = w
+	}
+	b, err := newBacklog(ctx, e, uniqueName("raw"), nil)
+	if err != nil {
+		return 0, err
+	}
+	defer b.close()
+	if filled != nil {
+		filled()
+	}
+	conn, err := amqpx.Dial(ctx, e.amqpURL, amqpx.DialOptions{Name: "bench raw consumer"})
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+
+	var handled atomic.Int64
+	done := make(chan struct{})
+	failed := make(chan error, 1)
+	var once sync.Once
+	finish := func() {
+		if handled.Add(1) == int64(e.messages) {
+			once.Do(func() { close(done) })
+		}
+	}
+	handle := func(d *amqp.Delivery) {
+		if work == nil {
+			return
+		}
+		if err := work(ctx, d); err != nil {
+			select {
+			case failed <- err:
+			default:
+			}
+		}
+	}
+	begin := time.Now()
+	if err := consumeRaw(conn, b.queue, channels, ackEvery, handle, finish); err != nil {
+		return 0, err
+	}
+	select {
+	case <-done:
+	case err := <-failed:
+		return 0, err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return time.Since(begin), nil
 }
 
 // consumeRaw starts consuming queue on channels channels of conn, each
@@ -283,17 +298,30 @@ func warrenConsume(tweak func(*consumer.Config)) func(ctx context.Context, e *en
 // does nothing, behind what setup installs.
 func warrenConsumeWith(tweak func(*consumer.Config), setup warrenSetup) func(ctx context.Context, e *env) (figures, error) {
 	return func(ctx context.Context, e *env) (figures, error) {
-		// Fill the queue before consuming, so warren drains the same
-		// backlog the raw variants do.
-		backlog := func(ctx context.Context, conn *amqp.Connection, queue string) error {
-			return fill(ctx, e, conn, "", queue, e.messages)
-		}
-		elapsed, err := runWarrenConsumer(ctx, e, tweak, setup, warrenLoad{n: e.messages, before: backlog})
+		elapsed, err := warrenDrain(ctx, e, tweak, setup, nil)
 		if err != nil {
 			return nil, err
 		}
 		return rate(e.messages, elapsed), nil
 	}
+}
+
+// warrenDrain is one measurement of warrenConsumeWith: it fills the
+// consumer's queue with e.messages events before the consumer starts, so
+// that warren drains the same backlog the raw variants do, calls filled
+// (when set: BenchmarkConsume starts its timer there), then runs the
+// consumer until it has handled them all.
+func warrenDrain(ctx context.Context, e *env, tweak func(*consumer.Config), setup warrenSetup, filled func()) (time.Duration, error) {
+	backlog := func(ctx context.Context, conn *amqp.Connection, queue string) error {
+		if err := fill(ctx, e, conn, "", queue, e.messages); err != nil {
+			return err
+		}
+		if filled != nil {
+			filled()
+		}
+		return nil
+	}
+	return runWarrenConsumer(ctx, e, tweak, setup, warrenLoad{n: e.messages, before: backlog})
 }
 
 // warrenLoad is what a measurement's BaseConsumer handles: n messages

@@ -40,6 +40,14 @@
 //	go run . -run relay -messages 5000 -rounds 3    one scenario, smaller
 //	go run . -run memory -rss-messages 1000000      the memory run
 //
+// Where the time goes per message is measured apart, with go test's
+// benchmarks: BenchmarkConsume and BenchmarkRelay drain a backlog with
+// the scenarios' own raw and warren code, one op per message, and report
+// allocs/op, B/op and cpu-µs/msg. PROFILES.md has their figures, the top
+// of a CPU profile of each side and the commands that reproduce them:
+//
+//	go test -run '^$' -bench 'Consume|Relay' -benchmem -benchtime 20000x
+//
 // It lives in its own module so its dependencies (gonum's plot, Watermill)
 // stay out of warren's. The services are the ones the tests use (AMQP_URL,
 // DATABASE_URL, REDIS_URL, with the same local defaults); every

@@ -159,14 +159,8 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	e := &env{
-		amqpURL:     envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-		databaseURL: envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
-		redisURL:    envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
-		messages:    *messages,
-		rssMessages: *rssMessages,
-		latencyRun:  *latencyRun,
-	}
+	e := servicesEnv()
+	e.messages, e.rssMessages, e.latencyRun = *messages, *rssMessages, *latencyRun
 	re, err := regexp.Compile(*filter)
 	if err != nil {
 		fatal(err)
@@ -277,6 +271,16 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(fields[:3], ", ")
+}
+
+// servicesEnv is an env with the services' addresses, from AMQP_URL,
+// DATABASE_URL and REDIS_URL or the local defaults the tests use.
+func servicesEnv() *env {
+	return &env{
+		amqpURL:     envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+		databaseURL: envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
+		redisURL:    envOr("REDIS_URL", "redis://127.0.0.1:6379/0"),
+	}
 }
 
 func envOr(name, fallback string) string {

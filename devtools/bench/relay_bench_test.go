@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,10 +20,7 @@ import (
 //
 // It needs the services of the bench (PostgreSQL and RabbitMQ).
 func BenchmarkRelay(b *testing.B) {
-	e := &env{
-		amqpURL:     envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
-		databaseURL: envOr("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"),
-	}
+	e := servicesEnv()
 	sides := []struct {
 		name  string
 		drain func(context.Context, *env, *outboxBench) (time.Duration, error)
@@ -48,14 +44,11 @@ func BenchmarkRelay(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer ob.close()
-			b.ReportAllocs()
-			cpu := cpuTime()
-			b.StartTimer()
+			clock := startPerMessage(b)
 			if _, err := side.drain(ctx, e, ob); err != nil {
 				b.Fatal(err)
 			}
-			b.StopTimer()
-			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/msg")
+			clock.stop()
 		})
 	}
 }
@@ -66,13 +59,4 @@ func drainWithRelay(ctx context.Context, e *env, ob *outboxBench, tweak func(*re
 		more, err := ob.pending(ctx)
 		return !more, err
 	})
-}
-
-// cpuTime is the CPU time this process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

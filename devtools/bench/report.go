@@ -207,6 +207,9 @@ func renderReport(results []result, run runInfo) string {
 	fmt.Fprintf(&b, "of the same scenario in the same run (the highest rate, or the lowest latency), so it holds up better than the absolute ")
 	fmt.Fprintf(&b, "numbers on a shared machine. Where a scenario has peer variants (Watermill: what a user would pick instead of warren), ")
 	fmt.Fprintf(&b, "a second ratio divides by the best peer's median the same way. The chart [`%s`](%s) plots the throughput ratios.\n", chartFile, chartFile)
+	// PROFILES.md is written by hand from go test's benchmarks, next to
+	// the committed report.
+	fmt.Fprintf(&b, "\nWhere the time goes, per message (allocations beside the raw loops', CPU profiles, what they led to): [`PROFILES.md`](PROFILES.md).\n")
 
 	var all []verdict
 	for _, r := range results {

@@ -237,6 +237,7 @@ func TestRenderReport(t *testing.T) {
 		"1.00, 2.00, 3.00 before, 4.00, 5.00, 6.00 after",
 		"| warren | 90.0 | 80.0 – 100 | 0.82 |",
 		"bytes of JSON |",
+		"[`PROFILES.md`](PROFILES.md)",
 		"| drain | warren | 90.0 msg/s (ratio 0.82) | ratio ≥ 1.00 | **missed** |",
 		"- drain / warren (msg/s): it does more", // no round of warren's reached the target
 		"| memory | warren: consumer | 23.4 peak RSS MB | peak RSS MB ≤ 50 | met |",
