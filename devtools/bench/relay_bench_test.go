@@ -23,16 +23,16 @@ func BenchmarkRelay(b *testing.B) {
 	e := servicesEnv()
 	sides := []struct {
 		name  string
-		drain func(context.Context, *env, *outboxBench) (time.Duration, error)
+		drain func(ctx context.Context, e *env, ob *outboxBench, rows int) (time.Duration, error)
 	}{
-		{"raw", func(ctx context.Context, e *env, ob *outboxBench) (time.Duration, error) {
+		{"raw", func(ctx context.Context, e *env, ob *outboxBench, rows int) (time.Duration, error) {
 			return drainRaw(ctx, e, ob, 1, 0)
 		}},
-		{"warren", func(ctx context.Context, e *env, ob *outboxBench) (time.Duration, error) {
-			return drainWithRelay(ctx, e, ob, nil)
+		{"warren", func(ctx context.Context, e *env, ob *outboxBench, rows int) (time.Duration, error) {
+			return drainWithRelays(ctx, e, ob, 1, rows, nil)
 		}},
-		{"warren-batch100", func(ctx context.Context, e *env, ob *outboxBench) (time.Duration, error) {
-			return drainWithRelay(ctx, e, ob, func(c *relay.Config) { c.BatchSize = 100 })
+		{"warren-batch100", func(ctx context.Context, e *env, ob *outboxBench, rows int) (time.Duration, error) {
+			return drainWithRelays(ctx, e, ob, 1, rows, func(c *relay.Config) { c.BatchSize = 100 })
 		}},
 	}
 	for _, side := range sides {
@@ -45,18 +45,10 @@ func BenchmarkRelay(b *testing.B) {
 			}
 			defer ob.close()
 			clock := startPerMessage(b)
-			if _, err := side.drain(ctx, e, ob); err != nil {
+			if _, err := side.drain(ctx, e, ob, b.N); err != nil {
 				b.Fatal(err)
 			}
 			clock.stop()
 		})
 	}
-}
-
-// drainWithRelay runs one relay.Run on ob's table until no row is pending.
-func drainWithRelay(ctx context.Context, e *env, ob *outboxBench, tweak func(*relay.Config)) (time.Duration, error) {
-	return runRelays(ctx, e, ob, 1, tweak, func(ctx context.Context) (bool, error) {
-		more, err := ob.pending(ctx)
-		return !more, err
-	})
 }
