@@ -74,7 +74,33 @@ postgres() {
 		say "creating database test"
 		psql -h 127.0.0.1 -U postgres -d postgres -qc 'create database test'
 	fi
+	logical_replication "$v"
 	say "PostgreSQL ready at 127.0.0.1:5432 (database test)"
+}
+
+# The CDC relay (relay/cdc) streams the outbox from the write-ahead log,
+# which needs wal_level = logical; that takes a restart, done only when the
+# setting is not in force yet. max_replication_slots leaves room for the
+# tests' slots beside a user's. max_slot_wal_keep_size bounds the WAL a
+# forgotten slot keeps on this machine's disk (a reload, no restart).
+logical_replication() {
+	local v=$1 sql="psql -h 127.0.0.1 -U postgres -d postgres -Atqc"
+	if [ "$($sql 'show max_slot_wal_keep_size')" != "2GB" ]; then
+		say "setting max_slot_wal_keep_size = 2GB"
+		$sql "alter system set max_slot_wal_keep_size = '2GB'" >/dev/null
+		$sql 'select pg_reload_conf()' >/dev/null
+	fi
+	if [ "$($sql 'show wal_level')" = logical ] && [ "$($sql 'show max_replication_slots')" -ge 32 ]; then
+		say "PostgreSQL wal_level = logical already"
+		return
+	fi
+	say "setting wal_level = logical and max_replication_slots = 32, restarting PostgreSQL $v"
+	$sql "alter system set wal_level = 'logical'" >/dev/null
+	$sql "alter system set max_replication_slots = 32" >/dev/null
+	$sql "alter system set max_wal_senders = 32" >/dev/null
+	$SUDO pg_ctlcluster --skip-systemctl-redirect "$v" main restart
+	wait_for PostgreSQL 60 pg_isready -q -h 127.0.0.1 -p 5432
+	wait_for "PostgreSQL (wal_level)" 30 sh -c "[ \"\$($sql 'show wal_level')\" = logical ]"
 }
 
 redis() {

@@ -17,6 +17,7 @@ import (
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/outbox/capture"
+	"github.com/warrenmq/warren/relay/cdc"
 )
 
 // defaultOutboxDatabaseURL is the database when neither --database-url nor
@@ -400,6 +401,28 @@ type outboxStatsJSON struct {
 	Delivered               int64   `json:"delivered"`
 	OldestPendingAgeSeconds float64 `json:"oldest_pending_age_seconds"`
 	CaptureErrors           int64   `json:"capture_errors"`
+	// Slots are the CDC relay groups' replication slots on the table.
+	Slots []slotJSON `json:"cdc_slots,omitempty"`
+}
+
+type slotJSON struct {
+	Slot      string `json:"slot"`
+	Active    bool   `json:"active"`
+	LagBytes  int64  `json:"lag_bytes"`
+	WALStatus string `json:"wal_status"`
+}
+
+// byteSize renders n bytes for a person.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func runOutboxStats(ctx context.Context, c *outboxCall) error {
@@ -407,11 +430,19 @@ func runOutboxStats(ctx context.Context, c *outboxCall) error {
 	if err != nil {
 		return err
 	}
+	slots, err := cdc.Slots(ctx, c.pool, c.outbox.Name())
+	if err != nil {
+		return err
+	}
 	if c.opts.json {
-		return writeJSON(c.env.stdout, outboxStatsJSON{
+		out := outboxStatsJSON{
 			Table: c.outbox.Name(), Schema: string(c.outbox.Schema()), Pending: s.Pending, InFlight: s.InFlight, Retrying: s.Retrying, Lapsed: s.Lapsed,
 			Dead: s.Dead, Delivered: s.Delivered, OldestPendingAgeSeconds: s.OldestPendingAge.Seconds(), CaptureErrors: s.CaptureErrors,
-		})
+		}
+		for _, sl := range slots {
+			out.Slots = append(out.Slots, slotJSON{Slot: sl.Slot, Active: sl.Active, LagBytes: sl.LagBytes, WALStatus: sl.WALStatus})
+		}
+		return writeJSON(c.env.stdout, out)
 	}
 	w := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(w, "outbox\t%s\t(%s schema)\n", c.outbox.Name(), c.outbox.Schema())
@@ -435,6 +466,15 @@ func runOutboxStats(ctx context.Context, c *outboxCall) error {
 	}
 	if s.CaptureErrors > 0 {
 		fmt.Fprintf(w, "capture errors\t%d\t(changes whose events were not written; see %s)\n", s.CaptureErrors, c.outbox.CaptureErrorsTable())
+	}
+	for _, sl := range slots {
+		state := "no relay streams it"
+		if sl.Active {
+			state = "streaming"
+		}
+		// The lag is WAL the server keeps for the slot; it grows while no
+		// relay streams and while the broker refuses (docs/cdc.md).
+		fmt.Fprintf(w, "cdc slot %s\t%s\t(%s, WAL kept %s)\n", sl.Slot, state, sl.WALStatus, byteSize(sl.LagBytes))
 	}
 	return w.Flush()
 }

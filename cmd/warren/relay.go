@@ -40,6 +40,8 @@ type relayRunOptions struct {
 	healthAddr                           string
 	format                               string
 	publisher                            warren.Publisher
+	mode, slot                           string
+	dropSlot                             bool
 }
 
 func (o *relayRunOptions) register(fs *flagSet) {
@@ -65,6 +67,9 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.Bool(&o.orderByEntity, "order-by-entity", "publish each entity's events in outbox order (a failing row holds back its entity)")
 	fs.Bool(&o.noListen, "no-listen", "do not LISTEN for commits; poll only (behind a transaction-mode pooler)")
 	fs.Bool(&o.migrate, "migrate", "create or update the outbox table before starting")
+	fs.String(&o.mode, "mode", "poll|cdc", "poll: claim rows from the table (the default); cdc: stream the table's inserts from the write-ahead log through a logical replication slot (needs wal_level = logical; see docs/cdc.md)", "poll")
+	fs.String(&o.slot, "slot", "NAME", "with --mode cdc, the replication slot of this relay group, one streaming and the others standing by; default the table's name with _cdc appended", "")
+	fs.Bool(&o.dropSlot, "drop-slot", "with --mode cdc, retire the group: drop its slot and publication (while no relay streams it) and exit; pending rows stay in the table")
 	fs.String(&o.healthAddr, "health-addr", "ADDR", "serve /healthz, /readyz and Prometheus /metrics on this address (e.g. 127.0.0.1:9464, or :9464 for every interface); default off", "")
 }
 
@@ -140,6 +145,16 @@ func runRelay(ctx context.Context, env *cliEnv, args []string) error {
 
 func runRelayRun(ctx context.Context, c *relayRun) error {
 	o, env := c.opts, c.env
+	switch o.mode {
+	case "cdc":
+		return runCDCRelay(ctx, c)
+	case "poll", "":
+	default:
+		return usagef("--mode %q: want poll or cdc", o.mode)
+	}
+	if o.slot != "" || o.dropSlot {
+		return usagef("--slot and --drop-slot need --mode cdc")
+	}
 	cfg, err := o.config(env)
 	if err != nil {
 		return err

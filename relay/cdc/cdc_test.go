@@ -1,0 +1,232 @@
+package cdc_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay/cdc"
+)
+
+// The relay publishes every committed event in commit order, trims the
+// table behind the broker's confirms, and moves the slot on.
+func TestStreamsCommittedEventsInCommitOrder(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	r, _ := e.start(e.config())
+	testenv.WaitFor(t, 30*time.Second, "the relay to stream", r.Streaming)
+
+	// Two transactions interleaved: the one that commits first is
+	// published first, whatever the order of their ids.
+	ctx := context.Background()
+	first, err := e.ob.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Rollback(ctx)
+	if _, err := e.ob.Table.Publish(ctx, first, testenv.OutboxEvent("late-commit")); err != nil {
+		t.Fatal(err)
+	}
+	e.ob.Publish(testenv.OutboxEvent("early-commit-1"), testenv.OutboxEvent("early-commit-2"))
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]string{"early-commit-1", "early-commit-2", "late-commit"}, e.ob.PublishN("bulk", 1500)...)
+	got := e.receive(want, time.Minute)
+	if fmt.Sprint(got[:len(want)]) != fmt.Sprint(want) {
+		t.Errorf("published out of commit order: got %v…, want %v…", got[:5], want[:5])
+	}
+	testenv.WaitFor(t, 30*time.Second, "the table to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+	testenv.WaitFor(t, 30*time.Second, "the slot to move past the events", func() bool {
+		s, err := cdc.Status(ctx, e.ob.Pool, e.ob.Table.Name(), e.slot)
+		return err == nil && s.Active && s.LagBytes < 1<<20
+	})
+}
+
+// A relay that stops resumes from the confirmed position: events committed
+// while no relay ran are published by the next one, and nothing before
+// the position is published again.
+func TestResumesFromTheConfirmedPosition(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	r, stop := e.start(e.config())
+	testenv.WaitFor(t, 30*time.Second, "the relay to stream", r.Streaming)
+	before := e.ob.PublishN("before", 200)
+	e.receive(before, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the table to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+	stop()
+
+	during := e.ob.PublishN("while-stopped", 300)
+	if n := e.ob.Count("state = 'pending'"); n != 300 {
+		t.Fatalf("%d rows pending while no relay runs, want 300", n)
+	}
+	e.start(e.config())
+	got := e.receive(during, time.Minute)
+	for _, id := range got {
+		if len(id) > 6 && id[:7] == "before-" {
+			t.Errorf("event %s, confirmed and trimmed before the stop, was published again", id)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "the table to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+}
+
+// Rows written before the slot existed are not in its stream; the first
+// relay of a group publishes them from the table.
+func TestPublishesRowsWrittenBeforeTheSlot(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	old := e.ob.PublishN("before-slot", 1200)
+	r, _ := e.start(e.config())
+	e.receive(old, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the table to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+	// And the stream goes on after the backfill.
+	e.receive(e.ob.PublishN("after-slot", 10), time.Minute)
+	if r.Published() < 1210 {
+		t.Errorf("relay counted %d published events, want at least 1210", r.Published())
+	}
+}
+
+// One relay streams the slot; another stands by and takes over when the
+// first stops, without a second slot.
+func TestStandbyTakesOverTheSlot(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	a, stopA := e.start(e.config())
+	testenv.WaitFor(t, 30*time.Second, "the first relay to stream", a.Streaming)
+	b, _ := e.start(e.config())
+	e.receive(e.ob.PublishN("to-a", 50), time.Minute)
+	if b.Streaming() || b.Published() != 0 {
+		t.Fatalf("the standby streams (%v) or published %d events while the first relay holds the slot", b.Streaming(), b.Published())
+	}
+	stopA()
+	testenv.WaitFor(t, 30*time.Second, "the standby to take over", b.Streaming)
+	e.receive(e.ob.PublishN("to-b", 50), time.Minute)
+	var slots int
+	if err := e.ob.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_replication_slots WHERE slot_name LIKE $1`, e.ob.Table.Name()+"%").Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 1 {
+		t.Errorf("%d slots for the table, want 1", slots)
+	}
+}
+
+// An event the broker keeps refusing is dead after MaxAttempts, in the
+// table where "warren outbox dead" lists it, and does not hold the events
+// behind it; Redrive sends it again through the stream.
+func TestRefusedEventIsDeadAndRedriveSendsIt(t *testing.T) {
+	e := newEnv(t)
+	// Events of type poison.* are unroutable: the queue is bound to a
+	// topic exchange by "workitem.#" only.
+	router := testenv.Name(t, "router")
+	testenv.CleanupExchanges(t, router)
+	if _, err := e.ch.QueueDeclare(e.queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range []error{
+		e.ch.ExchangeDeclare(router, "topic", true, false, false, false, nil),
+		e.ch.ExchangeBind(router, "#", e.exchange, false, nil),
+		e.ch.QueueBind(e.queue, "workitem.#", router, false, nil),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := e.config()
+	cfg.MaxAttempts, cfg.RetryMin, cfg.RetryMax = 2, 10*time.Millisecond, 10*time.Millisecond
+	r, _ := e.start(cfg)
+	poison := testenv.OutboxEvent("poison")
+	poison.Type = "poison.event"
+	e.ob.Publish(testenv.OutboxEvent("before"), poison, testenv.OutboxEvent("after"))
+	e.receive([]string{"before", "after"}, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the poison event to be dead", func() bool { return e.ob.Count("state = 'dead'") == 1 })
+	dead, err := e.ob.Table.Dead(context.Background(), e.ob.Pool, outbox.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].Event.ID != "poison" || dead[0].Attempts != 2 || dead[0].LastError == "" {
+		t.Fatalf("dead rows %+v, want the poison event after 2 attempts, with its error", dead)
+	}
+	if r.Dead() != 1 {
+		t.Errorf("relay counted %d dead, want 1", r.Dead())
+	}
+
+	// Now route it, and redrive it.
+	if err := e.ch.QueueBind(e.queue, "poison.#", router, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.ob.Table.Redrive(context.Background(), e.ob.Pool, outbox.Filter{}); err != nil || n != 1 {
+		t.Fatalf("redrive: %d rows, %v", n, err)
+	}
+	e.receive([]string{"poison"}, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the redriven row to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+}
+
+// A redriven row whose payload Postgres stores out of line (TOAST) arrives
+// in the update without it; the relay reads it from the table.
+func TestRedriveOfALargeRowReadsItFromTheTable(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	big := testenv.OutboxEvent("big")
+	big.Payload = warren.Payload{Data: []byte(fmt.Sprintf(`{"text":%q}`, randomText(64<<10)))}
+	// Written dead, as a relay would have left it, before any relay runs:
+	// the backfill skips dead rows, so only the redrive can send it.
+	e.ob.Publish(big)
+	e.ob.Exec(`UPDATE {table} SET state = 'dead', finished_at = now(), last_error = 'test'`)
+	r, _ := e.start(e.config())
+	testenv.WaitFor(t, 30*time.Second, "the relay to stream", r.Streaming)
+	if n, err := e.ob.Table.Redrive(context.Background(), e.ob.Pool, outbox.Filter{}); err != nil || n != 1 {
+		t.Fatalf("redrive: %d rows, %v", n, err)
+	}
+	e.receive([]string{"big"}, time.Minute)
+}
+
+// An event too large to publish is dead at once, and the stream goes on.
+func TestTooLargeEventIsDeadAtOnce(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	cfg := e.config()
+	cfg.MaxMessageBytes = 4096
+	e.start(cfg)
+	big := testenv.OutboxEvent("too-large")
+	big.Payload = warren.Payload{Data: []byte(fmt.Sprintf(`{"text":%q}`, randomText(8192)))}
+	e.ob.Publish(big)
+	e.ob.Publish(testenv.OutboxEvent("small"))
+	e.receive([]string{"small"}, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the large event to be dead", func() bool {
+		return e.ob.Count("state = 'dead' AND event_id = 'too-large' AND last_error LIKE '%MaxMessageBytes%'") == 1
+	})
+}
+
+// New refuses a config it cannot run, before connecting to anything.
+func TestConfigIsChecked(t *testing.T) {
+	for name, cfg := range map[string]cdc.Config{
+		"no database":  {},
+		"bad slot":     {DatabaseURL: "postgres://x/y", Slot: "Bad-Slot"},
+		"bad table":    {DatabaseURL: "postgres://x/y", Table: "x.y"},
+		"retry bounds": {DatabaseURL: "postgres://x/y", RetryMin: time.Second, RetryMax: time.Millisecond},
+	} {
+		if _, err := cdc.New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+	if _, err := cdc.New(cdc.Config{DatabaseURL: "postgres://localhost/test"}); err != nil {
+		t.Errorf("the defaults with a DatabaseURL: %v", err)
+	}
+}
+
+func randomText(n int) string {
+	const letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	x := uint32(2463534242)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = letters[x%uint32(len(letters))]
+	}
+	return string(b)
+}

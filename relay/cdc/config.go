@@ -1,0 +1,180 @@
+package cdc
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
+	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay"
+)
+
+// Config configures a [Relay]. The zero value of every field means its
+// documented default, except that one of Pool and DatabaseURL is required.
+type Config struct {
+	// Pool runs the relay's ordinary statements: setting up the
+	// publication and slot, trimming published rows, marking dead ones.
+	// The relay does not close it. When nil, the relay opens its own from
+	// DatabaseURL.
+	Pool *pgxpool.Pool
+
+	// DatabaseURL is a pgx connection string. The replication connection
+	// is opened from it (or, when empty, from Pool's own connection
+	// string) with replication=database added. Logged only redacted.
+	DatabaseURL string
+
+	// AMQPURL is the broker. Default amqp://guest:guest@127.0.0.1:5672/.
+	AMQPURL string
+
+	// Exchange is the durable fanout exchange events are published to.
+	// Default "warren.events".
+	Exchange string
+
+	// Table is the outbox table, written by outbox.Publish as for the
+	// polling relay. Default "warren_outbox".
+	Table string
+
+	// Slot is the logical replication slot: one per relay group. Every
+	// relay of a group names the same slot; Postgres lets one of them
+	// stream it and the others stand by. Default: the table's name with
+	// "_cdc" appended. Lower-case letters, digits and underscores, at most
+	// 63 bytes.
+	Slot string
+
+	// Publication is the publication of the table's inserts and updates
+	// the slot streams. Default: the slot's name.
+	Publication string
+
+	// Name identifies this relay in logs and as the AMQP connection name.
+	Name string
+
+	// Format and Publisher make the message body, as for the polling
+	// relay (relay.Config).
+	Format    warren.Format
+	Publisher warren.Publisher
+
+	// BatchSize is the most events published before their confirms are
+	// awaited together. A batch is whatever the stream delivered while
+	// the previous batch was being confirmed, up to this size. Default 500.
+	BatchSize int
+
+	// PublishTimeout bounds the wait for a batch's confirms. A batch
+	// that runs out of it ends the session: the stream restarts from the
+	// last confirmed position. Default 10s.
+	PublishTimeout time.Duration
+
+	// MaxAttempts is how many times an event the broker refuses (a nack,
+	// or a return as unroutable) is published before it is dead. The
+	// stream waits while an event is retried, so this bounds how long one
+	// event can hold the others: at the defaults about 6s. Default 5.
+	MaxAttempts int
+
+	// RetryMin and RetryMax bound the doubling wait between attempts.
+	// Default 200ms and 5s.
+	RetryMin, RetryMax time.Duration
+
+	// MaxMessageBytes is the largest body the relay publishes; a larger
+	// event is dead at once. Default 1 MiB, the polling relay's.
+	MaxMessageBytes int
+
+	// StandbyRetry is how often a relay whose slot another relay holds
+	// tries to take it over, and how long the relay waits after a lost
+	// connection before it starts again. Default 1s.
+	StandbyRetry time.Duration
+
+	// StatusInterval is how often the relay tells Postgres the position
+	// up to which every event is confirmed and trimmed, which lets
+	// Postgres recycle the WAL before it, and bounds what a relay that dies
+	// publishes again. Default 250ms.
+	StatusInterval time.Duration
+
+	// Logger receives the relay's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultBatchSize      = 500
+	DefaultPublishTimeout = 10 * time.Second
+	DefaultMaxAttempts    = 5
+	DefaultRetryMin       = 200 * time.Millisecond
+	DefaultRetryMax       = 5 * time.Second
+	DefaultStandbyRetry   = time.Second
+	DefaultStatusInterval = 250 * time.Millisecond
+)
+
+// ErrInvalidConfig wraps every configuration error of New.
+var ErrInvalidConfig = errors.New("invalid cdc relay config")
+
+// slotNameRE is what Postgres accepts as a replication slot name.
+var slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+func (c Config) withDefaults() Config {
+	c.AMQPURL = cmp.Or(c.AMQPURL, amqpx.DefaultURL)
+	c.Exchange = cmp.Or(c.Exchange, relay.DefaultExchange)
+	c.Table = cmp.Or(c.Table, outbox.DefaultTable)
+	c.Slot = cmp.Or(c.Slot, c.Table+"_cdc")
+	c.Publication = cmp.Or(c.Publication, c.Slot)
+	c.Name = cmp.Or(c.Name, fmt.Sprintf("warren-cdc-relay@%s:%d", amqpx.Hostname(), os.Getpid()))
+	c.Format = cmp.Or(c.Format, warren.FormatWarren)
+	c.Publisher.Name = cmp.Or(c.Publisher.Name, c.Name)
+	c.Publisher.Instance = cmp.Or(c.Publisher.Instance, amqpx.Hostname())
+	c.Publisher.Version = cmp.Or(c.Publisher.Version, warren.PlaneEnvelopeVersion)
+	c.Publisher.Source = cmp.Or(c.Publisher.Source, relay.DefaultSource)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.RetryMin = cmp.Or(c.RetryMin, DefaultRetryMin)
+	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
+	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, relay.DefaultMaxMessageBytes)
+	c.StandbyRetry = cmp.Or(c.StandbyRetry, DefaultStandbyRetry)
+	c.StatusInterval = cmp.Or(c.StatusInterval, DefaultStatusInterval)
+	c.Logger = redact.Logger(c.Logger)
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.Pool == nil && c.DatabaseURL == "" {
+		errs = append(errs, errors.New("one of Pool and DatabaseURL is required"))
+	}
+	if err := outbox.ValidateTable(c.Table); err != nil {
+		errs = append(errs, err)
+	}
+	for name, v := range map[string]string{"Slot": c.Slot, "Publication": c.Publication} {
+		if !slotNameRE.MatchString(v) {
+			errs = append(errs, fmt.Errorf("%s %q: want lower-case letters, digits and underscores, at most 63 bytes", name, v))
+		}
+	}
+	if c.BatchSize < 0 || c.BatchSize > relay.MaxBatchSize {
+		errs = append(errs, fmt.Errorf("BatchSize %d: want 1 to %d", c.BatchSize, relay.MaxBatchSize))
+	}
+	if c.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("MaxAttempts %d: want at least 1", c.MaxAttempts))
+	}
+	for name, d := range map[string]time.Duration{"PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax,
+		"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v: want a positive duration", name, d))
+		}
+	}
+	if c.RetryMax < c.RetryMin {
+		errs = append(errs, fmt.Errorf("RetryMax %v is less than RetryMin %v", c.RetryMax, c.RetryMin))
+	}
+	if err := amqpx.CheckURL(c.AMQPURL); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
+}

@@ -1,0 +1,703 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
+	"github.com/warrenmq/warren/internal/tracecontext"
+	"github.com/warrenmq/warren/outbox"
+)
+
+// Relay streams an outbox table's inserts from Postgres's write-ahead log
+// to RabbitMQ. See the package documentation for what it guarantees.
+type Relay struct {
+	cfg        Config
+	pool       *pgxpool.Pool
+	poolConfig *pgxpool.Config // for the relay's own pool, when Config.Pool is nil
+	repl       *pgconn.Config
+	log        *slog.Logger
+	enc        warren.Encoder
+
+	// flushed is the position before which every event is confirmed by
+	// the broker and trimmed from the table (or marked dead): what the
+	// relay reports to Postgres, and where a restart resumes.
+	flushed atomic.Uint64
+
+	published, dead atomic.Int64
+	streaming       atomic.Bool
+}
+
+// New checks cfg and prepares a relay; it connects to nothing.
+func New(cfg Config) (*Relay, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{cfg: cfg, pool: cfg.Pool, log: cfg.Logger.With("relay", cfg.Name, "slot", cfg.Slot),
+		enc: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}}
+	dsn := cfg.DatabaseURL
+	if dsn == "" {
+		dsn = cfg.Pool.Config().ConnString()
+	}
+	repl, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: DatabaseURL: %s", ErrInvalidConfig, redact.Error(err))
+	}
+	// The stream's timestamps arrive as text in the session's DateStyle,
+	// which decodeTuple reads as ISO.
+	repl.RuntimeParams["replication"] = "database"
+	repl.RuntimeParams["DateStyle"] = "ISO, MDY"
+	repl.RuntimeParams["application_name"] = cfg.Name
+	r.repl = repl
+	if r.pool == nil {
+		if r.poolConfig, err = pgxpool.ParseConfig(dsn); err != nil {
+			return nil, fmt.Errorf("%w: DatabaseURL: %s", ErrInvalidConfig, redact.Error(err))
+		}
+		r.poolConfig.ConnConfig.RuntimeParams["application_name"] = cfg.Name
+		r.poolConfig.MaxConns = 4
+	}
+	return r, nil
+}
+
+// Published is how many events this relay has had confirmed by the broker.
+func (r *Relay) Published() int64 { return r.published.Load() }
+
+// Dead is how many events this relay has made dead.
+func (r *Relay) Dead() int64 { return r.dead.Load() }
+
+// Streaming reports whether the relay holds the slot now.
+func (r *Relay) Streaming() bool { return r.streaming.Load() }
+
+// Run streams until ctx ends, then returns nil. A lost connection, to
+// Postgres or to the broker, ends a session; the next one resumes from
+// the last flushed position, so what was published and not yet flushed is
+// published again. While another relay streams the slot, Run stands by
+// and tries again every StandbyRetry. It returns an error only for what
+// waiting cannot mend: a server whose wal_level is not logical.
+func (r *Relay) Run(ctx context.Context) error {
+	if r.poolConfig != nil {
+		pool, err := pgxpool.NewWithConfig(ctx, r.poolConfig)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		r.pool = pool
+	}
+	standingBy := false
+	wait := r.cfg.StandbyRetry
+	for {
+		began := time.Now()
+		err := r.session(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrWALLevel):
+			return err
+		case isSlotBusy(err):
+			if !standingBy {
+				r.log.Info("another relay streams the slot; standing by", "error", err)
+				standingBy = true
+			}
+			wait = r.cfg.StandbyRetry
+		default:
+			standingBy = false
+			if time.Since(began) > time.Minute {
+				wait = r.cfg.StandbyRetry
+			}
+			r.log.Warn("stream ended; will start again", "error", err, "retry_in", wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		if !isSlotBusy(err) {
+			wait = min(2*wait, 15*time.Second)
+		}
+	}
+}
+
+func isSlotBusy(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == sqlObjectInUse
+}
+
+// session streams the slot until something fails or ctx ends. Three
+// goroutines pass the events along, each in stream order: read decodes
+// the stream into a queue, publishLoop publishes a batch at a time and
+// waits for its confirms, and settleLoop trims the confirmed rows and
+// only then moves the position Postgres is told.
+func (r *Relay) session(ctx context.Context) error {
+	backfill, err := r.setup(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := pgconn.ConnectConfig(ctx, r.repl)
+	if err != nil {
+		return fmt.Errorf("replication connection: %s", redact.Error(err))
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.Close(cctx)
+	}()
+	start, err := r.confirmedFlush(ctx)
+	if err != nil {
+		return err
+	}
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, start, pglogrepl.StartReplicationOptions{
+		PluginArgs: []string{"proto_version '1'", "publication_names '" + r.cfg.Publication + "'"},
+	})
+	if err != nil {
+		return fmt.Errorf("start streaming slot %s: %w", r.cfg.Slot, err)
+	}
+	r.flushed.Store(uint64(start))
+	amqpConn, err := amqpx.Dial(ctx, r.cfg.AMQPURL, amqpx.DialOptions{Name: r.cfg.Name})
+	if err != nil {
+		return err
+	}
+	defer amqpConn.Close()
+	if err := declareExchange(amqpConn, r.cfg.Exchange); err != nil {
+		return err
+	}
+	pub, err := amqpx.NewPublisher(ctx, amqpConn, 2*r.cfg.BatchSize)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	r.streaming.Store(true)
+	defer r.streaming.Store(false)
+	r.log.Info("streaming", "from", start, "backfill", backfill)
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	q := newQueue(4 * r.cfg.BatchSize)
+	settles := make(chan settlement, 4)
+	var wg sync.WaitGroup
+	wg.Go(func() { cancel(r.read(sctx, conn, q)) })
+	wg.Go(func() {
+		defer close(settles)
+		cancel(r.publishLoop(sctx, pub, q, settles, backfill))
+	})
+	wg.Go(func() { r.settleLoop(sctx, settles, cancel) })
+	select {
+	case <-sctx.Done():
+	case e := <-pub.NotifyClose():
+		cancel(fmt.Errorf("broker closed the publish channel: %v", e))
+	}
+	wg.Wait()
+	// The batch in flight when the session ended was settled; telling
+	// Postgres now spares the next relay publishing it again. Best effort:
+	// a position not reported is only a duplicate later.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer fcancel()
+	pglogrepl.SendStandbyStatusUpdate(fctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(r.flushed.Load())})
+	return context.Cause(sctx)
+}
+
+// confirmedFlush reads the slot's flushed position: where the stream
+// resumes.
+func (r *Relay) confirmedFlush(ctx context.Context) (pglogrepl.LSN, error) {
+	var lsn *string
+	err := r.pool.QueryRow(ctx, `SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&lsn)
+	if err != nil || lsn == nil {
+		return 0, fmt.Errorf("read the position of slot %s: %v", r.cfg.Slot, err)
+	}
+	return pglogrepl.ParseLSN(*lsn)
+}
+
+// declareExchange declares the durable fanout exchange on a channel of its
+// own: a mismatch closes that channel, not the publisher's.
+func declareExchange(conn *amqp.Connection, exchange string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %q: %w", exchange, err)
+	}
+	return nil
+}
+
+// item is one entry of the stream: an event to publish, or the end of a
+// transaction (end set, no row), after which the position may move to end.
+type item struct {
+	row     *outbox.Row
+	refetch bool // a redriven row whose update left a value out: read it from the table
+	end     pglogrepl.LSN
+}
+
+// queue passes items from the stream's reader to the publisher. It holds
+// at most limit rows; the reader waits for room.
+type queue struct {
+	mu    sync.Mutex
+	items []item
+	rows  int
+	limit int
+	ready chan struct{} // signalled when items were added
+	room  chan struct{} // signalled when items were taken
+}
+
+func newQueue(limit int) *queue {
+	return &queue{limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+// push adds it and reports whether the queue is now full.
+func (q *queue) push(it item) bool {
+	q.mu.Lock()
+	q.items = append(q.items, it)
+	if it.row != nil {
+		q.rows++
+	}
+	full := q.rows >= q.limit
+	q.mu.Unlock()
+	signal(q.ready)
+	return full
+}
+
+// take removes the items before the (max+1)th row.
+func (q *queue) take(max int) []item {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n, rows := 0, 0
+	for n < len(q.items) && (q.items[n].row == nil || rows < max) {
+		if q.items[n].row != nil {
+			rows++
+		}
+		n++
+	}
+	out := append([]item(nil), q.items[:n]...)
+	q.items = append(q.items[:0], q.items[n:]...)
+	q.rows -= rows
+	if n > 0 {
+		signal(q.room)
+	}
+	if len(q.items) > 0 {
+		signal(q.ready)
+	}
+	return out
+}
+
+func (q *queue) full() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.rows >= q.limit
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// read receives the stream, decodes the outbox table's inserts and
+// redrives into the queue, and tells Postgres the flushed position every
+// StatusInterval and whenever it asks. It alone uses conn.
+func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
+	types := pgtype.NewMap()
+	relations := map[uint32]*pglogrepl.RelationMessage{}
+	inTransaction := false
+	var pushed pglogrepl.LSN // the last end pushed
+	nextStatus := time.Now()
+	sendStatus := func() error {
+		nextStatus = time.Now().Add(r.cfg.StatusInterval)
+		pos := pglogrepl.LSN(r.flushed.Load())
+		return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
+	}
+	for {
+		if !time.Now().Before(nextStatus) {
+			if err := sendStatus(); err != nil {
+				return fmt.Errorf("send standby status: %w", err)
+			}
+		}
+		// A full queue is not read from: the walsender waits on its
+		// socket, and the status updates keep the connection alive.
+		for q.full() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-q.room:
+			case <-time.After(time.Until(nextStatus)):
+				if err := sendStatus(); err != nil {
+					return fmt.Errorf("send standby status: %w", err)
+				}
+			}
+		}
+		rctx, cancel := context.WithDeadline(ctx, nextStatus)
+		msg, err := conn.ReceiveMessage(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && pgconn.Timeout(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("receive from slot: %w", err)
+		}
+		var data []byte
+		switch m := msg.(type) {
+		case *pgproto3.CopyData:
+			data = m.Data
+		case *pgproto3.ErrorResponse:
+			return pgconn.ErrorResponseToPgError(m)
+		default:
+			continue
+		}
+		if len(data) == 0 {
+			continue
+		}
+		switch data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+			if err != nil {
+				return err
+			}
+			// Everything that committed before ServerWALEnd has been
+			// sent, and read above; with no transaction open, the
+			// position may follow the server once the queue before
+			// this marker is settled. Without it a quiet outbox would
+			// keep the WAL of every other table's writes.
+			if !inTransaction && ka.ServerWALEnd > pushed {
+				q.push(item{end: ka.ServerWALEnd})
+				pushed = ka.ServerWALEnd
+			}
+			if ka.ReplyRequested {
+				nextStatus = time.Time{}
+			}
+		case pglogrepl.XLogDataByteID:
+			xld, err := pglogrepl.ParseXLogData(data[1:])
+			if err != nil {
+				return err
+			}
+			lm, err := pglogrepl.Parse(xld.WALData)
+			if err != nil {
+				return fmt.Errorf("decode the stream: %w", err)
+			}
+			switch m := lm.(type) {
+			case *pglogrepl.RelationMessage:
+				relations[m.RelationID] = m
+			case *pglogrepl.BeginMessage:
+				inTransaction = true
+			case *pglogrepl.InsertMessage:
+				r.queueRow(types, relations[m.RelationID], m.Tuple, q)
+			case *pglogrepl.UpdateMessage:
+				r.queueRow(types, relations[m.RelationID], m.NewTuple, q)
+			case *pglogrepl.CommitMessage:
+				inTransaction = false
+				q.push(item{end: m.TransactionEndLSN})
+				pushed = m.TransactionEndLSN
+			}
+		}
+	}
+}
+
+// queueRow queues a pending row of the outbox table. Rows in any other
+// state (the relay's own dead marks, a redrive's) are not events to send.
+func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, q *queue) {
+	if rel == nil || rel.RelationName != r.cfg.Table {
+		return
+	}
+	row, err := decodeTuple(types, rel, tuple)
+	refetch := errors.Is(err, errUnchangedToast)
+	if err != nil && !refetch {
+		// Nothing identifies the row to mark it dead; it stays pending
+		// in the table, where stats show its age and a polling relay
+		// can send it. The schema makes this unreachable.
+		r.log.Error("an outbox row in the stream cannot be read; it stays in the table", "error", err)
+		return
+	}
+	if row.State != "" && row.State != outbox.Pending {
+		return
+	}
+	q.push(item{row: &row, refetch: refetch})
+}
+
+// settlement is what a batch's publish decided: the rows to trim, the rows
+// to mark dead, and the position the batch moves the slot to (0 for none).
+type settlement struct {
+	done []int64
+	dead []deadRow
+	end  pglogrepl.LSN
+}
+
+type deadRow struct {
+	id       int64
+	attempts int
+	reason   string
+}
+
+// publishLoop publishes the rows written before the slot existed, if
+// they may not have been, and then the queue, a batch at a time.
+func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, settles chan<- settlement, backfill bool) error {
+	if backfill {
+		if err := r.backfill(ctx, pub); err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-q.ready:
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		items := q.take(r.cfg.BatchSize)
+		if len(items) == 0 {
+			continue
+		}
+		rows := make([]outbox.Row, 0, len(items))
+		var refetch []int64
+		var end pglogrepl.LSN
+		for _, it := range items {
+			switch {
+			case it.row == nil:
+				end = it.end
+			case it.refetch:
+				refetch = append(refetch, it.row.ID)
+			default:
+				rows = append(rows, *it.row)
+			}
+		}
+		if len(refetch) > 0 {
+			more, err := r.pendingRows(ctx, refetch)
+			if err != nil {
+				return err
+			}
+			rows = append(rows, more...)
+		}
+		s, err := r.deliver(ctx, pub, rows)
+		if err != nil {
+			return err
+		}
+		s.end = end
+		// The settle loop runs until settles is closed, so this send
+		// cannot be left waiting by a stop.
+		settles <- s
+	}
+}
+
+// backfill publishes the table's pending rows, which a new slot does not
+// stream if they committed before it, and records that it has. Rows that
+// committed after the slot are published again from the stream: a
+// duplicate, never a loss. It settles each page itself, before the
+// record: a dead mark must not wait for a stream position.
+func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) error {
+	var after int64
+	for {
+		rows, err := r.queryRows(ctx, `SELECT `+outbox.Columns+` FROM `+pgx.Identifier{r.cfg.Table}.Sanitize()+
+			` WHERE state = 'pending' AND id > $1 ORDER BY id LIMIT $2`, after, r.cfg.BatchSize)
+		if err != nil || len(rows) == 0 {
+			if err == nil {
+				err = r.markBackfilled(ctx)
+			}
+			return err
+		}
+		after = rows[len(rows)-1].ID
+		s, err := r.deliver(ctx, pub, rows)
+		if err != nil {
+			return err
+		}
+		if err := r.settle(ctx, s); err != nil {
+			return err
+		}
+	}
+}
+
+// pendingRows reads the rows of ids that are still pending.
+func (r *Relay) pendingRows(ctx context.Context, ids []int64) ([]outbox.Row, error) {
+	return r.queryRows(ctx, `SELECT `+outbox.Columns+` FROM `+pgx.Identifier{r.cfg.Table}.Sanitize()+
+		` WHERE state = 'pending' AND id = ANY($1::bigint[]) ORDER BY id`, ids)
+}
+
+func (r *Relay) queryRows(ctx context.Context, sql string, args ...any) ([]outbox.Row, error) {
+	rs, err := r.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rs.Close()
+	var out []outbox.Row
+	for rs.Next() {
+		row, err := outbox.ScanRow(rs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, rs.Err()
+}
+
+// deliver publishes rows in order and waits for every verdict. A row the
+// broker refuses (nack, return) is published again, the whole batch
+// waiting, until it is confirmed or has had MaxAttempts; one that cannot
+// be encoded is dead at once. A publish that fails for the connection's
+// sake (closed channel, no confirm within PublishTimeout) fails the
+// session: the rows are published again from the last position, and no
+// attempt is spent on them.
+func (r *Relay) deliver(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Row) (settlement, error) {
+	var s settlement
+	out := make([]amqpx.Outgoing, 0, len(rows))
+	ids := make([]int64, 0, len(rows))
+	for _, row := range rows {
+		msg, err := r.encode(row)
+		if err != nil {
+			s.dead = append(s.dead, deadRow{row.ID, 1, err.Error()})
+			continue
+		}
+		out = append(out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
+		ids = append(ids, row.ID)
+	}
+	wait := r.cfg.RetryMin
+	for attempt := 1; len(out) > 0; attempt++ {
+		var failedOut []amqpx.Outgoing
+		var failedIDs []int64
+		var sessionErr error
+		// A batch that started is not cut short by a stop: it runs to its
+		// verdicts (or PublishTimeout), so that it can be settled and the
+		// next relay need not publish it again.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+		pub.PublishBatch(pctx, r.cfg.Exchange, out, func(i int, err error) {
+			switch {
+			case err == nil:
+				s.done = append(s.done, ids[i])
+				r.published.Add(1)
+			case errors.Is(err, amqpx.ErrNacked) || errors.Is(err, amqpx.ErrUnroutable):
+				if attempt >= r.cfg.MaxAttempts {
+					s.dead = append(s.dead, deadRow{ids[i], attempt, err.Error()})
+					return
+				}
+				failedOut, failedIDs = append(failedOut, out[i]), append(failedIDs, ids[i])
+			case sessionErr == nil:
+				sessionErr = err
+			}
+		})
+		cancel()
+		if sessionErr != nil {
+			return s, sessionErr
+		}
+		if len(failedOut) > 0 {
+			r.log.Warn("the broker refused events; publishing them again", "events", len(failedOut), "attempt", attempt, "retry_in", wait)
+			select {
+			case <-ctx.Done():
+				return s, ctx.Err()
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, r.cfg.RetryMax)
+		}
+		out, ids = failedOut, failedIDs
+	}
+	return s, nil
+}
+
+// encode builds the message; an error means no attempt can succeed.
+func (r *Relay) encode(row outbox.Row) (amqp.Publishing, error) {
+	if row.DecodeErr != nil {
+		return amqp.Publishing{}, row.DecodeErr
+	}
+	msg, err := amqpx.EncodedPublishing(r.enc, row.Event, row.ID)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	if len(msg.Body) > r.cfg.MaxMessageBytes {
+		return amqp.Publishing{}, fmt.Errorf("encoded event is %d bytes, more than MaxMessageBytes (%d)", len(msg.Body), r.cfg.MaxMessageBytes)
+	}
+	msg.Headers = tracecontext.Inject(msg.Headers, row.TraceParent, row.TraceState)
+	return msg, nil
+}
+
+// settleLoop settles batches in order, merging those that queued up
+// behind a slow commit into one transaction, until settles is closed:
+// what was published before a stop is still settled. A settle that fails
+// ends the session through fail; the batches behind it are dropped
+// unsettled, to be streamed again by the next session.
+func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail context.CancelCauseFunc) {
+	ctx = context.WithoutCancel(ctx)
+	defer func() {
+		for range settles { // keep the publisher from waiting on a send
+		}
+	}()
+	for s := range settles {
+	merge:
+		for {
+			select {
+			case more, ok := <-settles:
+				if !ok {
+					break merge
+				}
+				s.done, s.dead = append(s.done, more.done...), append(s.dead, more.dead...)
+				s.end = max(s.end, more.end)
+			default:
+				break merge
+			}
+		}
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		err := r.settle(sctx, s)
+		cancel()
+		if err != nil {
+			fail(err)
+			return
+		}
+	}
+}
+
+// settleTimeout bounds one settle, which runs on after a stop.
+const settleTimeout = 10 * time.Second
+
+// settle trims the confirmed rows and marks the dead ones in one
+// transaction, and only after it commits moves the flushed position: a
+// position reported before the trim committed could let a crash leave a
+// published row in the table for ever, never streamed again. The commit
+// is synchronous for the same reason. A row the broker confirmed whose
+// trim is lost is published again, never lost.
+func (r *Relay) settle(ctx context.Context, s settlement) error {
+	if len(s.done) > 0 || len(s.dead) > 0 {
+		ids, attempts, reasons := make([]int64, len(s.dead)), make([]int32, len(s.dead)), make([]string, len(s.dead))
+		for i, d := range s.dead {
+			ids[i], attempts[i], reasons[i] = d.id, int32(d.attempts), truncate(d.reason, 2000)
+			r.log.Error("outbox event is dead", "id", d.id, "attempts", d.attempts, "error", d.reason)
+		}
+		t := pgx.Identifier{r.cfg.Table}.Sanitize()
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue(`DELETE FROM `+t+` WHERE id = ANY($1::bigint[]) AND state = 'pending'`, s.done)
+			b.Queue(`UPDATE `+t+` AS o SET state = 'dead', attempts = d.attempts, last_error = d.reason, finished_at = now()
+				FROM unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, reason)
+				WHERE o.id = d.id AND o.state = 'pending'`, ids, attempts, reasons)
+			return tx.SendBatch(ctx, b).Close()
+		})
+		if err != nil {
+			return fmt.Errorf("settle %d published and %d dead rows: %w", len(s.done), len(s.dead), err)
+		}
+		r.dead.Add(int64(len(s.dead)))
+	}
+	if uint64(s.end) > r.flushed.Load() {
+		r.flushed.Store(uint64(s.end))
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

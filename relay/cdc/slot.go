@@ -1,0 +1,211 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+// ErrWALLevel says the server cannot stream its changes: wal_level is not
+// logical.
+var ErrWALLevel = errors.New("wal_level is not logical: set wal_level = logical and restart PostgreSQL (scripts/services.sh does both for the local services; on a managed Postgres see docs/cdc.md)")
+
+// SQLSTATEs the setup and the stream tell apart.
+const (
+	sqlDuplicateObject = "42710" // a publication or slot of that name exists
+	sqlObjectInUse     = "55006" // another connection streams the slot
+)
+
+// stateTable is the table beside the outbox that records, per slot,
+// whether the rows written before the slot existed have been published.
+func stateTable(table string) string { return pgx.Identifier{table + "_cdc"}.Sanitize() }
+
+// setup makes sure the server can stream, and that the publication, the
+// slot and the slot's state row exist. It reports whether the rows the
+// table held before the slot existed may still be unpublished: a slot
+// streams only what commits after it was made.
+func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
+	db := r.pool
+	var level string
+	if err := db.QueryRow(ctx, `SHOW wal_level`).Scan(&level); err != nil {
+		return false, fmt.Errorf("read wal_level: %w", err)
+	}
+	if level != "logical" {
+		return false, fmt.Errorf("%w (it is %q)", ErrWALLevel, level)
+	}
+	var tableExists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{r.cfg.Table}.Sanitize()).Scan(&tableExists); err != nil {
+		return false, err
+	}
+	if !tableExists {
+		return false, fmt.Errorf("outbox table %s does not exist: run \"warren outbox migrate\" (or outbox.Table.Migrate) first", r.cfg.Table)
+	}
+	// Updates are published as well as inserts because Redrive turns a
+	// dead row back to pending with an UPDATE; the relay ignores every
+	// other update (its own dead marks among them).
+	pub := pgx.Identifier{r.cfg.Publication}.Sanitize()
+	if err := ignoreDuplicate(db.Exec(ctx, `DO $$ BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = `+quoteLiteral(r.cfg.Publication)+`) THEN
+			CREATE PUBLICATION `+pub+` FOR TABLE `+pgx.Identifier{r.cfg.Table}.Sanitize()+` WITH (publish = 'insert, update');
+		END IF;
+	END $$`)); err != nil {
+		return false, fmt.Errorf("create publication %s: %w", r.cfg.Publication, err)
+	}
+	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable(r.cfg.Table)+` (
+		slot          text        PRIMARY KEY,
+		created_at    timestamptz NOT NULL DEFAULT now(),
+		backfilled_at timestamptz)`); err != nil {
+		return false, fmt.Errorf("create %s: %w", stateTable(r.cfg.Table), err)
+	}
+	var plugin, database string
+	err = db.QueryRow(ctx, `SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&plugin, &database)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Creating the slot waits for the transactions running now to
+		// end; what commits after its consistent point is streamed, and
+		// what committed before is read by the backfill, which starts
+		// after this returns. A concurrent relay may win the race.
+		err = ignoreDuplicate(db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, r.cfg.Slot))
+		if err != nil {
+			return false, fmt.Errorf("create replication slot %s: %w", r.cfg.Slot, err)
+		}
+		r.log.Info("created replication slot", "slot", r.cfg.Slot, "publication", r.cfg.Publication)
+	case err != nil:
+		return false, fmt.Errorf("read replication slot %s: %w", r.cfg.Slot, err)
+	case plugin != "pgoutput":
+		return false, fmt.Errorf("replication slot %s uses plugin %q, not pgoutput: name another slot", r.cfg.Slot, plugin)
+	}
+	// Read before written: standing-by relays run this every
+	// StandbyRetry, and should not write WAL each time.
+	var done *time.Time
+	err = db.QueryRow(ctx, `SELECT backfilled_at FROM `+stateTable(r.cfg.Table)+` WHERE slot = $1`, r.cfg.Slot).Scan(&done)
+	if errors.Is(err, pgx.ErrNoRows) {
+		_, err = db.Exec(ctx, `INSERT INTO `+stateTable(r.cfg.Table)+` (slot) VALUES ($1) ON CONFLICT (slot) DO NOTHING`, r.cfg.Slot)
+	}
+	if err != nil {
+		return false, fmt.Errorf("read the state of slot %s: %w", r.cfg.Slot, err)
+	}
+	return done == nil, nil
+}
+
+// markBackfilled records that every row written before the slot existed
+// has been published.
+func (r *Relay) markBackfilled(ctx context.Context) error {
+	_, err := r.pool.Exec(ctx, `UPDATE `+stateTable(r.cfg.Table)+` SET backfilled_at = now() WHERE slot = $1`, r.cfg.Slot)
+	return err
+}
+
+func ignoreDuplicate(_ pgconn.CommandTag, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == sqlDuplicateObject {
+		return nil
+	}
+	return err
+}
+
+// quoteLiteral quotes a name that has passed slotNameRE as an SQL string.
+func quoteLiteral(s string) string { return "'" + s + "'" }
+
+// SlotStatus is what Postgres says of a relay group's slot.
+type SlotStatus struct {
+	Slot string
+	// Active says a relay is streaming the slot now; PID is its
+	// walsender's process id.
+	Active bool
+	PID    int
+	// LagBytes is how much WAL the server keeps for the slot: from the
+	// position every event before which is confirmed and trimmed, to the
+	// server's current position. It grows while no relay streams and
+	// while the broker refuses; the server keeps that WAL on disk until
+	// the slot moves on (bounded only by max_slot_wal_keep_size).
+	LagBytes int64
+	// WALStatus is the server's verdict on that WAL (reserved, extended,
+	// unreserved, lost); "lost" means max_slot_wal_keep_size removed WAL
+	// the slot still needed and the slot cannot stream again.
+	WALStatus string
+	// OldestPending is how long the oldest row still in the table has
+	// waited: the relay trims a row once its message is confirmed, so
+	// this is the group's lag in time.
+	OldestPending time.Duration
+}
+
+// Status reads the slot's status and the age of the table's oldest
+// pending row. It returns an error wrapping pgx.ErrNoRows when the slot
+// does not exist.
+func Status(ctx context.Context, db outbox.DB, table, slot string) (SlotStatus, error) {
+	s := SlotStatus{Slot: slot}
+	var pid *int32
+	var oldest float64
+	err := db.QueryRow(ctx, `SELECT active, active_pid,
+			coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint, coalesce(wal_status, ''),
+			(SELECT coalesce(extract(epoch FROM now() - min(inserted_at)), 0)::float8 FROM `+pgx.Identifier{table}.Sanitize()+` WHERE state = 'pending')
+		FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s.Active, &pid, &s.LagBytes, &s.WALStatus, &oldest)
+	if err != nil {
+		return s, fmt.Errorf("replication slot %s: %w", slot, err)
+	}
+	if pid != nil {
+		s.PID = int(*pid)
+	}
+	s.OldestPending = time.Duration(oldest * float64(time.Second))
+	return s, nil
+}
+
+// DropSlot retires a relay group: it drops the slot, so the server stops
+// keeping WAL for it, and the publication and the slot's state row. It
+// fails while a relay streams the slot. Rows still pending stay in the
+// table, where a polling relay, or a CDC relay that makes a new slot,
+// publishes them.
+func DropSlot(ctx context.Context, db outbox.DB, table, slot, publication string) error {
+	if !slotNameRE.MatchString(slot) || !slotNameRE.MatchString(publication) {
+		return fmt.Errorf("%w: slot %q or publication %q is not a valid name", ErrInvalidConfig, slot, publication)
+	}
+	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
+		return fmt.Errorf("drop replication slot %s: %w", slot, err)
+	}
+	if _, err := db.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{publication}.Sanitize()); err != nil {
+		return fmt.Errorf("drop publication %s: %w", publication, err)
+	}
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, stateTable(table)).Scan(&exists); err != nil || !exists {
+		return err
+	}
+	_, err := db.Exec(ctx, `DELETE FROM `+stateTable(table)+` WHERE slot = $1`, slot)
+	return err
+}
+
+// Slots reads the status of every slot that relays have made for table,
+// as its state table records them; none when no CDC relay ever ran on it.
+// A recorded slot that no longer exists is reported with WALStatus
+// "dropped".
+func Slots(ctx context.Context, db outbox.DB, table string) ([]SlotStatus, error) {
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, stateTable(table)).Scan(&exists); err != nil || !exists {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, `SELECT slot FROM `+stateTable(table)+` ORDER BY slot`)
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SlotStatus, 0, len(names))
+	for _, name := range names {
+		s, err := Status(ctx, db, table, name)
+		if errors.Is(err, pgx.ErrNoRows) {
+			s, err = SlotStatus{Slot: name, WALStatus: "dropped"}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}

@@ -1,0 +1,100 @@
+package cdc
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+func relation(names ...string) *pglogrepl.RelationMessage {
+	rel := &pglogrepl.RelationMessage{Namespace: "public", RelationName: "t"}
+	for _, n := range names {
+		oid := uint32(pgtype.TextOID)
+		if strings.HasSuffix(n, "_at") {
+			oid = pgtype.TimestamptzOID
+		}
+		rel.Columns = append(rel.Columns, &pglogrepl.RelationMessageColumn{Name: n, DataType: oid})
+	}
+	return rel
+}
+
+func tuple(values ...string) *pglogrepl.TupleData {
+	td := &pglogrepl.TupleData{}
+	for _, v := range values {
+		c := &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeText, Data: []byte(v)}
+		switch v {
+		case "<null>":
+			c = &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeNull}
+		case "<toast>":
+			c = &pglogrepl.TupleDataColumn{DataType: pglogrepl.TupleDataTypeToast}
+		}
+		td.Columns = append(td.Columns, c)
+	}
+	return td
+}
+
+func TestDecodeTuple(t *testing.T) {
+	rel := relation("id", "event_id", "event_type", "project_id", "payload", "created_at", "state", "attempts", "a_new_column")
+	row, err := decodeTuple(pgtype.NewMap(), rel, tuple("42", "ev-1", "workitem.updated", "<null>", `{"data":{"a":1}}`,
+		"2026-12-01 23:17:00.123456+00", "pending", "3", "ignored"))
+	if err != nil || row.DecodeErr != nil {
+		t.Fatalf("decode: %v, %v", err, row.DecodeErr)
+	}
+	want := time.Date(2026, 12, 1, 23, 17, 0, 123456000, time.UTC)
+	if row.ID != 42 || row.Event.ID != "ev-1" || row.Event.Type != "workitem.updated" || row.Event.ProjectID != "" ||
+		!row.Event.CreatedAt.Equal(want) || row.State != outbox.Pending || row.Attempts != 3 || string(row.Event.Payload.Data) != `{"a":1}` {
+		t.Errorf("decoded %+v", row)
+	}
+
+	// A value the row cannot hold makes the event dead, not the stream stop.
+	row, err = decodeTuple(pgtype.NewMap(), rel, tuple("43", "ev-2", "t", "<null>", `{"data":1}`, "infinity", "pending", "0", ""))
+	if err != nil || row.DecodeErr == nil || !strings.Contains(row.DecodeErr.Error(), "created_at is infinity") {
+		t.Errorf("an infinite created_at: err %v, DecodeErr %v", err, row.DecodeErr)
+	}
+
+	// An update that left a large value out must be read from the table.
+	// The columns around it are still read: the relay skips an update
+	// to a state other than pending without reading the row.
+	row, err = decodeTuple(pgtype.NewMap(), rel, tuple("44", "ev-3", "t", "<null>", "<toast>", "2026-12-01 00:00:00+00", "dead", "0", ""))
+	if !errors.Is(err, errUnchangedToast) || row.ID != 44 || row.State != outbox.Dead {
+		t.Errorf("unchanged TOAST: %v, row %+v", err, row)
+	}
+
+	if _, err := decodeTuple(pgtype.NewMap(), rel, tuple("45")); err == nil {
+		t.Error("a tuple shorter than its relation was accepted")
+	}
+}
+
+// take hands the publisher whole prefixes of the stream, at most max rows,
+// with the transaction ends among them, so the position it settles is
+// never past a row it did not take.
+func TestQueueTake(t *testing.T) {
+	q := newQueue(100)
+	row := func() item { return item{row: &outbox.Row{}} }
+	for _, it := range []item{row(), row(), {end: 10}, row(), {end: 20}, {end: 30}, row()} {
+		q.push(it)
+	}
+	got := q.take(2)
+	if len(got) != 3 || got[2].end != 10 {
+		t.Fatalf("take(2) = %+v, want two rows and the end 10", got)
+	}
+	got = q.take(2)
+	if len(got) != 4 || got[1].end != 20 || got[2].end != 30 || got[3].row == nil {
+		t.Fatalf("second take(2) = %+v, want a row, the ends 20 and 30, and a row", got)
+	}
+	if got := q.take(2); len(got) != 0 {
+		t.Fatalf("take of an empty queue = %+v", got)
+	}
+	for range 100 {
+		q.push(row())
+	}
+	if !q.full() {
+		t.Error("a queue holding its limit of rows is not full")
+	}
+}
