@@ -75,7 +75,7 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
 		if err != nil {
 			return false, fmt.Errorf("create replication slot %s: %w", r.cfg.Slot, err)
 		}
-		r.log.Info("created replication slot", "slot", r.cfg.Slot, "publication", r.cfg.Publication)
+		r.log.Info("created replication slot", "publication", r.cfg.Publication)
 	case err != nil:
 		return false, fmt.Errorf("read replication slot %s: %w", r.cfg.Slot, err)
 	case plugin != "pgoutput":
