@@ -48,11 +48,11 @@ func TestRelayRunHealthAddr(t *testing.T) {
 		metrics func(table string) []string
 	}{
 		{"poll", `"ready":true`, func(table string) []string {
-			return []string{`warren_relay_published_total{outbox="` + table + `"} 3`, `warren_relay_publish_failures_total{outbox="` + table + `"} 0`}
+			return []string{`warren_relay_published_total{outbox="` + table + `"} 3` + "\n", `warren_relay_publish_failures_total{outbox="` + table + `"} 0`}
 		}},
 		{"cdc", `"role":"streaming"`, func(table string) []string {
 			group := `{outbox="` + table + `",slot="` + table + `_cdc"}`
-			return []string{"warren_cdc_relay_published_total" + group + " 3", "warren_cdc_relay_streaming" + group + " 1",
+			return []string{"warren_cdc_relay_published_total" + group + " 3\n", "warren_cdc_relay_streaming" + group + " 1",
 				"warren_cdc_slot_active" + group + " 1", "warren_cdc_slot_lag_bytes" + group, "warren_cdc_slot_status_errors_total" + group + " 0"}
 		}},
 	} {
@@ -105,6 +105,10 @@ func TestRelayRunHealthAddr(t *testing.T) {
 			})
 			if code, body := get(t, base+"/healthz"); code != http.StatusOK || !strings.Contains(body, `"alive":true`) {
 				t.Errorf("/healthz: %d %s", code, body)
+			}
+			if mode.name == "cdc" {
+				// Events committed during the backfill are published twice.
+				testenv.WaitBackfilled(t, pool, table, table+"_cdc")
 			}
 
 			tx, err := pool.Begin(ctx)

@@ -56,3 +56,16 @@ func CDCSlot(t testing.TB, pool *pgxpool.Pool, table string) string {
 	})
 	return slot
 }
+
+// WaitBackfilled waits until the CDC relay streaming slot has published
+// the rows table held before the slot existed, as the table's CDC state
+// table records: from then on every event is published from the stream
+// alone, so one committed during the backfill is not published twice.
+func WaitBackfilled(t testing.TB, pool *pgxpool.Pool, table, slot string) {
+	t.Helper()
+	WaitFor(t, 30*time.Second, "the relay's backfill of "+table, func() bool {
+		var done bool
+		err := pool.QueryRow(context.Background(), `SELECT backfilled_at IS NOT NULL FROM `+pgx.Identifier{table + "_cdc"}.Sanitize()+` WHERE slot = $1`, slot).Scan(&done)
+		return err == nil && done
+	})
+}
