@@ -43,7 +43,7 @@
 // from run to run and ratios mostly do not. It checks each warren variant
 // against the targets and says why a missed one was missed.
 //
-//	make bench                                      everything, defaults (about 30 minutes on 2 cores)
+//	make bench                                      everything, defaults (about an hour on 2 cores)
 //	go run . -run growth                            the growth scenarios alone (about 10 quiet minutes)
 //	go run . -run relay -messages 5000 -rounds 3    one scenario, smaller
 //	go run . -run memory -rss-messages 1000000      the memory run
