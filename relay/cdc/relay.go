@@ -188,7 +188,7 @@ func (r *Relay) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	q := newQueue(4 * r.cfg.BatchSize)
-	settles := make(chan settlement, 4)
+	settles := make(chan settlement, settleQueue)
 	var wg sync.WaitGroup
 	wg.Go(func() { cancel(r.read(sctx, conn, q)) })
 	wg.Go(func() {
@@ -636,8 +636,11 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 		}
 	}()
 	for s := range settles {
+		// At most settleQueue more: what one settle holds, and so what a
+		// relay that dies during it has published without moving the
+		// slot, stays bounded even while the publisher keeps up with it.
 	merge:
-		for {
+		for range settleQueue {
 			select {
 			case more, ok := <-settles:
 				if !ok {
@@ -661,6 +664,14 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 
 // settleTimeout bounds one settle, which runs on after a stop.
 const settleTimeout = 10 * time.Second
+
+// settleQueue is how many published batches wait for the settle loop
+// before the publisher waits for it. With the batch in flight and the
+// settle being committed (which merges up to settleQueue more), it bounds
+// what a relay that dies has published beyond the position Postgres
+// knows: (2 + 2*settleQueue) batches, plus what settled since the last
+// status update. That is what the next relay publishes again.
+const settleQueue = 4
 
 // settle trims the confirmed rows and marks the dead ones in one
 // transaction, and only after it commits moves the flushed position: a
