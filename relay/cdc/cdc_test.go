@@ -230,3 +230,39 @@ func randomText(n int) string {
 	}
 	return string(b)
 }
+
+// The relay publishes a transaction's rows only once a new snapshot sees
+// them: the stream delivers it when its commit record is flushed, a
+// moment before it is visible, and a trim then would miss its rows.
+// visibleSQL counts the transactions still invisible, from their 32-bit
+// xids as the stream gives them.
+func TestVisibleSQLCountsTransactionsNotVisibleYet(t *testing.T) {
+	pool := testenv.PgPool(t)
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var xid int64
+	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text::bigint % 4294967296`).Scan(&xid); err != nil {
+		t.Fatal(err)
+	}
+	invisible := func() int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, cdc.VisibleSQL, []int64{xid, 3}).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := invisible(); n != 1 {
+		t.Errorf("while the transaction runs, %d invisible, want 1 (it, not the frozen xid 3)", n)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := invisible(); n != 0 {
+		t.Errorf("after its commit, %d invisible, want 0", n)
+	}
+}

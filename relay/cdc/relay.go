@@ -200,7 +200,7 @@ func (r *Relay) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	q := newQueue(4 * r.cfg.BatchSize)
-	settles := make(chan settlement, 4)
+	settles := make(chan settlement, settleQueue)
 	var wg sync.WaitGroup
 	wg.Go(func() { cancel(r.read(sctx, conn, q)) })
 	wg.Go(func() {
@@ -252,7 +252,8 @@ func declareExchange(conn *amqp.Connection, exchange string) error {
 // transaction (end set, no row), after which the position may move to end.
 type item struct {
 	row     *outbox.Row
-	refetch bool // a redriven row whose update left a value out: read it from the table
+	refetch bool   // a redriven row whose update left a value out: read it from the table
+	xid     uint32 // the row's transaction
 	end     pglogrepl.LSN
 }
 
@@ -327,6 +328,7 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 	types := pgtype.NewMap()
 	relations := map[uint32]*pglogrepl.RelationMessage{}
 	inTransaction := false
+	var xid uint32           // the transaction being read
 	var pushed pglogrepl.LSN // the last end pushed
 	nextStatus := time.Now()
 	// Every status sent is the heartbeat /healthz reads: the reader sends
@@ -414,11 +416,11 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 			case *pglogrepl.RelationMessage:
 				relations[m.RelationID] = m
 			case *pglogrepl.BeginMessage:
-				inTransaction = true
+				inTransaction, xid = true, m.Xid
 			case *pglogrepl.InsertMessage:
-				r.queueRow(types, relations[m.RelationID], m.Tuple, q)
+				r.queueRow(types, relations[m.RelationID], m.Tuple, xid, q)
 			case *pglogrepl.UpdateMessage:
-				r.queueRow(types, relations[m.RelationID], m.NewTuple, q)
+				r.queueRow(types, relations[m.RelationID], m.NewTuple, xid, q)
 			case *pglogrepl.CommitMessage:
 				inTransaction = false
 				q.push(item{end: m.TransactionEndLSN})
@@ -430,7 +432,7 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 
 // queueRow queues a pending row of the outbox table. Rows in any other
 // state (the relay's own dead marks, a redrive's) are not events to send.
-func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, q *queue) {
+func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, xid uint32, q *queue) {
 	if rel == nil || rel.RelationName != r.cfg.Table {
 		return
 	}
@@ -446,7 +448,7 @@ func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tupl
 	if row.State != "" && row.State != outbox.Pending {
 		return
 	}
-	q.push(item{row: &row, refetch: refetch})
+	q.push(item{row: &row, refetch: refetch, xid: xid})
 }
 
 // settlement is what a batch's publish decided: the rows to trim, the rows
@@ -485,9 +487,12 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 			continue
 		}
 		rows := make([]outbox.Row, 0, len(items))
-		var refetch []int64
+		var refetch, xids []int64
 		var end pglogrepl.LSN
 		for _, it := range items {
+			if it.row != nil && (len(xids) == 0 || xids[len(xids)-1] != int64(it.xid)) {
+				xids = append(xids, int64(it.xid))
+			}
 			switch {
 			case it.row == nil:
 				end = it.end
@@ -496,6 +501,9 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 			default:
 				rows = append(rows, *it.row)
 			}
+		}
+		if err := r.waitVisible(ctx, xids); err != nil {
+			return err
 		}
 		if len(refetch) > 0 {
 			more, err := r.pendingRows(ctx, refetch)
@@ -514,6 +522,53 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 		settles <- s
 	}
 }
+
+// waitVisible waits until none of the transactions xids is running in
+// the eyes of a new snapshot. The stream delivers a transaction as soon
+// as its commit record is flushed, a moment before the committing backend
+// makes it visible to other snapshots (on a busy server, milliseconds):
+// a settle in that moment would not see its rows, delete none of them,
+// and still move the slot past them, leaving published rows pending in
+// the table for ever (the kill test found it, without a kill: a few
+// transactions in a thousand on a busy machine); a redrive's refetch
+// would not see the row pending and skip it. Publishing only what is
+// visible also means that a consumer reading the database when the event
+// arrives sees the change it describes.
+func (r *Relay) waitVisible(ctx context.Context, xids []int64) error {
+	wait := time.Millisecond
+	for len(xids) > 0 {
+		var running int
+		err := r.pool.QueryRow(ctx, visibleSQL, xids).Scan(&running)
+		if err != nil {
+			return fmt.Errorf("wait for the stream's transactions to be visible: %w", err)
+		}
+		if running == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+	return nil
+}
+
+// visibleSQL counts the transactions of $1 that a new snapshot would not
+// see yet. The stream gives 32-bit xids and snapshots hold 64-bit ones: an
+// xid is widened to the 64-bit value nearest the snapshot's xmax (the
+// stream's transactions are recent, far less than 2^31 from it). A
+// transaction that committed but is not visible yet may be the newest, at
+// or above xmax and so in no list of running ones; pg_visible_in_snapshot
+// counts it as not visible, as the trim's snapshot would.
+const visibleSQL = `WITH s AS (SELECT pg_current_snapshot() AS snap, pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax)
+	SELECT count(*) FROM s, unnest($1::bigint[]) AS t(xid),
+		LATERAL (SELECT s.xmax - s.xmax % 4294967296 + t.xid AS x) AS w
+	WHERE NOT pg_visible_in_snapshot((CASE
+		WHEN w.x - s.xmax > 2147483648 THEN w.x - 4294967296
+		WHEN s.xmax - w.x > 2147483648 THEN w.x + 4294967296
+		ELSE w.x END)::text::xid8, s.snap)`
 
 // backfill publishes the table's pending rows, which a new slot does not
 // stream if they committed before it, and records that it has. Rows that
@@ -655,8 +710,11 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 		}
 	}()
 	for s := range settles {
+		// At most settleQueue more: what one settle holds, and so what a
+		// relay that dies during it has published without moving the
+		// slot, stays bounded even while the publisher keeps up with it.
 	merge:
-		for {
+		for range settleQueue {
 			select {
 			case more, ok := <-settles:
 				if !ok {
@@ -680,6 +738,14 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 
 // settleTimeout bounds one settle, which runs on after a stop.
 const settleTimeout = 10 * time.Second
+
+// settleQueue is how many published batches wait for the settle loop
+// before the publisher waits for it. With the batch in flight and the
+// settle being committed (which merges up to settleQueue more), it bounds
+// what a relay that dies has published beyond the position Postgres
+// knows: (2 + 2*settleQueue) batches, plus what settled since the last
+// status update. That is what the next relay publishes again.
+const settleQueue = 4
 
 // settle trims the confirmed rows and marks the dead ones in one
 // transaction, and only after it commits moves the flushed position: a
