@@ -65,9 +65,15 @@ func TestHealthFollowsTheGroup(t *testing.T) {
 
 	a, stopA := e.start(e.config())
 	h := waitReady(t, a, cdc.RoleStreaming)
-	if h.Slot != e.slot || !h.Alive || h.LastBeat.IsZero() {
+	if h.Slot != e.slot || !h.Alive {
 		t.Errorf("streaming relay: %+v", h)
 	}
+	// The reader starts a moment after the session is streaming, and
+	// beats from its first round.
+	testenv.WaitFor(t, 30*time.Second, "the reader's first beat", func() bool {
+		_, h = probe(t, a, "/healthz")
+		return !h.LastBeat.IsZero()
+	})
 	start := flushed(t, h)
 	e.receive(e.ob.PublishN("moves", 20), time.Minute)
 	testenv.WaitFor(t, 30*time.Second, "the flushed position to move past the events", func() bool {
