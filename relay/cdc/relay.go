@@ -41,6 +41,7 @@ type Relay struct {
 
 	published, dead atomic.Int64
 	streaming       atomic.Bool
+	health          healthState
 }
 
 // New checks cfg and prepares a relay; it connects to nothing.
@@ -84,6 +85,12 @@ func (r *Relay) Dead() int64 { return r.dead.Load() }
 // Streaming reports whether the relay holds the slot now.
 func (r *Relay) Streaming() bool { return r.streaming.Load() }
 
+// Table is the outbox table the relay streams.
+func (r *Relay) Table() string { return r.cfg.Table }
+
+// Slot is the replication slot of the relay's group.
+func (r *Relay) Slot() string { return r.cfg.Slot }
+
 // Run streams until ctx ends, then returns nil. A lost connection, to
 // Postgres or to the broker, ends a session; the next one resumes from
 // the last flushed position, so what was published and not yet flushed is
@@ -91,6 +98,8 @@ func (r *Relay) Streaming() bool { return r.streaming.Load() }
 // and tries again every StandbyRetry. It returns an error only for what
 // waiting cannot mend: a server whose wal_level is not logical.
 func (r *Relay) Run(ctx context.Context) error {
+	r.health.setRole(RoleStarting)
+	defer r.health.setRole(RoleStopped)
 	if r.poolConfig != nil {
 		pool, err := pgxpool.NewWithConfig(ctx, r.poolConfig)
 		if err != nil {
@@ -104,6 +113,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		began := time.Now()
 		err := r.session(ctx)
+		if ctx.Err() == nil {
+			r.health.sessionEnded(err)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -319,10 +331,17 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 	var xid uint32           // the transaction being read
 	var pushed pglogrepl.LSN // the last end pushed
 	nextStatus := time.Now()
+	// Every status sent is the heartbeat /healthz reads: the reader sends
+	// one at least every StatusInterval, whatever it waits on.
+	defer r.health.beat.Store(0)
 	sendStatus := func() error {
 		nextStatus = time.Now().Add(r.cfg.StatusInterval)
 		pos := pglogrepl.LSN(r.flushed.Load())
-		return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
+		if err == nil {
+			r.health.stamp()
+		}
+		return err
 	}
 	for {
 		if !time.Now().Before(nextStatus) {
