@@ -3,6 +3,8 @@ package cdc_test
 import (
 	"context"
 	"fmt"
+	"github.com/jackc/pgx/v5"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,4 +267,66 @@ func TestVisibleSQLCountsTransactionsNotVisibleYet(t *testing.T) {
 	if n := invisible(); n != 0 {
 		t.Errorf("after its commit, %d invisible, want 0", n)
 	}
+}
+
+// A slot that disappears (a failover to a replica, a restore,
+// max_slot_wal_keep_size) takes with it the stream of rows still pending;
+// the relay that makes the next slot publishes them from the table,
+// whatever the state table remembers of the old slot's backfill.
+func TestALostSlotIsBackfilledAgain(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	r, stop := e.start(e.config())
+	testenv.WaitFor(t, 30*time.Second, "the relay to stream", r.Streaming)
+	e.receive(e.ob.PublishN("first", 20), time.Minute)
+	stop()
+	pending := e.ob.PublishN("while-stopped", 30)
+	testenv.WaitFor(t, 30*time.Second, "the slot to be released", func() bool {
+		_, err := e.ob.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, e.slot)
+		return err == nil
+	})
+	e.start(e.config())
+	e.receive(pending, time.Minute)
+}
+
+// Slot names are the server's, not the database's: a slot of another
+// database with the relay's name is refused with an error saying so, not
+// waited on as if another relay held it.
+func TestASlotOfAnotherDatabaseIsRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, strings.Replace(testenv.DatabaseURL(t), "/test", "/postgres", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, e.slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, e.slot) })
+	r, _ := e.start(e.config())
+	testenv.WaitFor(t, 30*time.Second, "an error naming the slot's database", func() bool {
+		return strings.Contains(r.Health().LastError, "belongs to database postgres")
+	})
+	if r.Streaming() {
+		t.Error("the relay streams another database's slot")
+	}
+}
+
+// The relay's own pool and its replication connection come from one
+// DatabaseURL, which may carry pgxpool's and pgx's own keys; the server
+// must not see them as startup parameters.
+func TestDatabaseURLWithPoolSettings(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	cfg := e.config()
+	cfg.Pool = nil
+	sep := "?"
+	if strings.Contains(testenv.DatabaseURL(t), "?") {
+		sep = "&"
+	}
+	cfg.DatabaseURL = testenv.DatabaseURL(t) + sep + "pool_max_conns=3&default_query_exec_mode=exec"
+	r, _ := e.start(cfg)
+	testenv.WaitFor(t, 30*time.Second, "the relay to stream", r.Streaming)
+	e.receive(e.ob.PublishN("pool-url", 5), time.Minute)
 }

@@ -56,10 +56,14 @@ func New(cfg Config) (*Relay, error) {
 	if dsn == "" {
 		dsn = cfg.Pool.Config().ConnString()
 	}
-	repl, err := pgconn.ParseConfig(dsn)
+	// Parsed as a pool's config so that pgxpool's and pgx's own keys
+	// (pool_max_conns, default_query_exec_mode, …) are taken out: sent as
+	// startup parameters, the server would refuse the connection.
+	parsed, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: DatabaseURL: %s", ErrInvalidConfig, redact.Error(err))
 	}
+	repl := parsed.ConnConfig.Config.Copy()
 	// The stream's timestamps arrive as text in the session's DateStyle,
 	// which decodeTuple reads as ISO.
 	repl.RuntimeParams["replication"] = "database"
@@ -184,8 +188,14 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer amqpConn.Close()
-	if err := declareExchange(amqpConn, r.cfg.Exchange); err != nil {
+	// A broker that stops answering (an alarm) must not hold a stop:
+	// the close and the declare are bounded, closing the connection
+	// under them when they overrun.
+	defer amqpx.CloseConnection(amqpConn, amqpx.CloseTimeout)
+	dctx, dcancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	err = amqpx.Bound(dctx, amqpConn, func() error { return declareExchange(amqpConn, r.cfg.Exchange) })
+	dcancel()
+	if err != nil {
 		return err
 	}
 	pub, err := amqpx.NewPublisher(ctx, amqpConn, 2*r.cfg.BatchSize)
@@ -217,9 +227,8 @@ func (r *Relay) session(ctx context.Context) error {
 	// The batch in flight when the session ended was settled; telling
 	// Postgres now spares the next relay publishing it again. Best effort:
 	// a position not reported is only a duplicate later.
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer fcancel()
-	pglogrepl.SendStandbyStatusUpdate(fctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(r.flushed.Load())})
+	conn.Conn().SetWriteDeadline(time.Now().Add(2 * time.Second))
+	pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(r.flushed.Load())})
 	return context.Cause(sctx)
 }
 
@@ -275,7 +284,14 @@ func newQueue(limit int) *queue {
 // push adds it and reports whether the queue is now full.
 func (q *queue) push(it item) bool {
 	q.mu.Lock()
-	q.items = append(q.items, it)
+	// Two ends in a row are one: the later is where the position may
+	// move. Keepalives and other tables' transactions come while the
+	// publisher is held up, and must not grow the queue without bound.
+	if n := len(q.items); it.row == nil && n > 0 && q.items[n-1].row == nil {
+		q.items[n-1].end = max(q.items[n-1].end, it.end)
+	} else {
+		q.items = append(q.items, it)
+	}
 	if it.row != nil {
 		q.rows++
 	}
@@ -334,10 +350,22 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 	// Every status sent is the heartbeat /healthz reads: the reader sends
 	// one at least every StatusInterval, whatever it waits on.
 	defer r.health.beat.Store(0)
+	// heard is when the server last said anything while the reader
+	// listened. A server gone without a reset (a partition, a frozen VM)
+	// only makes reads time out, and an idle one may say nothing: after
+	// a silence the status asks for a reply, and a longer one ends the
+	// session, as Postgres's own wal_receiver_timeout does.
+	heard := time.Now()
 	sendStatus := func() error {
 		nextStatus = time.Now().Add(r.cfg.StatusInterval)
 		pos := pglogrepl.LSN(r.flushed.Load())
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
+		// pglogrepl ignores the context of a send: a deadline on the
+		// socket keeps a server that stopped reading from blocking the
+		// reader, and with it a stop.
+		conn.Conn().SetWriteDeadline(time.Now().Add(statusWriteTimeout))
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: pos, ReplyRequested: time.Since(heard) > silenceLimit/3})
+		conn.Conn().SetWriteDeadline(time.Time{})
 		if err == nil {
 			r.health.stamp()
 		}
@@ -356,15 +384,22 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-q.room:
+				heard = time.Now() // not listening is not silence
 			case <-time.After(time.Until(nextStatus)):
 				if err := sendStatus(); err != nil {
 					return fmt.Errorf("send standby status: %w", err)
 				}
 			}
 		}
+		if time.Since(heard) > silenceLimit {
+			return fmt.Errorf("no word from the server for %v, though asked for a reply", silenceLimit)
+		}
 		rctx, cancel := context.WithDeadline(ctx, nextStatus)
 		msg, err := conn.ReceiveMessage(rctx)
 		cancel()
+		if err == nil {
+			heard = time.Now()
+		}
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -487,6 +522,7 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 			continue
 		}
 		rows := make([]outbox.Row, 0, len(items))
+		var err error
 		var refetch, xids []int64
 		var end pglogrepl.LSN
 		for _, it := range items {
@@ -506,11 +542,9 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 			return err
 		}
 		if len(refetch) > 0 {
-			more, err := r.pendingRows(ctx, refetch)
-			if err != nil {
+			if rows, err = r.refetched(ctx, items, rows, refetch); err != nil {
 				return err
 			}
-			rows = append(rows, more...)
 		}
 		s, err := r.deliver(ctx, pub, rows)
 		if err != nil {
@@ -595,6 +629,34 @@ func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) error {
 			return err
 		}
 	}
+}
+
+// refetched reads the rows of ids from the table and returns the batch's
+// rows in stream order, each read row in its item's place; a row no
+// longer pending is left out.
+func (r *Relay) refetched(ctx context.Context, items []item, decoded []outbox.Row, ids []int64) ([]outbox.Row, error) {
+	read, err := r.pendingRows(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]outbox.Row, len(read))
+	for _, row := range read {
+		byID[row.ID] = row
+	}
+	out := make([]outbox.Row, 0, len(decoded)+len(read))
+	for _, it := range items {
+		switch {
+		case it.row == nil:
+		case !it.refetch:
+			out = append(out, decoded[0])
+			decoded = decoded[1:]
+		default:
+			if row, ok := byID[it.row.ID]; ok {
+				out = append(out, row)
+			}
+		}
+	}
+	return out, nil
 }
 
 // pendingRows reads the rows of ids that are still pending.
@@ -736,6 +798,14 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 	}
 }
 
+// silenceLimit is how long the reader waits for any word from the
+// server, having asked for a reply after a third of it, before it ends
+// the session; statusWriteTimeout bounds one status send.
+const (
+	silenceLimit       = 30 * time.Second
+	statusWriteTimeout = 5 * time.Second
+)
+
 // settleTimeout bounds one settle, which runs on after a stop.
 const settleTimeout = 10 * time.Second
 
@@ -763,6 +833,9 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 		t := pgx.Identifier{r.cfg.Table}.Sanitize()
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
+			// Whatever the role's or database's setting: a trim a crash
+			// forgets after the slot moved would strand its rows.
+			b.Queue(`SET LOCAL synchronous_commit = on`)
 			b.Queue(`DELETE FROM `+t+` WHERE id = ANY($1::bigint[]) AND state = 'pending'`, s.done)
 			b.Queue(`UPDATE `+t+` AS o SET state = 'dead', attempts = d.attempts, last_error = d.reason, finished_at = now()
 				FROM unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, reason)
