@@ -193,7 +193,7 @@ func (r *Relay) session(ctx context.Context) error {
 	// under them when they overrun.
 	defer amqpx.CloseConnection(amqpConn, amqpx.CloseTimeout)
 	dctx, dcancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
-	err = amqpx.Bound(dctx, amqpConn, func() error { return declareExchange(amqpConn, r.cfg.Exchange) })
+	err = amqpx.Bound(dctx, amqpConn, func() error { return amqpx.DeclareFanout(amqpConn, r.cfg.Exchange) })
 	dcancel()
 	if err != nil {
 		return err
@@ -243,19 +243,6 @@ func (r *Relay) confirmedFlush(ctx context.Context) (pglogrepl.LSN, error) {
 	return pglogrepl.ParseLSN(*lsn)
 }
 
-// declareExchange declares the durable fanout exchange on a channel of its
-// own: a mismatch closes that channel, not the publisher's.
-func declareExchange(conn *amqp.Connection, exchange string) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", exchange, err)
-	}
-	return nil
-}
 
 // item is one entry of the stream: an event to publish, or the end of a
 // transaction (end set, no row), after which the position may move to end.
