@@ -308,7 +308,6 @@ func closeError(e *amqp.Error) error {
 	return e
 }
 
-
 // work is one claim–publish–settle loop. It stops claiming when ctx ends;
 // the cycle under way finishes first. It stamps beat at every turn, so
 // Health can tell a stuck loop.

@@ -243,7 +243,6 @@ func (r *Relay) confirmedFlush(ctx context.Context) (pglogrepl.LSN, error) {
 	return pglogrepl.ParseLSN(*lsn)
 }
 
-
 // item is one entry of the stream: an event to publish, or the end of a
 // transaction (end set, no row), after which the position may move to end.
 type item struct {
