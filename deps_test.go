@@ -18,6 +18,7 @@ func TestPackageBoundaries(t *testing.T) {
 		why            string
 	}{
 		{"github.com/warrenmq/warren/outbox", "github.com/rabbitmq/amqp091-go", "a producer writes rows; only the relay talks to the broker"},
+		{"github.com/warrenmq/warren/outbox", "github.com/jackc/pglogrepl", "a producer writes rows; only the CDC relay reads the replication stream"},
 		{"github.com/warrenmq/warren/outbox/outboxtest", "github.com/rabbitmq/amqp091-go", "a producer's tests need no broker"},
 		{"github.com/warrenmq/warren/consumer", "github.com/warrenmq/warren/dlqtool", "a consumer needs the dead-letter protocol, not the operator's tools"},
 		{"github.com/warrenmq/warren/cmd/warren", "github.com/warrenmq/warren/examples/", "the shipped binary does not link example code"},

@@ -96,4 +96,21 @@ func TestNotifyWhenIdle(t *testing.T) {
 	if !publish(idle, "after-delivered") {
 		t.Fatal("NotifyWhenIdle: Publish sent no NOTIFY while the only other rows were delivered")
 	}
+
+	// NoNotify, for a table only CDC relays drain: never, even into an
+	// empty table, and the row is still written.
+	silent, err := outbox.Open(e.table, outbox.Options{NoNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.exec(`DELETE FROM {table}`)
+	if publish(silent, "silent-1") || publish(silent, "silent-2") {
+		t.Fatal("NoNotify: Publish sent a NOTIFY")
+	}
+	if e.count("event_id LIKE 'silent-%'") != 2 {
+		t.Fatalf("NoNotify: %d rows written, want 2", e.count("event_id LIKE 'silent-%'"))
+	}
+	if _, err := outbox.Open(e.table, outbox.Options{NoNotify: true, NotifyWhenIdle: true}); err == nil {
+		t.Error("Open accepted NoNotify with NotifyWhenIdle")
+	}
 }

@@ -125,6 +125,15 @@ type Options struct {
 	// events then rely on the poll until it is gone. Unused with
 	// SchemaPlane, whose rows Publish does not write.
 	NotifyWhenIdle bool
+
+	// NoNotify makes Publish and PublishBatch send no NOTIFY at all: for
+	// a table that only CDC relays (package relay/cdc) drain, which read
+	// the write-ahead log and listen to nothing. The notification would
+	// cost every commit the serialised flush described above for
+	// nothing. A polling relay on such a table still finds every row, by
+	// its poll, up to its PollMax later. Default false; not with
+	// NotifyWhenIdle.
+	NoNotify bool
 }
 
 // DefaultLease is Options.Lease's default, relay.DefaultLease.
@@ -148,6 +157,9 @@ func Open(table string, opts Options) (*Table, error) {
 	if err := ValidateTable(table); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
+	if opts.NoNotify && opts.NotifyWhenIdle {
+		return nil, fmt.Errorf("%w: NoNotify and NotifyWhenIdle exclude each other", ErrInvalidConfig)
+	}
 	lease := opts.Lease
 	if lease == 0 {
 		lease = DefaultLease
@@ -161,7 +173,7 @@ func Open(table string, opts Options) (*Table, error) {
 	o := &Table{table: table, channel: "warren." + table, schema: schema, lease: lease, lockTimeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout)}
 	switch schema {
 	case SchemaWarren:
-		o.sql = renderStatements(table, opts.NotifyWhenIdle)
+		o.sql = renderStatements(table, notifyMode(opts))
 	case SchemaPlane:
 		o.plane = [2]planeStatements{renderPlaneStatements(table, lease, false), renderPlaneStatements(table, lease, true)}
 	}

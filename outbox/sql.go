@@ -107,12 +107,23 @@ const (
 
 const schemaVersionSQL = `SELECT coalesce(max(version), 0) FROM {table_migrations}`
 
-func renderStatements(table string, whenIdle bool) statements {
-	r := func(q string) string { return render(table, q) }
-	notify := notifyAlways
-	if whenIdle {
-		notify = notifyWhenIdle
+// notifyNever stands where the notify expression would: the count still
+// needs a column, and $13 stays in the statement for the arguments' sake.
+const notifyNever = `CASE WHEN $13::text IS NULL THEN NULL END`
+
+// notifyMode is the notify expression Options ask for.
+func notifyMode(opts Options) string {
+	switch {
+	case opts.NoNotify:
+		return notifyNever
+	case opts.NotifyWhenIdle:
+		return notifyWhenIdle
 	}
+	return notifyAlways
+}
+
+func renderStatements(table, notify string) statements {
+	r := func(q string) string { return render(table, q) }
 	return statements{
 		insert:        r(fmt.Sprintf(insertSQL, notify)),
 		stats:         r(statsSQL),

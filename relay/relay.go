@@ -250,7 +250,7 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 	var pub *amqpx.Publisher
 	setupCtx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
 	err := amqpx.Bound(setupCtx, conn, func() error {
-		if err := declareExchange(conn, r.cfg.Exchange); err != nil {
+		if err := amqpx.DeclareFanout(conn, r.cfg.Exchange); err != nil {
 			return err
 		}
 		var err error
@@ -306,20 +306,6 @@ func closeError(e *amqp.Error) error {
 		return amqpx.ErrClosed
 	}
 	return e
-}
-
-// declareExchange declares the durable fanout exchange on a channel of its
-// own: a mismatch closes that channel, not the publisher's.
-func declareExchange(conn *amqp.Connection, exchange string) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", exchange, err)
-	}
-	return nil
 }
 
 // work is one claim–publish–settle loop. It stops claiming when ctx ends;

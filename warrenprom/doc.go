@@ -46,7 +46,9 @@
 //	warren_queue_poll_errors_total  polls that failed (label consumer only)
 //
 // The relay's metrics are in package warrenprom/relayprom, so that a
-// consumer service does not link the relay and pgx.
+// consumer service does not link the relay and pgx, and the CDC relay's
+// (package relay/cdc: its counts, its slot's lag and status) in
+// warrenprom/cdcprom.
 //
 // Deduplication ([DedupMetrics], label consumer):
 //

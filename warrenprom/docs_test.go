@@ -14,11 +14,12 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/warrenprom"
+	"github.com/warrenmq/warren/warrenprom/cdcprom"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
 
-// exported returns the names of every metric family warrenprom and
-// relayprom export, with one event through each so every vector has a
+// exported returns the names of every metric family warrenprom, relayprom
+// and cdcprom export, with one event through each so every vector has a
 // child.
 func exported(t *testing.T) map[string]bool {
 	t.Helper()
@@ -51,12 +52,31 @@ func exported(t *testing.T) map[string]bool {
 	for _, f := range families {
 		names[f.GetName()] = true
 	}
+	// The CDC metrics are read from a relay and its slot at each scrape:
+	// their names are in the collector's descriptions.
+	cdcm, err := cdcprom.New(prometheus.NewRegistry(), nil, cdcprom.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	descs := make(chan *prometheus.Desc, 32)
+	cdcm.Describe(descs)
+	close(descs)
+	for d := range descs {
+		name := descName.FindStringSubmatch(d.String())
+		if name == nil {
+			t.Fatalf("no name in %s", d)
+		}
+		names[name[1]] = true
+	}
 	// The queue gauges get children only from a poll.
 	names["warren_queue_messages"], names["warren_queue_consumers"] = true, true
 	return names
 }
 
 var metricName = regexp.MustCompile(`warren_[a-z_]*[a-z]`)
+
+// descName finds the name in a prometheus.Desc's String().
+var descName = regexp.MustCompile(`fqName: "([a-z_]+)"`)
 
 // referenced returns the warren metric names a document uses, a
 // histogram's _bucket, _count and _sum series under the histogram's name.

@@ -113,7 +113,7 @@ var relayVerbs = &subcommands[relayRunOptions, *relayRun]{
 	command: "relay", common: func(fs *flagSet, o *relayRunOptions) { o.register(fs) },
 	verbs: []subcommand[relayRunOptions, *relayRun]{{
 		name: "run", summary: "move events from the outbox table to the broker until stopped",
-		about: "Move events from the outbox table to the broker until SIGINT or SIGTERM: claim due rows (FOR UPDATE SKIP LOCKED, with a lease), publish them with publisher confirms and mandatory routing, and delete each row (or mark it delivered) only after the broker confirmed it. Run as many relays on one table as you like. On a stop, publishes in flight finish and unpublished claims are released. Losing the broker or the database is waited out with backoff; rows wait. With --health-addr, /healthz answers 200 while the relay runs and no worker is stuck, /readyz 200 while it can claim and publish, and /metrics serves the relay and outbox metrics (docs/alerts.md).\n\nPasswords are never printed. Exit status: 0 after a graceful stop; 1 the relay could not run (e.g. the table is missing: run 'warren outbox migrate'); 2 the command line was wrong.",
+		about: "Move events from the outbox table to the broker until SIGINT or SIGTERM: claim due rows (FOR UPDATE SKIP LOCKED, with a lease), publish them with publisher confirms and mandatory routing, and delete each row (or mark it delivered) only after the broker confirmed it. Run as many relays on one table as you like. On a stop, publishes in flight finish and unpublished claims are released. Losing the broker or the database is waited out with backoff; rows wait. With --health-addr, /healthz answers 200 while the relay runs and no worker is stuck, /readyz 200 while it can claim and publish, and /metrics serves the relay and outbox metrics (docs/alerts.md); with --mode cdc, /healthz answers 200 while the relay runs and its stream's reader is not stuck, /readyz 200 while it streams the slot or stands by for it (the body says which), and /metrics serves the relay's counts and the slot's lag.\n\nPasswords are never printed. Exit status: 0 after a graceful stop; 1 the relay could not run (e.g. the table is missing: run 'warren outbox migrate'); 2 the command line was wrong.",
 		examples: []string{
 			"warren relay run --migrate",
 			"DATABASE_URL=postgres://app@db/app AMQP_URL=amqp://app@mq/ warren relay run --exchange app.events",
@@ -161,8 +161,7 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	}
 	var reg *prometheus.Registry
 	if o.healthAddr != "" {
-		reg = prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		reg = newRegistry()
 		metrics, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
 		if err != nil {
 			return err
@@ -177,7 +176,7 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 		return err
 	}
 	if o.healthAddr != "" {
-		stop, err := serveHealth(o.healthAddr, r, reg, cfg.Logger)
+		stop, err := serveHealth(o.healthAddr, r.HealthHandler(), reg, cfg.Logger)
 		if err != nil {
 			return err
 		}
@@ -193,16 +192,25 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	return o.db.redact(r.Run(ctx))
 }
 
-// serveHealth serves the relay's health endpoints and reg's metrics on
-// addr until stop is called. Listening happens now, so a taken address
-// fails the command before the relay starts.
-func serveHealth(addr string, r *relay.Relay, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+// newRegistry is the registry --health-addr serves: the process's own
+// metrics, to which the relay's are added.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// serveHealth serves a relay's health endpoints (health answers GET
+// /healthz and /readyz) and reg's metrics on addr until stop is called.
+// Listening happens now, so a taken address fails the command before the
+// relay starts.
+func serveHealth(addr string, health http.Handler, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--health-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", r.HealthHandler()) // GET /healthz and /readyz
+	mux.Handle("/", health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	srv := httpserver.New(addr, mux)
 	var served sync.WaitGroup

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/cdc"
+	"github.com/warrenmq/warren/warrenprom/cdcprom"
 )
 
 // runCDCRelay is 'warren relay run --mode cdc': the relay that streams
@@ -48,12 +53,54 @@ func runCDCRelay(ctx context.Context, c *relayRun) error {
 	if err != nil {
 		return err
 	}
+	if o.healthAddr != "" {
+		stop, err := serveCDCHealth(ctx, o, r, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if o.migrate {
 		if err := migrateBeforeRun(ctx, &o.db, env.stdout); err != nil {
 			return err
 		}
 	}
 	return o.db.redact(r.Run(ctx))
+}
+
+// serveCDCHealth serves --health-addr for the CDC relay r: its probes, and
+// its metrics with the slot's status, read at each scrape on a small pool
+// of its own (the relay's pool lives only while it runs, and a scrape must
+// not take a connection the relay needs).
+func serveCDCHealth(ctx context.Context, o *relayRunOptions, r *cdc.Relay, log *slog.Logger) (stop func(), err error) {
+	pcfg, err := pgxpool.ParseConfig(o.db.databaseURL)
+	if err != nil {
+		return nil, usagef("--database-url: %v", o.db.redact(err))
+	}
+	pcfg.MaxConns = 2
+	pcfg.ConnConfig.RuntimeParams["application_name"] = cmp.Or(pcfg.ConnConfig.RuntimeParams["application_name"], "warren cdc metrics")
+	// Connects on the first scrape: a database that is down now is the
+	// relay's to wait out, and the scrape's to report.
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, o.db.redact(err)
+	}
+	reg := newRegistry()
+	m, err := cdcprom.New(reg, pool, cdcprom.Options{})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	m.Watch(r)
+	stopServing, err := serveHealth(o.healthAddr, r.HealthHandler(), reg, log)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return func() {
+		stopServing()
+		pool.Close()
+	}, nil
 }
 
 // cdcOnly refuses the polling relay's own flags: the stream has no claims,
@@ -66,8 +113,6 @@ func (o *relayRunOptions) cdcOnly(cfg relay.Config) error {
 		return usagef("--keep-delivered, --order-by-entity and --no-listen are the polling relay's; --mode cdc trims published rows and keeps commit order")
 	case o.workers != relay.DefaultWorkers, o.lease != 0, o.pollMin != 0, o.pollMax != 0:
 		return usagef("--workers, --lease, --poll-min and --poll-max are the polling relay's; --mode cdc has one stream per slot")
-	case o.healthAddr != "":
-		return usagef("--health-addr is not served with --mode cdc yet; 'warren outbox stats' shows the slot's lag")
 	}
 	return nil
 }

@@ -36,87 +36,114 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// TestRelayRunHealthAddr runs 'warren relay run --health-addr' and checks
-// its probes and its metrics after relaying three events.
+// TestRelayRunHealthAddr runs 'warren relay run --health-addr', polling
+// and streaming, and checks its probes and its metrics after relaying
+// three events.
 func TestRelayRunHealthAddr(t *testing.T) {
-	ctx := context.Background()
-	table := testenv.Name(t, "ob")
-	testenv.DropTables(t, table, table+"_migrations")
-	pool := testenv.PgPool(t)
-	ob, err := outbox.New(table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ob.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	exchange, queue := testenv.Name(t, "ex"), testenv.Name(t, "q")
-	testenv.CleanupExchanges(t, exchange)
-	testenv.CleanupQueues(t, queue)
-	ch := testenv.Channel(t)
-	for _, err := range []error{
-		ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil),
-		func() error { _, err := ch.QueueDeclare(queue, true, false, false, false, nil); return err }(),
-		ch.QueueBind(queue, "", exchange, false, nil),
+	for _, mode := range []struct {
+		name string
+		// ready is in /readyz's body once ready; metrics are lines of
+		// /metrics after the three events, the first one awaited.
+		ready   string
+		metrics func(table string) []string
+	}{
+		{"poll", `"ready":true`, func(table string) []string {
+			return []string{`warren_relay_published_total{outbox="` + table + `"} 3` + "\n", `warren_relay_publish_failures_total{outbox="` + table + `"} 0`}
+		}},
+		{"cdc", `"role":"streaming"`, func(table string) []string {
+			group := `{outbox="` + table + `",slot="` + table + `_cdc"}`
+			return []string{"warren_cdc_relay_published_total" + group + " 3\n", "warren_cdc_relay_streaming" + group + " 1",
+				"warren_cdc_slot_active" + group + " 1", "warren_cdc_slot_lag_bytes" + group, "warren_cdc_slot_status_errors_total" + group + " 0"}
+		}},
 	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := context.Background()
+			table := testenv.Name(t, "ob")
+			testenv.DropTables(t, table, table+"_migrations")
+			pool := testenv.PgPool(t)
+			ob, err := outbox.New(table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ob.Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			if mode.name == "cdc" {
+				testenv.CDCSlot(t, pool, table)
+			}
+			exchange, queue := testenv.Name(t, "ex"), testenv.Name(t, "q")
+			testenv.CleanupExchanges(t, exchange)
+			testenv.CleanupQueues(t, queue)
+			ch := testenv.Channel(t)
+			for _, err := range []error{
+				ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil),
+				func() error { _, err := ch.QueueDeclare(queue, true, false, false, false, nil); return err }(),
+				ch.QueueBind(queue, "", exchange, false, nil),
+			} {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
 
-	addr := freeAddr(t)
-	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": table, "AMQP_URL": testenv.AMQPURL(t), "WARREN_EXCHANGE": exchange}
-	runCtx, cancel := context.WithCancel(ctx)
-	var r outboxCLIResult
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		r = runOutboxCLI(runCtx, environ, "relay", "run", "--name", testenv.Name(t, "relay"), "--health-addr", addr)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-finished
-	})
-	base := "http://" + addr
-	testenv.WaitFor(t, 60*time.Second, "/readyz to answer 200", func() bool {
-		code, _ := get(t, base+"/readyz")
-		return code == http.StatusOK
-	})
-	if code, body := get(t, base+"/healthz"); code != http.StatusOK || !strings.Contains(body, `"alive":true`) {
-		t.Errorf("/healthz: %d %s", code, body)
-	}
+			addr := freeAddr(t)
+			environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": table, "AMQP_URL": testenv.AMQPURL(t), "WARREN_EXCHANGE": exchange}
+			runCtx, cancel := context.WithCancel(ctx)
+			var r outboxCLIResult
+			finished := make(chan struct{})
+			go func() {
+				defer close(finished)
+				r = runOutboxCLI(runCtx, environ, "relay", "run", "--mode", mode.name, "--name", testenv.Name(t, "relay"), "--health-addr", addr)
+			}()
+			t.Cleanup(func() {
+				cancel()
+				<-finished
+			})
+			base := "http://" + addr
+			testenv.WaitFor(t, 60*time.Second, "/readyz to answer 200", func() bool {
+				code, body := get(t, base+"/readyz")
+				return code == http.StatusOK && strings.Contains(body, mode.ready)
+			})
+			if code, body := get(t, base+"/healthz"); code != http.StatusOK || !strings.Contains(body, `"alive":true`) {
+				t.Errorf("/healthz: %d %s", code, body)
+			}
+			if mode.name == "cdc" {
+				// Events committed during the backfill are published twice.
+				testenv.WaitBackfilled(t, pool, table, table+"_cdc")
+			}
 
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"h-1", "h-2", "h-3"} {
-		if _, err := ob.Publish(ctx, tx, warrenpkg.Event{ID: id, Type: "workitem.created"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	want := `warren_relay_published_total{outbox="` + table + `"} 3`
-	var body string
-	testenv.WaitFor(t, 60*time.Second, "the published counter on /metrics", func() bool {
-		_, body = get(t, base+"/metrics")
-		return strings.Contains(body, want)
-	})
-	for _, line := range []string{`warren_relay_publish_failures_total{outbox="` + table + `"} 0`, "go_goroutines"} {
-		if !strings.Contains(body, line) {
-			t.Errorf("/metrics lacks %q", line)
-		}
-	}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"h-1", "h-2", "h-3"} {
+				if _, err := ob.Publish(ctx, tx, warrenpkg.Event{ID: id, Type: "workitem.created"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			lines := append(mode.metrics(table), "go_goroutines")
+			var body string
+			testenv.WaitFor(t, 60*time.Second, "the published counter on /metrics", func() bool {
+				_, body = get(t, base+"/metrics")
+				return strings.Contains(body, lines[0])
+			})
+			for _, line := range lines[1:] {
+				if !strings.Contains(body, line) {
+					t.Errorf("/metrics lacks %q", line)
+				}
+			}
 
-	cancel()
-	<-finished
-	if r.code != 0 {
-		t.Fatalf("relay run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
-	if code, _ := get(t, base+"/healthz"); code != 0 {
-		t.Errorf("/healthz still answers %d after the command returned", code)
+			cancel()
+			<-finished
+			if r.code != 0 {
+				t.Fatalf("relay run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+			}
+			if code, _ := get(t, base+"/healthz"); code != 0 {
+				t.Errorf("/healthz still answers %d after the command returned", code)
+			}
+		})
 	}
 }
 

@@ -12,6 +12,14 @@
 //   - relay: move an outbox backlog to the broker with confirms;
 //   - commit → publish latency: a steady 1,000 events/s through the outbox,
 //     a 250 ms poller against the relay woken by LISTEN/NOTIFY (p50, p99);
+//   - cdc (cdc.go): the relay that streams the outbox from a logical
+//     replication slot (relay/cdc) draining the relay scenario's backlog
+//     beside the raw loop and relay.Run; its commit → publish latency at
+//     1,000 events/s; and the producers' own commits/s with no relay, with
+//     it, with relay.Run, and deleting their rows themselves (option 1 of
+//     docs/adr/cdc-relay.md). Postgres needs wal_level = logical
+//     (scripts/services.sh); every slot made is dropped after its
+//     measurement;
 //   - memory: peak RSS of a consumer and of a relay, each in a subprocess
 //     of this binary, over -rss-messages messages;
 //   - capture: bulk and single-row UPDATEs of a table without a trigger
@@ -35,10 +43,11 @@
 // from run to run and ratios mostly do not. It checks each warren variant
 // against the targets and says why a missed one was missed.
 //
-//	make bench                                      everything, defaults (about 30 minutes on 2 cores)
+//	make bench                                      everything, defaults (about an hour on 2 cores)
 //	go run . -run growth                            the growth scenarios alone (about 10 quiet minutes)
 //	go run . -run relay -messages 5000 -rounds 3    one scenario, smaller
 //	go run . -run memory -rss-messages 1000000      the memory run
+//	go run . -run cdc                               the CDC relay's scenarios
 //
 // Where the time goes per message is measured apart, with go test's
 // benchmarks: BenchmarkConsume and BenchmarkRelay drain a backlog with

@@ -60,14 +60,8 @@ func latencyScenario(rate int) scenario {
 			"Postgres serialises the commits of transactions that sent a NOTIFY on one database-wide lock held through the commit's "+
 			"WAL flush, so when every transaction notifies they commit one flush at a time, without group commit.",
 			rate, pollerInterval, rawClaimBatch, producers, latencyWarmUp, keptSchedule),
-		metrics: []metric{
-			{name: "p50 ms", lowerBetter: true, target: target{bound: 5}},
-			{name: "p99 ms", lowerBetter: true, target: target{bound: 50}},
-			{name: "committed events/s", target: target{bound: keptSchedule * float64(rate)}},
-		},
-		size: func(e *env) string {
-			return fmt.Sprintf("%d events/s for %v", rate, e.latencyRun)
-		},
+		metrics: latencyMetrics(rate, 5, 50),
+		size:    latencySize(rate),
 		variants: []variant{
 			// Plane's producers send no NOTIFY; NotifyWhenIdle is the nearest
 			// outbox option, and with a 250 ms poller a due row is nearly
@@ -85,17 +79,76 @@ func latencyScenario(rate int) scenario {
 	}
 }
 
-// runRelay runs one side's relay on ob until ctx ends.
-type runRelay func(ctx context.Context, e *env, ob *outboxBench) error
+// latencyMetrics are a latency scenario's metrics at rate: the p50 and
+// p99 bounds in milliseconds, and the producers keeping their schedule.
+func latencyMetrics(rate int, p50, p99 float64) []metric {
+	return []metric{
+		{name: "p50 ms", lowerBetter: true, target: target{bound: p50}},
+		{name: "p99 ms", lowerBetter: true, target: target{bound: p99}},
+		{name: "committed events/s", target: target{bound: keptSchedule * float64(rate)}},
+	}
+}
+
+func latencySize(rate int) func(e *env) string {
+	return func(e *env) string {
+		return fmt.Sprintf("%d events/s for %v", rate, e.latencyRun)
+	}
+}
+
+// runRelay runs one side's relay on ob until ctx ends. It calls ready
+// once producers may start: at once for a relay that finds rows however
+// they were written, after its setup for one that must exist before the
+// rows do (the CDC relay's slot).
+type runRelay func(ctx context.Context, e *env, ob *outboxBench, ready func()) error
+
+// startedRelay is a runRelay running on its own goroutine.
+type startedRelay struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returned, err set
+	err    error
+}
+
+// startRelay starts run on ob and returns once it is ready. Whatever
+// happens next, the caller must call stop before it removes ob: a relay
+// still running would find its table gone, and a CDC relay's slot can be
+// dropped only once its stream has ended.
+func startRelay(ctx context.Context, e *env, ob *outboxBench, run runRelay) (*startedRelay, error) {
+	rctx, cancel := context.WithCancel(ctx)
+	r := &startedRelay{cancel: cancel, done: make(chan struct{})}
+	ready := make(chan struct{})
+	var once sync.Once
+	go func() {
+		defer close(r.done)
+		r.err = run(rctx, e, ob, func() { once.Do(func() { close(ready) }) })
+	}()
+	select {
+	case <-ready:
+		return r, nil
+	case <-r.done:
+		return nil, fmt.Errorf("relay stopped before it was ready: %v", r.err)
+	case <-ctx.Done():
+		r.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// stop ends the relay and returns what it returned; it may be called
+// more than once.
+func (r *startedRelay) stop() error {
+	r.cancel()
+	<-r.done
+	return r.err
+}
 
 // runPoller is the baseline: a loop that drains the outbox every
 // pollerInterval.
-func runPoller(ctx context.Context, e *env, ob *outboxBench) error {
+func runPoller(ctx context.Context, e *env, ob *outboxBench, ready func()) error {
 	loop, err := newRawRelayLoop(ctx, e, ob)
 	if err != nil {
 		return err
 	}
 	defer loop.close()
+	ready()
 	tick := time.NewTicker(pollerInterval)
 	defer tick.Stop()
 	for {
@@ -122,7 +175,7 @@ func runPoller(ctx context.Context, e *env, ob *outboxBench) error {
 // runWarrenRelay runs relay.Run at its defaults, changed by tune where
 // it is not nil.
 func runWarrenRelay(tune func(*relay.Config)) runRelay {
-	return func(ctx context.Context, e *env, ob *outboxBench) error {
+	return func(ctx context.Context, e *env, ob *outboxBench, ready func()) error {
 		cfg := relay.Config{Pool: ob.pool, AMQPURL: e.amqpURL, Exchange: ob.exchange, Table: ob.outbox.Name(),
 			Name: "warren-bench-latency", Logger: discardLogger}
 		if tune != nil {
@@ -132,6 +185,8 @@ func runWarrenRelay(tune func(*relay.Config)) runRelay {
 		if err != nil {
 			return err
 		}
+		// Its first claim, at start, finds what was written before.
+		ready()
 		return r.Run(ctx)
 	}
 }
@@ -175,8 +230,9 @@ func measureLatency(rate int, run runRelay, opts outbox.Options) func(ctx contex
 		consumer.Go(func() {
 			for d := range deliveries {
 				now := time.Now().UnixNano()
-				if i, ok := eventIndex(d); ok && i < total {
-					arrived[i].Store(now)
+				// An event's first arrival is its latency; a duplicate
+				// (at least once allows them) is not counted twice.
+				if i, ok := eventIndex(d); ok && i < total && arrived[i].CompareAndSwap(0, now) {
 					received.Add(1)
 				}
 			}
@@ -184,10 +240,11 @@ func measureLatency(rate int, run runRelay, opts outbox.Options) func(ctx contex
 		defer consumer.Wait()
 		defer ch.Close() // ends deliveries; runs before consumer.Wait
 
-		relayCtx, stopRelay := context.WithCancel(ctx)
-		defer stopRelay()
-		relayErr := make(chan error, 1)
-		go func() { relayErr <- run(relayCtx, e, ob) }()
+		rel, err := startRelay(ctx, e, ob, run)
+		if err != nil {
+			return nil, err
+		}
+		defer rel.stop() // before ob.close, deferred earlier
 
 		committedRate, err := produce(ctx, ob, rate, total, committed)
 		if err != nil {
@@ -196,8 +253,8 @@ func measureLatency(rate int, run runRelay, opts outbox.Options) func(ctx contex
 		deadline := time.Now().Add(30 * time.Second)
 		for received.Load() < int64(total) {
 			select {
-			case err := <-relayErr:
-				return nil, fmt.Errorf("relay stopped: %v", err)
+			case <-rel.done:
+				return nil, fmt.Errorf("relay stopped: %v", rel.err)
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			case <-time.After(10 * time.Millisecond):
@@ -206,8 +263,7 @@ func measureLatency(rate int, run runRelay, opts outbox.Options) func(ctx contex
 				return nil, fmt.Errorf("%d of %d events arrived within 30s of the last commit", received.Load(), total)
 			}
 		}
-		stopRelay()
-		if err := <-relayErr; err != nil {
+		if err := rel.stop(); err != nil {
 			return nil, err
 		}
 

@@ -116,7 +116,7 @@ type env struct {
 	redisURL    string
 	messages    int           // backlog size of the throughput scenarios
 	rssMessages int           // messages of the memory scenario
-	latencyRun  time.Duration // how long the latency scenario produces
+	latencyRun  time.Duration // how long the latency and cdc producers scenarios produce
 
 	// Set by growth variants on their own copy of the env (growth.go):
 	payloadData []byte          // every event's payload.data, when set (env.event)
@@ -134,7 +134,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "rounds per scenario; variants alternate within each round")
 	messages := flag.Int("messages", 20000, "backlog size per throughput measurement")
 	rssMessages := flag.Int("rss-messages", 1000000, "messages the memory scenario's consumer and relay each process")
-	latencyRun := flag.Duration("latency-duration", 10*time.Second, "how long each latency measurement produces events")
+	latencyRun := flag.Duration("latency-duration", 10*time.Second, "how long each latency and cdc producers measurement produces events")
 	latencyRates := flag.String("latency-rate", "1000,3000", "events per second the latency scenario commits: a comma-separated list, one scenario per rate")
 	filter := flag.String("run", "", "regexp selecting scenarios by name")
 	variantFilter := flag.String("variant", "", "regexp selecting variants by name (for profiling one side)")
@@ -234,6 +234,7 @@ func main() {
 func scenarios(latencyRates []int) []scenario {
 	out := []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(), relayScenario()}
 	out = append(out, latencyScenarios(latencyRates)...)
+	out = append(out, cdcScenarios()...)
 	out = append(out, memoryScenario(), captureScenario())
 	return append(out, growthScenarios()...)
 }

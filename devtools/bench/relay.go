@@ -55,6 +55,10 @@ type outboxBench struct {
 	conn     *amqp.Connection
 	exchange string
 	queue    string
+	// slot is the CDC relay's replication slot on the table, once one may
+	// have been made (cdc.go): close drops it, since a slot left behind
+	// makes Postgres keep WAL for ever.
+	slot string
 }
 
 // newOutboxBench creates a table of its own, migrated, and the exchange
@@ -148,10 +152,16 @@ func (ob *outboxBench) pending(ctx context.Context) (bool, error) {
 
 func (ob *outboxBench) table() string { return pgx.Identifier{ob.outbox.Name()}.Sanitize() }
 
+// close removes what the bench made. Every relay on the table must have
+// stopped.
 func (ob *outboxBench) close() {
 	ctx := context.Background()
+	if ob.slot != "" {
+		dropCDCSlot(ob)
+	}
 	if ob.outbox != nil {
-		ob.pool.Exec(ctx, `DROP TABLE IF EXISTS `+ob.table()+`, `+pgx.Identifier{ob.outbox.Name() + "_migrations"}.Sanitize())
+		ob.pool.Exec(ctx, `DROP TABLE IF EXISTS `+ob.table()+`, `+pgx.Identifier{ob.outbox.Name() + "_migrations"}.Sanitize()+
+			`, `+cdcStateTable(ob))
 	}
 	ob.pool.Close()
 	if ob.conn != nil {

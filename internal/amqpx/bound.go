@@ -94,3 +94,18 @@ func CloseChannel(conn *amqp.Connection, ch *amqp.Channel) error {
 	}
 	return err
 }
+
+// DeclareFanout declares the durable fanout exchange the relays publish
+// to, on a channel of its own: a mismatch (an exchange of another type)
+// closes that channel, not the publisher's.
+func DeclareFanout(conn *amqp.Connection, exchange string) error {
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("open channel: %w", err)
+	}
+	defer ch.Close()
+	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
+		return fmt.Errorf("declare exchange %q: %w", exchange, err)
+	}
+	return nil
+}

@@ -25,6 +25,12 @@
 // what came after: those events may be published twice, never lost.
 // Consumers must be idempotent on event_id; warren's dedup middleware is.
 //
+// The stream delivers a transaction once its commit is flushed to the
+// WAL, a moment before other sessions can see it; the relay publishes
+// its events only once they can (a trim any sooner would not see the rows
+// and leave them pending for ever), so a consumer that reads the database
+// when an event arrives sees the change the event describes.
+//
 // Order: the stream is in commit order, and one relay publishes it in that
 // order on one channel, so events reach the exchange in the order their
 // transactions committed, and within a transaction in the order they were

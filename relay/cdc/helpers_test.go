@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/testenv"
@@ -29,41 +28,9 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	ob := testenv.NewOutboxTable(t)
 	table := ob.Table.Name()
-	e := &env{t: t, ob: ob, slot: table + "_cdc", exchange: testenv.Name(t, "ex"), queue: testenv.Name(t, "q")}
-	var level string
-	if err := ob.Pool.QueryRow(context.Background(), `SHOW wal_level`).Scan(&level); err != nil {
-		t.Fatal(err)
-	}
-	if level != "logical" {
-		t.Fatalf("PostgreSQL runs with wal_level = %s; the CDC relay needs logical: run scripts/services.sh, which sets it and restarts PostgreSQL", level)
-	}
-	testenv.DropTables(t, table+"_cdc")
-	// Registered before any relay runs, so it runs after they stopped: a
-	// slot left behind would keep WAL on this machine for ever.
-	url := testenv.DatabaseURL(t)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer conn.Close(ctx)
-		// The walsender of a relay that just stopped may still hold the
-		// slot for a moment.
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			err := cdc.DropSlot(ctx, conn, table, e.slot, e.slot)
-			if err == nil || time.Now().After(deadline) {
-				if err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	})
+	// Before any relay runs, so that the slot is dropped after they stopped.
+	slot := testenv.CDCSlot(t, ob.Pool, table)
+	e := &env{t: t, ob: ob, slot: slot, exchange: testenv.Name(t, "ex"), queue: testenv.Name(t, "q")}
 	testenv.CleanupExchanges(t, e.exchange)
 	testenv.CleanupQueues(t, e.queue)
 	e.ch = testenv.Channel(t)

@@ -41,6 +41,7 @@ type Relay struct {
 
 	published, dead atomic.Int64
 	streaming       atomic.Bool
+	health          healthState
 }
 
 // New checks cfg and prepares a relay; it connects to nothing.
@@ -55,10 +56,14 @@ func New(cfg Config) (*Relay, error) {
 	if dsn == "" {
 		dsn = cfg.Pool.Config().ConnString()
 	}
-	repl, err := pgconn.ParseConfig(dsn)
+	// Parsed as a pool's config so that pgxpool's and pgx's own keys
+	// (pool_max_conns, default_query_exec_mode, …) are taken out: sent as
+	// startup parameters, the server would refuse the connection.
+	parsed, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: DatabaseURL: %s", ErrInvalidConfig, redact.Error(err))
 	}
+	repl := parsed.ConnConfig.Config.Copy()
 	// The stream's timestamps arrive as text in the session's DateStyle,
 	// which decodeTuple reads as ISO.
 	repl.RuntimeParams["replication"] = "database"
@@ -84,6 +89,12 @@ func (r *Relay) Dead() int64 { return r.dead.Load() }
 // Streaming reports whether the relay holds the slot now.
 func (r *Relay) Streaming() bool { return r.streaming.Load() }
 
+// Table is the outbox table the relay streams.
+func (r *Relay) Table() string { return r.cfg.Table }
+
+// Slot is the replication slot of the relay's group.
+func (r *Relay) Slot() string { return r.cfg.Slot }
+
 // Run streams until ctx ends, then returns nil. A lost connection, to
 // Postgres or to the broker, ends a session; the next one resumes from
 // the last flushed position, so what was published and not yet flushed is
@@ -91,6 +102,8 @@ func (r *Relay) Streaming() bool { return r.streaming.Load() }
 // and tries again every StandbyRetry. It returns an error only for what
 // waiting cannot mend: a server whose wal_level is not logical.
 func (r *Relay) Run(ctx context.Context) error {
+	r.health.setRole(RoleStarting)
+	defer r.health.setRole(RoleStopped)
 	if r.poolConfig != nil {
 		pool, err := pgxpool.NewWithConfig(ctx, r.poolConfig)
 		if err != nil {
@@ -104,6 +117,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	for {
 		began := time.Now()
 		err := r.session(ctx)
+		if ctx.Err() == nil {
+			r.health.sessionEnded(err)
+		}
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -172,8 +188,14 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer amqpConn.Close()
-	if err := declareExchange(amqpConn, r.cfg.Exchange); err != nil {
+	// A broker that stops answering (an alarm) must not hold a stop:
+	// the close and the declare are bounded, closing the connection
+	// under them when they overrun.
+	defer amqpx.CloseConnection(amqpConn, amqpx.CloseTimeout)
+	dctx, dcancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	err = amqpx.Bound(dctx, amqpConn, func() error { return amqpx.DeclareFanout(amqpConn, r.cfg.Exchange) })
+	dcancel()
+	if err != nil {
 		return err
 	}
 	pub, err := amqpx.NewPublisher(ctx, amqpConn, 2*r.cfg.BatchSize)
@@ -188,7 +210,7 @@ func (r *Relay) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	q := newQueue(4 * r.cfg.BatchSize)
-	settles := make(chan settlement, 4)
+	settles := make(chan settlement, settleQueue)
 	var wg sync.WaitGroup
 	wg.Go(func() { cancel(r.read(sctx, conn, q)) })
 	wg.Go(func() {
@@ -205,9 +227,8 @@ func (r *Relay) session(ctx context.Context) error {
 	// The batch in flight when the session ended was settled; telling
 	// Postgres now spares the next relay publishing it again. Best effort:
 	// a position not reported is only a duplicate later.
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer fcancel()
-	pglogrepl.SendStandbyStatusUpdate(fctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(r.flushed.Load())})
+	conn.Conn().SetWriteDeadline(time.Now().Add(2 * time.Second))
+	pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pglogrepl.LSN(r.flushed.Load())})
 	return context.Cause(sctx)
 }
 
@@ -222,25 +243,12 @@ func (r *Relay) confirmedFlush(ctx context.Context) (pglogrepl.LSN, error) {
 	return pglogrepl.ParseLSN(*lsn)
 }
 
-// declareExchange declares the durable fanout exchange on a channel of its
-// own: a mismatch closes that channel, not the publisher's.
-func declareExchange(conn *amqp.Connection, exchange string) error {
-	ch, err := conn.Channel()
-	if err != nil {
-		return fmt.Errorf("open channel: %w", err)
-	}
-	defer ch.Close()
-	if err := ch.ExchangeDeclare(exchange, amqp.ExchangeFanout, true, false, false, false, nil); err != nil {
-		return fmt.Errorf("declare exchange %q: %w", exchange, err)
-	}
-	return nil
-}
-
 // item is one entry of the stream: an event to publish, or the end of a
 // transaction (end set, no row), after which the position may move to end.
 type item struct {
 	row     *outbox.Row
-	refetch bool // a redriven row whose update left a value out: read it from the table
+	refetch bool   // a redriven row whose update left a value out: read it from the table
+	xid     uint32 // the row's transaction
 	end     pglogrepl.LSN
 }
 
@@ -262,7 +270,14 @@ func newQueue(limit int) *queue {
 // push adds it and reports whether the queue is now full.
 func (q *queue) push(it item) bool {
 	q.mu.Lock()
-	q.items = append(q.items, it)
+	// Two ends in a row are one: the later is where the position may
+	// move. Keepalives and other tables' transactions come while the
+	// publisher is held up, and must not grow the queue without bound.
+	if n := len(q.items); it.row == nil && n > 0 && q.items[n-1].row == nil {
+		q.items[n-1].end = max(q.items[n-1].end, it.end)
+	} else {
+		q.items = append(q.items, it)
+	}
 	if it.row != nil {
 		q.rows++
 	}
@@ -315,12 +330,32 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 	types := pgtype.NewMap()
 	relations := map[uint32]*pglogrepl.RelationMessage{}
 	inTransaction := false
+	var xid uint32           // the transaction being read
 	var pushed pglogrepl.LSN // the last end pushed
 	nextStatus := time.Now()
+	// Every status sent is the heartbeat /healthz reads: the reader sends
+	// one at least every StatusInterval, whatever it waits on.
+	defer r.health.beat.Store(0)
+	// heard is when the server last said anything while the reader
+	// listened. A server gone without a reset (a partition, a frozen VM)
+	// only makes reads time out, and an idle one may say nothing: after
+	// a silence the status asks for a reply, and a longer one ends the
+	// session, as Postgres's own wal_receiver_timeout does.
+	heard := time.Now()
 	sendStatus := func() error {
 		nextStatus = time.Now().Add(r.cfg.StatusInterval)
 		pos := pglogrepl.LSN(r.flushed.Load())
-		return pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: pos})
+		// pglogrepl ignores the context of a send: a deadline on the
+		// socket keeps a server that stopped reading from blocking the
+		// reader, and with it a stop.
+		conn.Conn().SetWriteDeadline(time.Now().Add(statusWriteTimeout))
+		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
+			WALWritePosition: pos, ReplyRequested: time.Since(heard) > silenceLimit/3})
+		conn.Conn().SetWriteDeadline(time.Time{})
+		if err == nil {
+			r.health.stamp()
+		}
+		return err
 	}
 	for {
 		if !time.Now().Before(nextStatus) {
@@ -335,15 +370,22 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-q.room:
+				heard = time.Now() // not listening is not silence
 			case <-time.After(time.Until(nextStatus)):
 				if err := sendStatus(); err != nil {
 					return fmt.Errorf("send standby status: %w", err)
 				}
 			}
 		}
+		if time.Since(heard) > silenceLimit {
+			return fmt.Errorf("no word from the server for %v, though asked for a reply", silenceLimit)
+		}
 		rctx, cancel := context.WithDeadline(ctx, nextStatus)
 		msg, err := conn.ReceiveMessage(rctx)
 		cancel()
+		if err == nil {
+			heard = time.Now()
+		}
 		switch {
 		case ctx.Err() != nil:
 			return ctx.Err()
@@ -395,11 +437,11 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 			case *pglogrepl.RelationMessage:
 				relations[m.RelationID] = m
 			case *pglogrepl.BeginMessage:
-				inTransaction = true
+				inTransaction, xid = true, m.Xid
 			case *pglogrepl.InsertMessage:
-				r.queueRow(types, relations[m.RelationID], m.Tuple, q)
+				r.queueRow(types, relations[m.RelationID], m.Tuple, xid, q)
 			case *pglogrepl.UpdateMessage:
-				r.queueRow(types, relations[m.RelationID], m.NewTuple, q)
+				r.queueRow(types, relations[m.RelationID], m.NewTuple, xid, q)
 			case *pglogrepl.CommitMessage:
 				inTransaction = false
 				q.push(item{end: m.TransactionEndLSN})
@@ -411,7 +453,7 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 
 // queueRow queues a pending row of the outbox table. Rows in any other
 // state (the relay's own dead marks, a redrive's) are not events to send.
-func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, q *queue) {
+func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, xid uint32, q *queue) {
 	if rel == nil || rel.RelationName != r.cfg.Table {
 		return
 	}
@@ -427,7 +469,7 @@ func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tupl
 	if row.State != "" && row.State != outbox.Pending {
 		return
 	}
-	q.push(item{row: &row, refetch: refetch})
+	q.push(item{row: &row, refetch: refetch, xid: xid})
 }
 
 // settlement is what a batch's publish decided: the rows to trim, the rows
@@ -466,9 +508,13 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 			continue
 		}
 		rows := make([]outbox.Row, 0, len(items))
-		var refetch []int64
+		var err error
+		var refetch, xids []int64
 		var end pglogrepl.LSN
 		for _, it := range items {
+			if it.row != nil && (len(xids) == 0 || xids[len(xids)-1] != int64(it.xid)) {
+				xids = append(xids, int64(it.xid))
+			}
 			switch {
 			case it.row == nil:
 				end = it.end
@@ -478,12 +524,13 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 				rows = append(rows, *it.row)
 			}
 		}
+		if err := r.waitVisible(ctx, xids); err != nil {
+			return err
+		}
 		if len(refetch) > 0 {
-			more, err := r.pendingRows(ctx, refetch)
-			if err != nil {
+			if rows, err = r.refetched(ctx, items, rows, refetch); err != nil {
 				return err
 			}
-			rows = append(rows, more...)
 		}
 		s, err := r.deliver(ctx, pub, rows)
 		if err != nil {
@@ -495,6 +542,53 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 		settles <- s
 	}
 }
+
+// waitVisible waits until none of the transactions xids is running in
+// the eyes of a new snapshot. The stream delivers a transaction as soon
+// as its commit record is flushed, a moment before the committing backend
+// makes it visible to other snapshots (on a busy server, milliseconds):
+// a settle in that moment would not see its rows, delete none of them,
+// and still move the slot past them, leaving published rows pending in
+// the table for ever (the kill test found it, without a kill: a few
+// transactions in a thousand on a busy machine); a redrive's refetch
+// would not see the row pending and skip it. Publishing only what is
+// visible also means that a consumer reading the database when the event
+// arrives sees the change it describes.
+func (r *Relay) waitVisible(ctx context.Context, xids []int64) error {
+	wait := time.Millisecond
+	for len(xids) > 0 {
+		var running int
+		err := r.pool.QueryRow(ctx, visibleSQL, xids).Scan(&running)
+		if err != nil {
+			return fmt.Errorf("wait for the stream's transactions to be visible: %w", err)
+		}
+		if running == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+	return nil
+}
+
+// visibleSQL counts the transactions of $1 that a new snapshot would not
+// see yet. The stream gives 32-bit xids and snapshots hold 64-bit ones: an
+// xid is widened to the 64-bit value nearest the snapshot's xmax (the
+// stream's transactions are recent, far less than 2^31 from it). A
+// transaction that committed but is not visible yet may be the newest, at
+// or above xmax and so in no list of running ones; pg_visible_in_snapshot
+// counts it as not visible, as the trim's snapshot would.
+const visibleSQL = `WITH s AS (SELECT pg_current_snapshot() AS snap, pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax)
+	SELECT count(*) FROM s, unnest($1::bigint[]) AS t(xid),
+		LATERAL (SELECT s.xmax - s.xmax % 4294967296 + t.xid AS x) AS w
+	WHERE NOT pg_visible_in_snapshot((CASE
+		WHEN w.x - s.xmax > 2147483648 THEN w.x - 4294967296
+		WHEN s.xmax - w.x > 2147483648 THEN w.x + 4294967296
+		ELSE w.x END)::text::xid8, s.snap)`
 
 // backfill publishes the table's pending rows, which a new slot does not
 // stream if they committed before it, and records that it has. Rows that
@@ -521,6 +615,34 @@ func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) error {
 			return err
 		}
 	}
+}
+
+// refetched reads the rows of ids from the table and returns the batch's
+// rows in stream order, each read row in its item's place; a row no
+// longer pending is left out.
+func (r *Relay) refetched(ctx context.Context, items []item, decoded []outbox.Row, ids []int64) ([]outbox.Row, error) {
+	read, err := r.pendingRows(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[int64]outbox.Row, len(read))
+	for _, row := range read {
+		byID[row.ID] = row
+	}
+	out := make([]outbox.Row, 0, len(decoded)+len(read))
+	for _, it := range items {
+		switch {
+		case it.row == nil:
+		case !it.refetch:
+			out = append(out, decoded[0])
+			decoded = decoded[1:]
+		default:
+			if row, ok := byID[it.row.ID]; ok {
+				out = append(out, row)
+			}
+		}
+	}
+	return out, nil
 }
 
 // pendingRows reads the rows of ids that are still pending.
@@ -636,8 +758,11 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 		}
 	}()
 	for s := range settles {
+		// At most settleQueue more: what one settle holds, and so what a
+		// relay that dies during it has published without moving the
+		// slot, stays bounded even while the publisher keeps up with it.
 	merge:
-		for {
+		for range settleQueue {
 			select {
 			case more, ok := <-settles:
 				if !ok {
@@ -659,8 +784,24 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 	}
 }
 
+// silenceLimit is how long the reader waits for any word from the
+// server, having asked for a reply after a third of it, before it ends
+// the session; statusWriteTimeout bounds one status send.
+const (
+	silenceLimit       = 30 * time.Second
+	statusWriteTimeout = 5 * time.Second
+)
+
 // settleTimeout bounds one settle, which runs on after a stop.
 const settleTimeout = 10 * time.Second
+
+// settleQueue is how many published batches wait for the settle loop
+// before the publisher waits for it. With the batch in flight and the
+// settle being committed (which merges up to settleQueue more), it bounds
+// what a relay that dies has published beyond the position Postgres
+// knows: (2 + 2*settleQueue) batches, plus what settled since the last
+// status update. That is what the next relay publishes again.
+const settleQueue = 4
 
 // settle trims the confirmed rows and marks the dead ones in one
 // transaction, and only after it commits moves the flushed position: a
@@ -678,6 +819,9 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 		t := pgx.Identifier{r.cfg.Table}.Sanitize()
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
+			// Whatever the role's or database's setting: a trim a crash
+			// forgets after the slot moved would strand its rows.
+			b.Queue(`SET LOCAL synchronous_commit = on`)
 			b.Queue(`DELETE FROM `+t+` WHERE id = ANY($1::bigint[]) AND state = 'pending'`, s.done)
 			b.Queue(`UPDATE `+t+` AS o SET state = 'dead', attempts = d.attempts, last_error = d.reason, finished_at = now()
 				FROM unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, reason)

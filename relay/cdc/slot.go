@@ -63,10 +63,21 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
 		backfilled_at timestamptz)`); err != nil {
 		return false, fmt.Errorf("create %s: %w", stateTable(r.cfg.Table), err)
 	}
-	var plugin, database string
+	var plugin, database, currentDB string
+	if err := db.QueryRow(ctx, `SELECT current_database()`).Scan(&currentDB); err != nil {
+		return false, err
+	}
 	err = db.QueryRow(ctx, `SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&plugin, &database)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		// A slot that is missing may have been lost (a failover to a
+		// replica, a restore, max_slot_wal_keep_size, a hand-made drop)
+		// with rows still pending that it never streamed: the new slot
+		// must backfill, whatever the state table remembers of the old.
+		if _, err := db.Exec(ctx, `INSERT INTO `+stateTable(r.cfg.Table)+` (slot) VALUES ($1)
+			ON CONFLICT (slot) DO UPDATE SET backfilled_at = NULL`, r.cfg.Slot); err != nil {
+			return false, fmt.Errorf("reset the state of slot %s: %w", r.cfg.Slot, err)
+		}
 		// Creating the slot waits for the transactions running now to
 		// end; what commits after its consistent point is streamed, and
 		// what committed before is read by the backfill, which starts
@@ -78,6 +89,8 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
 		r.log.Info("created replication slot", "publication", r.cfg.Publication)
 	case err != nil:
 		return false, fmt.Errorf("read replication slot %s: %w", r.cfg.Slot, err)
+	case database != currentDB:
+		return false, fmt.Errorf("replication slot %s belongs to database %s, not %s: slot names are the server's, so name another slot (Config.Slot, --slot)", r.cfg.Slot, database, currentDB)
 	case plugin != "pgoutput":
 		return false, fmt.Errorf("replication slot %s uses plugin %q, not pgoutput: name another slot", r.cfg.Slot, plugin)
 	}
@@ -156,27 +169,35 @@ func Status(ctx context.Context, db outbox.DB, table, slot string) (SlotStatus, 
 	return s, nil
 }
 
-// DropSlot retires a relay group: it drops the slot, so the server stops
-// keeping WAL for it, and the publication and the slot's state row. It
-// fails while a relay streams the slot. Rows still pending stay in the
+// DropSlot retires a relay group: it forgets the slot's state row, drops
+// the publication and drops the slot, so the server stops keeping WAL for
+// it. Stop every relay of the group first: it fails while one streams the
+// slot, and a standby could make a new one. In that order, whatever is
+// left half-done (a stop between steps, a relay that started meanwhile)
+// leaves a slot without a record of its backfill, which the next relay
+// runs again: duplicates, never a loss. Rows still pending stay in the
 // table, where a polling relay, or a CDC relay that makes a new slot,
 // publishes them.
 func DropSlot(ctx context.Context, db outbox.DB, table, slot, publication string) error {
 	if !slotNameRE.MatchString(slot) || !slotNameRE.MatchString(publication) {
 		return fmt.Errorf("%w: slot %q or publication %q is not a valid name", ErrInvalidConfig, slot, publication)
 	}
-	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
-		return fmt.Errorf("drop replication slot %s: %w", slot, err)
+	var exists bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, stateTable(table)).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		if _, err := db.Exec(ctx, `DELETE FROM `+stateTable(table)+` WHERE slot = $1`, slot); err != nil {
+			return fmt.Errorf("forget slot %s: %w", slot, err)
+		}
 	}
 	if _, err := db.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{publication}.Sanitize()); err != nil {
 		return fmt.Errorf("drop publication %s: %w", publication, err)
 	}
-	var exists bool
-	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, stateTable(table)).Scan(&exists); err != nil || !exists {
-		return err
+	if _, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
+		return fmt.Errorf("drop replication slot %s: %w", slot, err)
 	}
-	_, err := db.Exec(ctx, `DELETE FROM `+stateTable(table)+` WHERE slot = $1`, slot)
-	return err
+	return nil
 }
 
 // Slots reads the status of every slot that relays have made for table,

@@ -1,0 +1,31 @@
+// Package cdcprom exports the CDC relay's metrics (package relay/cdc) to
+// Prometheus. It is apart from relayprom so that a polling relay's sidecar
+// does not link the logical replication client.
+//
+// The relay keeps its own counts; [Metrics] reads them, and asks Postgres
+// for the slot's status through [cdc.Status], when Prometheus scrapes:
+//
+//	reg := prometheus.NewRegistry()
+//	m, _ := cdcprom.New(reg, pool, cdcprom.Options{})
+//	r, _ := cdc.New(cdc.Config{Pool: pool})
+//	m.Watch(r)
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//	http.Handle("/", r.HealthHandler()) // /healthz and /readyz
+//
+// Metrics (labels outbox, the table's name, and slot, the group's
+// replication slot):
+//
+//	warren_cdc_relay_published_total        events this process's relays had confirmed by the broker
+//	warren_cdc_relay_dead_rows_total        events they made dead
+//	warren_cdc_relay_streaming              1 while one of them streams the slot, else 0
+//	warren_cdc_slot_active                  1 while any relay streams the slot (Postgres's view), else 0
+//	warren_cdc_slot_lag_bytes               WAL the server keeps for the slot
+//	warren_cdc_slot_wal_status              1, labelled wal_status: reserved, extended, unreserved or lost
+//	warren_cdc_oldest_pending_age_seconds   age of the table's oldest pending row: the group's lag in time
+//	warren_cdc_slot_status_errors_total     scrapes whose read of the slot's status failed
+//
+// The slot and table gauges describe the group, whichever relay's process
+// reports them: with several relays on one slot, aggregate them with max,
+// and the relays' counters with sum. They are left out of a scrape whose
+// read fails (a stale lag is worse than none) or finds no slot yet.
+package cdcprom
