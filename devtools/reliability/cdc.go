@@ -53,19 +53,6 @@ func (h *harness) postgresSettings() []string {
 		fmt.Sprintf("wal_sender_timeout=%dms", h.mode.relayLease.Milliseconds())}
 }
 
-// relayConnected is a CDC relay's readiness: the incarnation started at
-// since has a session in Postgres (its pool, which runs the slot's setup
-// every StandbyRetry while it stands by, or its walsender while it
-// streams). The relay serves no /readyz in this mode.
-func (h *harness) relayConnected(name string) func(ctx context.Context, since time.Time) (bool, bool) {
-	return func(ctx context.Context, since time.Time) (bool, bool) {
-		var n int
-		err := h.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND backend_start >= $2`,
-			name, since).Scan(&n)
-		return err == nil && n > 0, false
-	}
-}
-
 // withRetry runs f until it succeeds, for up to 10s: right after a
 // restart or pg_terminate_backend, the pool may hand out a dead
 // connection first.

@@ -56,7 +56,7 @@ func TestRelayArgs(t *testing.T) {
 	if !slices.Contains(args, "--mode") || args[slices.Index(args, "--mode")+1] != "cdc" {
 		t.Errorf("cdc relay args %q lack --mode cdc", args)
 	}
-	for _, refused := range []string{"--lease", "--health-addr", "--workers", "--poll-min", "--poll-max", "--keep-delivered"} {
+	for _, refused := range []string{"--lease", "--workers", "--poll-min", "--poll-max", "--keep-delivered"} {
 		if slices.Contains(args, refused) {
 			t.Errorf("cdc relay args %q carry %s, which --mode cdc refuses", args, refused)
 		}

@@ -521,24 +521,17 @@ func (h *harness) setup(ctx context.Context) error {
 	common := append(cleanEnv(), "AMQP_URL="+h.rabbit.URL(), "DATABASE_URL="+h.pg.URL(), "REDIS_URL="+h.redis.URL(),
 		"WARREN_EXCHANGE="+exchange, "WARREN_OUTBOX_TABLE="+outboxTable, "WEBHOOK_SECRET="+webhookSecret)
 	add := func(kind, name, binary string, args []string, env ...string) error {
-		spec := procSpec{name: name, kind: kind, bin: binary, args: args, env: append(append([]string(nil), common...), env...)}
-		if kind == "relay" && h.cdc() {
-			// The CDC relay serves no health endpoint (--health-addr is
-			// refused with --mode cdc): Postgres says whether it runs.
-			spec.probe = h.relayConnected(name)
-		} else {
-			port, err := freePort()
-			if err != nil {
-				return err
-			}
-			addr := "127.0.0.1:" + strconv.Itoa(port)
-			if kind == "relay" {
-				spec.args = append(spec.args, "--health-addr", addr)
-			} else {
-				spec.env = append(spec.env, "HEALTH_ADDR="+addr)
-			}
-			spec.health = "http://" + addr
+		port, err := freePort()
+		if err != nil {
+			return err
 		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		if kind == "relay" {
+			args = append(args, "--health-addr", addr)
+		} else {
+			env = append(env, "HEALTH_ADDR="+addr)
+		}
+		spec := procSpec{name: name, kind: kind, bin: binary, args: args, env: append(append([]string(nil), common...), env...), health: "http://" + addr}
 		h.procs = append(h.procs, newProc(spec, filepath.Join(h.dir, "logs", name+".log")))
 		return nil
 	}
@@ -594,8 +587,10 @@ func (h *harness) setup(ctx context.Context) error {
 	return nil
 }
 
-// relayArgs are a supervised relay's arguments in the run's relay mode.
-// Its grace on SIGTERM is its publish timeout (relayStopGrace).
+// relayArgs are a supervised relay's arguments in the run's relay mode
+// (add appends --health-addr: a CDC relay's /readyz answers 200 while it
+// streams the slot or stands by for it). Its grace on SIGTERM is its
+// publish timeout (relayStopGrace).
 func (h *harness) relayArgs(name string) []string {
 	args := []string{"relay", "run", "--migrate", "--name", name, "--publish-timeout", relayStopGrace.String()}
 	if h.cdc() {

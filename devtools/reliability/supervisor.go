@@ -26,9 +26,6 @@ type procSpec struct {
 	args   []string
 	env    []string
 	health string // base URL of /healthz and /readyz
-	// probe, when set, answers readiness instead of /readyz, for the
-	// incarnation started at since.
-	probe func(ctx context.Context, since time.Time) (ready, blocked bool)
 }
 
 // errStopping: the supervisor is stopping and starts nothing more.
@@ -302,20 +299,6 @@ func (p *proc) ready(ctx context.Context) bool {
 func (p *proc) readiness(ctx context.Context) (ready, blocked bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if p.spec.probe != nil {
-		p.mu.Lock()
-		since, exited := p.startedAt, p.exited
-		p.mu.Unlock()
-		if exited == nil { // not started yet
-			return false, false
-		}
-		select {
-		case <-exited: // between an exit and its restart
-			return false, false
-		default:
-		}
-		return p.spec.probe(ctx, since)
-	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.spec.health+"/readyz", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
