@@ -7,7 +7,7 @@ GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 VULNDB := https://vuln.go.dev
 PKGS := ./...
 
-.PHONY: test lint vulncheck bench services fuzz reliability cdc-kill
+.PHONY: test lint vulncheck bench services fuzz reliability reliability-cdc cdc-kill
 
 # devtools/bench is a module of its own; its tests check the report's arithmetic.
 # The race detector changes allocation counts, so the tests that pin the hot
@@ -63,12 +63,18 @@ fuzz:
 
 # Fault injection on private RabbitMQ, Postgres and Redis instances (never
 # the shared ones): kills, broker and database faults and stalls, a memory
-# alarm with stops, dead letters moved back, hostile input; fails
-# on any lost event, unexplained duplicate, wrong dead letter or stranded
-# outbox row. About 4 minutes. `go run ./devtools/reliability -mode long` is the
+# alarm with stops, a broker outage, a Postgres restart, dead letters moved
+# back, hostile input; fails on any lost event, unexplained duplicate, wrong
+# dead letter or stranded outbox row. About 4 minutes. `go run ./devtools/reliability -mode long` is the
 # release check that regenerates RELIABILITY.md.
 reliability:
 	go run ./devtools/reliability -mode short
+
+# The same short run with the CDC relays (warren relay run --mode cdc, one
+# streaming the slot, one standing by) on a wal_level = logical cluster;
+# also checks the slot's lag through a broker outage and a Postgres restart.
+reliability-cdc:
+	go run ./devtools/reliability -mode short -relay-mode cdc
 
 # The kill -9 proof of the CDC relay (issue 18) at full size: 100,000 events
 # committed by 8 writers while the streaming relay is killed with SIGKILL

@@ -52,6 +52,11 @@ func (h *harness) drained(ctx context.Context) bool {
 	if h.pool.QueryRow(ctx, `SELECT count(*) FROM `+outboxTable+` WHERE state = 'pending'`).Scan(&pending) != nil || pending > 0 {
 		return false
 	}
+	// A trimmed table is not enough with CDC: the slot must also have
+	// moved past the workload's writes, or the server keeps their WAL.
+	if h.cdc() && !h.slotPast(ctx, h.stopLSN) {
+		return false
+	}
 	// Follow-ups are committed by the automation, not the workload.
 	rows, err := h.pool.Query(ctx, `SELECT follow_up_event_id FROM automation_runs WHERE follow_up_event_id IS NOT NULL`)
 	if err != nil {
@@ -147,7 +152,7 @@ type heldEvent struct {
 // check reads every effect from the services and compares it with what
 // the workload committed.
 func (h *harness) check(ctx context.Context) (*result, error) {
-	res := &result{mode: h.mode, timings: h.timings, faults: h.faults, stats: map[string]consumerStats{}}
+	res := &result{mode: h.mode, relays: h.relays, timings: h.timings, faults: h.faults, stats: map[string]consumerStats{}}
 	res.committedTx, res.rolledBackTx = h.wl.countOf(statusCommitted), h.wl.countOf(statusRolledBack)
 	res.failedTx, res.ambiguousTx = h.wl.countOf(statusFailed), h.wl.countOf(statusAmbiguous)
 	h.wl.txErrors.Range(func(k, v any) bool {
@@ -414,16 +419,28 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 	}
 
 	// The outbox and the queues.
+	// The rows left are named (the first 10: id, transaction, insert time),
+	// so that the servers' logs can be searched for them.
+	var left string
 	err = h.pool.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE state = 'pending'),
 			count(*) FILTER (WHERE state = 'pending' AND available_at < now()),
-			count(*) FILTER (WHERE state = 'dead')
-		FROM `+outboxTable).Scan(&res.pending, &res.stranded, &res.deadRows)
+			count(*) FILTER (WHERE state = 'dead'),
+			coalesce((SELECT string_agg(format('%s %s (xid %s, inserted %s)', state, id, xmin, inserted_at), ', ')
+				FROM (SELECT id, state, xmin, inserted_at FROM `+outboxTable+` ORDER BY id LIMIT 10) r), '')
+		FROM `+outboxTable).Scan(&res.pending, &res.stranded, &res.deadRows, &left)
 	if err != nil {
 		return nil, fmt.Errorf("read the outbox: %w", err)
 	}
 	if res.pending > 0 || res.deadRows > 0 {
-		res.fail("outbox: %d rows pending (%d past their lease or due: stranded), %d dead", res.pending, res.stranded, res.deadRows)
+		// With CDC nothing claims a row: every row still pending after
+		// the drain is stranded, as its available_at (its insert) is past.
+		res.fail("outbox: %d rows pending (%d past their lease or due: stranded), %d dead: %s", res.pending, res.stranded, res.deadRows, left)
+	}
+	if h.cdc() {
+		if err := h.checkSlot(ctx, res); err != nil {
+			return nil, err
+		}
 	}
 	if res.queueDepths, err = h.queueDepths(ctx); err != nil {
 		return nil, err
@@ -445,6 +462,9 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 		}
 		if !f.recovered {
 			res.fail("no recovery within %v after %s (%s)", h.mode.recoveryTimeout, f.kind, f.target)
+		}
+		for _, p := range f.problems {
+			res.fail("%s at %s: %s", f.kind, f.start.Format("15:04:05"), p)
 		}
 	}
 	res.hostileSent = len(h.hostile)
@@ -720,7 +740,7 @@ func (h *harness) explainDeadLetterCopies(hm hostileMessage, consumerName string
 			continue
 		}
 		switch {
-		case f.kind == faultCloseConns, f.kind == faultBrokerRestart, f.kind == faultMemoryAlarm,
+		case f.kind == faultCloseConns, f.kind == faultBrokerRestart, f.kind == faultBrokerOutage, f.kind == faultMemoryAlarm,
 			strings.HasPrefix(f.target, consumerName+"-"):
 			return fmt.Sprintf("%s at %s, between the dead-letter publish and its ack", f.kind, f.start.Format("15:04:05"))
 		}

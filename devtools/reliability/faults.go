@@ -30,6 +30,8 @@ const (
 	faultPGStall        faultKind = "Postgres stalled (server SIGSTOP)"
 	faultRedisStall     faultKind = "Redis stalled (server SIGSTOP)"
 	faultRedisDown      faultKind = "Redis down (connections refused), marks lost"
+	faultBrokerOutage   faultKind = "broker stopped for an outage (stop_app … start_app)"
+	faultPGRestart      faultKind = "Postgres restarted under load (fast shutdown, start)"
 )
 
 // faultIDs are the short names -faults selects kinds by.
@@ -40,6 +42,7 @@ var faultIDs = map[string]faultKind{
 	"receiver-5xx": faultReceiver5xx, "receiver-slow": faultReceiverSlow, "hostile": faultHostile,
 	"memory-alarm": faultMemoryAlarm, "dlq-import": faultDLQImport, "dlq-shovel": faultDLQShovel,
 	"pg-stall": faultPGStall, "redis-stall": faultRedisStall, "redis-down": faultRedisDown,
+	"broker-outage": faultBrokerOutage, "pg-restart": faultPGRestart,
 }
 
 // faultOrder is the order of the report's rows.
@@ -48,6 +51,7 @@ var faultOrder = []faultKind{
 	faultCloseConns, faultBrokerRestart, faultPGTerminate, faultRedisRestart,
 	faultReceiver5xx, faultReceiverSlow, faultHostile,
 	faultMemoryAlarm, faultDLQImport, faultDLQShovel, faultPGStall, faultRedisStall, faultRedisDown,
+	faultBrokerOutage, faultPGRestart,
 }
 
 // faultRecord is one injected fault and how the system came back from it.
@@ -82,6 +86,11 @@ type faultRecord struct {
 	// duplicate like a kill does, and fails the run).
 	stops  []stopRecord
 	killed map[string]time.Time
+
+	// slot: in cdc mode, what the replication slot did around the fault.
+	slot *slotRecord
+	// problems: the fault's own checks that failed (each fails the run).
+	problems []string
 }
 
 // schedule returns the faults of a run in random order.
@@ -122,7 +131,8 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 		var killedAt time.Time
 		switch {
 		case kind == faultKillRelay:
-			f.note = h.whileClaiming(ctx, p.spec.name)
+			p, f.note = h.aimAtRelay(ctx, p)
+			f.target = p.spec.name
 		case kind == faultKillWebhook && h.rng.IntN(2) == 0:
 			f.note, killedAt = h.afterDelivery(ctx, p)
 		}
@@ -145,10 +155,10 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 		if kind == faultStallWebhook {
 			p, d = pick("webhook"), webhookLease+15*time.Second
 		}
-		f.target = fmt.Sprintf("%s for %v", p.spec.name, d)
 		if kind == faultStallRelay {
-			f.note = h.whileClaiming(ctx, p.spec.name)
+			p, f.note = h.aimAtRelay(ctx, p)
 		}
+		f.target = fmt.Sprintf("%s for %v", p.spec.name, d)
 		f.start = time.Now()
 		if err = p.signal(syscall.SIGSTOP); err == nil {
 			h.stalls = append(h.stalls, stall{proc: p.spec.name, from: time.Now(), to: time.Now().Add(d)})
@@ -163,6 +173,21 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 		if err = h.rabbit.ctl(ctx, "stop_app"); err == nil {
 			pause(h.mode.brokerDown)
 			err = h.rabbit.ctl(ctx, "start_app")
+		}
+	case faultBrokerOutage:
+		f.target = fmt.Sprintf("down %v", h.mode.brokerOutage)
+		h.slotBefore(ctx, f)
+		if err = h.rabbit.ctl(ctx, "stop_app"); err == nil {
+			h.holdSampling(ctx, h.mode.brokerOutage, f)
+			err = h.rabbit.ctl(ctx, "start_app")
+		}
+	case faultPGRestart:
+		h.slotBefore(ctx, f)
+		var down time.Duration
+		down, err = h.pg.Restart(ctx)
+		f.target = fmt.Sprintf("refused connections for %v", down.Round(100*time.Millisecond))
+		if err == nil {
+			h.slotAfterRestart(ctx, f)
 		}
 	case faultPGTerminate:
 		var n int
@@ -222,6 +247,9 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 // measure times the system's return from f: the probe's end-to-end
 // delivery now, and the backlog's in the background.
 func (h *harness) measure(ctx context.Context, f *faultRecord) {
+	if h.cdc() {
+		h.slotAtLift(ctx, f)
+	}
 	backlog := h.tracker.outstanding()
 	f.backlog = len(backlog)
 	h.bg.Go(func() {
@@ -252,6 +280,20 @@ func (h *harness) measure(ctx context.Context, f *faultRecord) {
 		}
 	}
 	f.recovery, f.recovered = time.Since(f.end), true
+	if h.cdc() {
+		h.awaitSlot(ctx, f)
+	}
+}
+
+// aimAtRelay picks the relay a relay fault hits, and says where it hit:
+// the polling relays are aimed at between a claim and its settle (p,
+// while it holds claimed rows), the CDC relays at the one streaming the
+// slot (a standby has nothing in flight to lose).
+func (h *harness) aimAtRelay(ctx context.Context, p *proc) (*proc, string) {
+	if h.cdc() {
+		return h.whileStreaming(ctx, p)
+	}
+	return p, h.whileClaiming(ctx, p.spec.name)
 }
 
 // whileClaiming waits (up to 3s) until relay holds claimed rows, so the

@@ -68,6 +68,7 @@ type mode struct {
 	quiet           time.Duration
 	relayLease      time.Duration
 	brokerDown      time.Duration
+	brokerOutage    time.Duration // the broker stopped for an outage (the "a minute")
 	redisDown       time.Duration
 	receiverFail    time.Duration
 	receiverSlow    time.Duration
@@ -86,9 +87,13 @@ var modes = map[string]mode{
 			faultCloseConns: 2, faultBrokerRestart: 2, faultPGTerminate: 3, faultRedisRestart: 2,
 			faultReceiver5xx: 2, faultReceiverSlow: 2, faultHostile: 2,
 			faultMemoryAlarm: 1, faultDLQImport: 1, faultDLQShovel: 1, faultPGStall: 1, faultRedisStall: 1, faultRedisDown: 1,
+			faultBrokerOutage: 1, faultPGRestart: 2,
 		},
 		recoveryTimeout: 90 * time.Second, drainTimeout: 100 * time.Second, quiet: 5 * time.Second,
-		relayLease: 5 * time.Second, brokerDown: 3 * time.Second, redisDown: time.Second,
+		// The outage is 15s, not the long mode's minute: long enough for
+		// the slot's lag to grow well past its steady level, short enough
+		// for CI.
+		relayLease: 5 * time.Second, brokerDown: 3 * time.Second, brokerOutage: 15 * time.Second, redisDown: time.Second,
 		receiverFail: 6 * time.Second, receiverSlow: 8 * time.Second,
 		// The short mode's stalls outlast the relay's lease, not the
 		// webhook's (1m) or the automation's (5m); its outage outlasts
@@ -103,9 +108,10 @@ var modes = map[string]mode{
 			faultCloseConns: 6, faultBrokerRestart: 5, faultPGTerminate: 8, faultRedisRestart: 5,
 			faultReceiver5xx: 4, faultReceiverSlow: 4, faultHostile: 4,
 			faultMemoryAlarm: 3, faultDLQImport: 2, faultDLQShovel: 2, faultPGStall: 2, faultRedisStall: 2, faultRedisDown: 1,
+			faultBrokerOutage: 2, faultPGRestart: 4,
 		},
 		recoveryTimeout: 3 * time.Minute, drainTimeout: max(automationLease, longestRetryTier) + 2*time.Minute, quiet: 20 * time.Second,
-		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, redisDown: 3 * time.Second,
+		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, brokerOutage: time.Minute, redisDown: 3 * time.Second,
 		receiverFail: 25 * time.Second, receiverSlow: 20 * time.Second,
 		// Stalls outlast every lease (relay 5s, webhook 1m, automation 5m);
 		// the outage outlasts every retry tier together.
@@ -145,6 +151,7 @@ func selectFaults(spec string, counts map[faultKind]int) (map[faultKind]int, err
 // harness owns everything a run starts.
 type harness struct {
 	mode    mode
+	relays  relayMode
 	runID   string
 	dir     string
 	verbose bool
@@ -177,10 +184,14 @@ type harness struct {
 	moved         []string // dead letters moved back to the webhook queue
 	timings       map[string]time.Duration
 	exitCodes     map[string]string // graceful stop results
+	// stopLSN is the server's WAL position when the workload stopped
+	// (cdc mode): the drain waits for the slot to pass it.
+	stopLSN int64
 }
 
 func main() {
 	modeName := flag.String("mode", "short", "short (CI, under 5 minutes) or long (release checks; writes RELIABILITY.md)")
+	relays := flag.String("relay-mode", string(relayPoll), "poll: the relays claim rows from the outbox table; cdc: they stream it from a logical replication slot (warren relay run --mode cdc), one streaming and one standing by")
 	out := flag.String("out", "", "write the report here (default: RELIABILITY.md at the checkout root in long mode, the run directory in short mode)")
 	seed := flag.Uint64("seed", 0, "random seed for the fault schedule and the workload (default: from the clock)")
 	keep := flag.Bool("keep", false, "keep the run directory (logs, service data) even when the run passes")
@@ -192,6 +203,11 @@ func main() {
 	m, ok := modes[*modeName]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "reliability: unknown -mode %q (want short or long)\n", *modeName)
+		os.Exit(2)
+	}
+	rm := relayMode(*relays)
+	if rm != relayPoll && rm != relayCDC {
+		fmt.Fprintf(os.Stderr, "reliability: unknown -relay-mode %q (want poll or cdc)\n", *relays)
 		os.Exit(2)
 	}
 	if *faultPhase > 0 {
@@ -215,14 +231,14 @@ func main() {
 			fmt.Fprintf(os.Stderr, "reliability: %v\n", err)
 			os.Exit(1)
 		}
-		*out = filepath.Join(root, "RELIABILITY.md")
+		*out = filepath.Join(root, reportName(rm))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
 		stop() // a second signal kills at once
 	}()
-	code := run(ctx, m, *seed, *out, *keep, *race, *verbose)
+	code := run(ctx, m, rm, *seed, *out, *keep, *race, *verbose)
 	stop()
 	os.Exit(code)
 }
@@ -231,13 +247,13 @@ func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "reliability %6.1fs: %s\n", time.Since(h.started).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func run(ctx context.Context, m mode, seed uint64, out string, keep, race, verbose bool) int {
+func run(ctx context.Context, m mode, rm relayMode, seed uint64, out string, keep, race, verbose bool) int {
 	h := &harness{
-		mode: m, verbose: verbose, race: race, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), started: time.Now(),
+		mode: m, relays: rm, verbose: verbose, race: race, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), started: time.Now(),
 		runID: fmt.Sprintf("r%d", time.Now().Unix()%100000), tracker: newTracker(),
 		timings: map[string]time.Duration{}, exitCodes: map[string]string{},
 	}
-	h.logf("mode %s, seed %d", m.name, seed)
+	h.logf("mode %s, %s relays, seed %d", m.name, rm, seed)
 	if n := reapOrphans(); n > 0 {
 		h.logf("reaped the leftovers of %d earlier runs whose harness was killed", n)
 	}
@@ -338,6 +354,9 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 	if !base.recovered {
 		return nil, fmt.Errorf("no event reached both consumers within %v before any fault: the pipeline does not work", h.mode.recoveryTimeout)
 	}
+	if len(base.problems) > 0 {
+		return nil, fmt.Errorf("before any fault: %s", strings.Join(base.problems, "; "))
+	}
 	h.logf("baseline: an event reaches both consumers in %v", base.recovery.Round(time.Millisecond))
 	h.timings["baseline delivery"] = base.recovery
 
@@ -382,6 +401,14 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 	}
 	stopWorkload()
 	workers.Wait()
+	if h.cdc() {
+		if err := h.withRetry(ctx, func(ctx context.Context) (err error) {
+			h.stopLSN, _, err = h.slotPosition(ctx)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("read the WAL position at the workload's end: %w", err)
+		}
+	}
 	h.logf("workload stopped: %d committed, %d rolled back, %d failed, %d ambiguous transactions",
 		h.wl.countOf(statusCommitted), h.wl.countOf(statusRolledBack), h.wl.countOf(statusFailed), h.wl.countOf(statusAmbiguous))
 
@@ -413,7 +440,7 @@ func (h *harness) startServices(ctx context.Context) error {
 		h.timings["build the binaries"] = time.Since(start)
 	})
 	wg.Go(func() { h.rabbit, rabbitErr = startRabbit(ctx, filepath.Join(h.dir, "rabbitmq")) })
-	wg.Go(func() { h.pg, pgErr = startPostgres(ctx, filepath.Join(h.dir, "postgres")) })
+	wg.Go(func() { h.pg, pgErr = startPostgres(ctx, filepath.Join(h.dir, "postgres"), h.postgresSettings()) })
 	wg.Go(func() { h.redis, redisErr = startRedis(ctx, filepath.Join(h.dir, "redis")) })
 	wg.Wait()
 	if err := errors.Join(buildErr, rabbitErr, pgErr, redisErr); err != nil {
@@ -517,8 +544,7 @@ func (h *harness) setup(ctx context.Context) error {
 		}
 	}
 	for _, r := range []string{"a", "b"} {
-		if err := add("relay", "relay-"+r, bin("warren"), []string{"relay", "run", "--migrate", "--name", "relay-" + r,
-			"--lease", h.mode.relayLease.String(), "--publish-timeout", "2s"}); err != nil {
+		if err := add("relay", "relay-"+r, bin("warren"), h.relayArgs("relay-"+r)); err != nil {
 			return err
 		}
 	}
@@ -557,8 +583,22 @@ func (h *harness) setup(ctx context.Context) error {
 		}
 	}
 	h.timings["relays ready (2 processes)"] = time.Since(start)
-	h.logf("processes ready: %d consumers, 2 relays; receiver at %s", len(h.procs)-2, h.recvURL)
+	h.logf("processes ready: %d consumers, 2 %s relays; receiver at %s", len(h.procs)-2, h.relays, h.recvURL)
 	return nil
+}
+
+// relayArgs are a supervised relay's arguments in the run's relay mode
+// (add appends --health-addr: a CDC relay's /readyz answers 200 while it
+// streams the slot or stands by for it). Its grace on SIGTERM is its
+// publish timeout (relayStopGrace).
+func (h *harness) relayArgs(name string) []string {
+	args := []string{"relay", "run", "--migrate", "--name", name, "--publish-timeout", relayStopGrace.String()}
+	if h.cdc() {
+		// Every relay names the default slot (cdcSlot): one streams it,
+		// the other stands by.
+		return append(args, "--mode", "cdc")
+	}
+	return append(args, "--lease", h.mode.relayLease.String())
 }
 
 // withAdmin runs f on the admin connection, reconnecting it if needed.

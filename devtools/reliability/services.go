@@ -130,11 +130,17 @@ func (r *rabbit) ctl(ctx context.Context, args ...string) error { return r.Ctl(c
 type postgres struct {
 	dir, data string
 	port      int
-	cmd       *exec.Cmd
-	exited    <-chan struct{}
+	server    string
+	settings  []string // -c name=value, beyond the harness's own
+	cred      *syscall.Credential
 	logPath   string
 	Startup   time.Duration
 	stopOnce  sync.Once
+
+	// The postmaster, replaced by a restart.
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited <-chan struct{}
 }
 
 // postgresBin finds the newest server binaries.
@@ -175,49 +181,69 @@ func asPostgresUser(dirs ...string) (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-func startPostgres(ctx context.Context, dir string) (*postgres, error) {
+// startPostgres makes a cluster with initdb and starts it with the given
+// server settings ("name=value") added to the harness's own.
+func startPostgres(ctx context.Context, dir string, settings []string) (*postgres, error) {
 	initdb, err := postgresBin("initdb")
 	if err != nil {
 		return nil, err
 	}
-	server := filepath.Join(filepath.Dir(initdb), "postgres")
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	p := &postgres{dir: dir, data: filepath.Join(dir, "data"), port: port, logPath: filepath.Join(dir, "postgres.log")}
-	cred, err := asPostgresUser(dir)
-	if err != nil {
+	p := &postgres{dir: dir, data: filepath.Join(dir, "data"), port: port, server: filepath.Join(filepath.Dir(initdb), "postgres"),
+		settings: settings, logPath: filepath.Join(dir, "postgres.log")}
+	if p.cred, err = asPostgresUser(dir); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, initdb, "-D", p.data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync", "--no-instructions")
 	cmd.Dir, cmd.Env = dir, cleanEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Pdeathsig: syscall.SIGKILL}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
+	if err := p.start(ctx); err != nil {
+		p.Stop()
 		return nil, err
 	}
+	p.Startup = time.Since(start)
+	return p, nil
+}
+
+// start runs the postmaster on the cluster's port and waits until it
+// accepts connections.
+func (p *postgres) start(ctx context.Context) error {
+	logFile, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
 	defer logFile.Close()
-	if cred != nil {
-		os.Chown(p.logPath, int(cred.Uid), int(cred.Gid))
+	if p.cred != nil {
+		os.Chown(p.logPath, int(p.cred.Uid), int(p.cred.Gid))
 	}
-	// fsync is off: this harness never crashes the postmaster or the
-	// machine, only backends, so durability across an OS crash is not
-	// under test, and the 2-core machine is shared.
-	p.cmd = exec.Command(server, "-D", p.data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200")
-	p.cmd.Dir, p.cmd.Env, p.cmd.Stdout, p.cmd.Stderr = dir, cleanEnv(), logFile, logFile
-	p.cmd.SysProcAttr = childAttr()
-	p.cmd.SysProcAttr.Credential = cred
-	if err := p.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start postgres: %w", err)
+	// fsync is off: this harness never crashes the machine, only
+	// backends, and stops the postmaster only with a shutdown checkpoint
+	// (Restart), so durability across an OS crash is not under test, and
+	// the 2-core machine is shared.
+	args := []string{"-D", p.data, "-p", strconv.Itoa(p.port), "-k", p.dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200"}
+	for _, s := range p.settings {
+		args = append(args, "-c", s)
 	}
-	p.exited = waitExit(p.cmd)
-	err = poll(ctx, time.Minute, 100*time.Millisecond, p.exited, func(ctx context.Context) error {
+	cmd := exec.Command(p.server, args...)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = p.dir, cleanEnv(), logFile, logFile
+	cmd.SysProcAttr = childAttr()
+	cmd.SysProcAttr.Credential = p.cred
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	exited := waitExit(cmd)
+	p.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	p.mu.Unlock()
+	err = poll(ctx, time.Minute, 100*time.Millisecond, exited, func(ctx context.Context) error {
 		conn, err := pgx.Connect(ctx, p.URL())
 		if err != nil {
 			return err
@@ -225,11 +251,16 @@ func startPostgres(ctx context.Context, dir string) (*postgres, error) {
 		return conn.Close(ctx)
 	})
 	if err != nil {
-		p.Stop()
-		return nil, fmt.Errorf("private PostgreSQL on port %d: %w\n%s", port, err, tail(p.logPath, 2000))
+		return fmt.Errorf("private PostgreSQL on port %d: %w\n%s", p.port, err, tail(p.logPath, 2000))
 	}
-	p.Startup = time.Since(start)
-	return p, nil
+	return nil
+}
+
+// postmaster returns the running postmaster and its exit channel.
+func (p *postgres) postmaster() (*exec.Cmd, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.exited
 }
 
 // URL is the cluster's connection string.
@@ -240,27 +271,63 @@ func (p *postgres) URL() string {
 // Stop shuts the cluster down fast (SIGINT), and kills it if it hangs.
 func (p *postgres) Stop() {
 	p.stopOnce.Do(func() {
-		if p.cmd == nil || p.cmd.Process == nil {
+		cmd, exited := p.postmaster()
+		if cmd == nil || cmd.Process == nil {
 			return
 		}
-		signalGroup(p.cmd, syscall.SIGCONT) // a paused cluster cannot shut down
-		p.cmd.Process.Signal(syscall.SIGINT)
+		signalGroup(cmd, syscall.SIGCONT) // a paused cluster cannot shut down
+		cmd.Process.Signal(syscall.SIGINT)
 		select {
-		case <-p.exited:
+		case <-exited:
 		case <-time.After(15 * time.Second):
-			killGroup(p.cmd, syscall.SIGKILL)
-			<-p.exited
+			killGroup(cmd, syscall.SIGKILL)
+			<-exited
 		}
 	})
+}
+
+// Restart is "pg_ctl restart -m fast" on the harness's own postmaster: a
+// fast shutdown (SIGINT, which is what pg_ctl's fast mode sends: every
+// session is ended, open transactions roll back, the walsenders send
+// what they have and a shutdown checkpoint is written), then the same
+// server on the same port and data directory. pg_ctl itself is not used
+// because it would start a daemonized postmaster the harness no longer
+// owns: outside its process group (the stall fault), without the kill on
+// the harness's death. It returns how long the cluster refused
+// connections.
+func (p *postgres) Restart(ctx context.Context) (time.Duration, error) {
+	cmd, exited := p.postmaster()
+	if cmd == nil || cmd.Process == nil {
+		return 0, fmt.Errorf("postgres is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		return 0, fmt.Errorf("fast shutdown: %w", err)
+	}
+	down := time.Now()
+	select {
+	case <-exited:
+	case <-time.After(time.Minute):
+		killGroup(cmd, syscall.SIGKILL)
+		<-exited
+		return 0, fmt.Errorf("fast shutdown did not finish within a minute; killed\n%s", tail(p.logPath, 2000))
+	}
+	err := p.start(ctx)
+	return time.Since(down), err
 }
 
 // Pause stops the whole cluster with SIGSTOP (the postmaster and every
 // backend and helper in its process group): connections stay open and
 // nothing answers, as on a server stuck on storage. Resume continues it.
-func (p *postgres) Pause() error { return signalGroup(p.cmd, syscall.SIGSTOP) }
+func (p *postgres) Pause() error {
+	cmd, _ := p.postmaster()
+	return signalGroup(cmd, syscall.SIGSTOP)
+}
 
 // Resume continues a paused cluster.
-func (p *postgres) Resume() error { return signalGroup(p.cmd, syscall.SIGCONT) }
+func (p *postgres) Resume() error {
+	cmd, _ := p.postmaster()
+	return signalGroup(cmd, syscall.SIGCONT)
+}
 
 // signalGroup sends sig to a service's process group.
 func signalGroup(cmd *exec.Cmd, sig syscall.Signal) error {
