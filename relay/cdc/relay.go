@@ -144,7 +144,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 		if !isSlotBusy(err) {
-			wait = min(2*wait, 15*time.Second)
+			wait = min(2*wait, maxSessionRetry)
 		}
 	}
 }
@@ -845,3 +845,8 @@ func truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// maxSessionRetry caps the doubling wait between failed sessions: a
+// broker back from an outage is found within it, and the rows waiting
+// meanwhile are the lag.
+const maxSessionRetry = 5 * time.Second
