@@ -175,21 +175,30 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	if err != nil {
 		return err
 	}
+	return c.serveMigrateRun(ctx, func() (func(), error) {
+		return serveHealth(o.healthAddr, r.HealthHandler(), reg, cfg.Logger)
+	}, r.Run)
+}
+
+// serveMigrateRun is the end of either relay's run: serve --health-addr
+// (when set) with serve, migrate the table with --migrate, and run until
+// SIGINT or SIGTERM. run logs its own progress and returns nil after a
+// graceful stop.
+func (c *relayRun) serveMigrateRun(ctx context.Context, serve func() (stop func(), err error), run func(context.Context) error) error {
+	o := c.opts
 	if o.healthAddr != "" {
-		stop, err := serveHealth(o.healthAddr, r.HealthHandler(), reg, cfg.Logger)
+		stop, err := serve()
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 	if o.migrate {
-		if err := migrateBeforeRun(ctx, &o.db, env.stdout); err != nil {
+		if err := migrateBeforeRun(ctx, &o.db, c.env.stdout); err != nil {
 			return err
 		}
 	}
-	// Run logs its own progress; it returns nil when SIGINT or SIGTERM
-	// stops it gracefully.
-	return o.db.redact(r.Run(ctx))
+	return o.db.redact(run(ctx))
 }
 
 // newRegistry is the registry --health-addr serves: the process's own

@@ -53,19 +53,9 @@ func runCDCRelay(ctx context.Context, c *relayRun) error {
 	if err != nil {
 		return err
 	}
-	if o.healthAddr != "" {
-		stop, err := serveCDCHealth(ctx, o, r, cfg.Logger)
-		if err != nil {
-			return err
-		}
-		defer stop()
-	}
-	if o.migrate {
-		if err := migrateBeforeRun(ctx, &o.db, env.stdout); err != nil {
-			return err
-		}
-	}
-	return o.db.redact(r.Run(ctx))
+	return c.serveMigrateRun(ctx, func() (func(), error) {
+		return serveCDCHealth(ctx, o, r, cfg.Logger)
+	}, r.Run)
 }
 
 // serveCDCHealth serves --health-addr for the CDC relay r: its probes, and
