@@ -647,8 +647,7 @@ func (r *Relay) refetched(ctx context.Context, items []item, decoded []outbox.Ro
 
 // pendingRows reads the rows of ids that are still pending.
 func (r *Relay) pendingRows(ctx context.Context, ids []int64) ([]outbox.Row, error) {
-	return r.queryRows(ctx, `SELECT `+outbox.Columns+` FROM `+pgx.Identifier{r.cfg.Table}.Sanitize()+
-		` WHERE state = 'pending' AND id = ANY($1::bigint[]) ORDER BY id`, ids)
+	return r.queryRows(ctx, pendingRowsSQL(pgx.Identifier{r.cfg.Table}.Sanitize()), ids)
 }
 
 func (r *Relay) queryRows(ctx context.Context, sql string, args ...any) ([]outbox.Row, error) {
@@ -822,10 +821,8 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 			// Whatever the role's or database's setting: a trim a crash
 			// forgets after the slot moved would strand its rows.
 			b.Queue(`SET LOCAL synchronous_commit = on`)
-			b.Queue(`DELETE FROM `+t+` WHERE id = ANY($1::bigint[]) AND state = 'pending'`, s.done)
-			b.Queue(`UPDATE `+t+` AS o SET state = 'dead', attempts = d.attempts, last_error = d.reason, finished_at = now()
-				FROM unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, reason)
-				WHERE o.id = d.id AND o.state = 'pending'`, ids, attempts, reasons)
+			b.Queue(trimSQL(t), s.done)
+			b.Queue(markDeadSQL(t), ids, attempts, reasons)
 			return tx.SendBatch(ctx, b).Close()
 		})
 		if err != nil {
@@ -837,6 +834,33 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 		r.flushed.Store(uint64(s.end))
 	}
 	return nil
+}
+
+// The settle's and the refetch's statements on the quoted table t. Each
+// finds its rows by probing the primary key once per id, whatever the
+// table's statistics say (TestSettleStatementsProbeThePrimaryKey). Their
+// test of the state is written `(state = 'pending') IS TRUE`, which means
+// the same but does not let the planner use the claim index, whose
+// predicate is state = 'pending'. As a bare `state = 'pending'` beside
+// `id = ANY($1)` it did: pgx prepares every statement, Postgres plans a
+// prepared one generically after five runs, and on a table whose
+// statistics were taken while it held few pending rows (new, or last
+// analyzed while trimmed, as a CDC outbox mostly is) that plan read every
+// pending row from the claim index and searched the id array for each of
+// them. A trim of 1,250 ids from a 20,000-row backlog took 100 to 650 ms
+// that way, and the drain ran at half its speed.
+func trimSQL(t string) string {
+	return `DELETE FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE`
+}
+
+func markDeadSQL(t string) string {
+	return `UPDATE ` + t + ` AS o SET state = 'dead', attempts = d.attempts, last_error = d.reason, finished_at = now()
+	FROM unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, reason)
+	WHERE o.id = d.id AND (o.state = 'pending') IS TRUE`
+}
+
+func pendingRowsSQL(t string) string {
+	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id`
 }
 
 func truncate(s string, n int) string {
