@@ -72,6 +72,7 @@ type Publisher struct {
 
 	mu       sync.Mutex
 	inFlight map[returnKey][]*pending
+	sendTail *sendLink // the last batch given to Send
 
 	abandoned sync.WaitGroup // publishes whose caller stopped waiting
 }
@@ -152,18 +153,88 @@ type Outgoing struct {
 // stuck send keeps its slot until the connection unblocks or is closed
 // (CloseConnection), which Close waits for.
 func (p *Publisher) PublishBatch(ctx context.Context, exchange string, msgs []Outgoing, verdict func(i int, err error)) {
-	b := &batchSend{results: make(chan sent, len(msgs))}
-	go p.sendBatch(ctx, exchange, msgs, b)
+	b := p.newBatch(ctx, exchange, msgs)
+	go p.sendBatch(ctx, exchange, msgs, b.send)
+	b.Wait(verdict)
+}
+
+// Batch is a batch of messages handed to [Publisher.Send], whose verdicts
+// [Batch.Wait] gives.
+type Batch struct {
+	p        *Publisher
+	ctx      context.Context
+	exchange string
+	msgs     []Outgoing
+	send     *batchSend
+}
+
+// sendLink is one batch of the chain Send keeps: done is closed once its
+// sender stopped, and whole says (after done) whether it sent every message.
+type sendLink struct {
+	done  chan struct{}
+	whole bool
+}
+
+// Send starts sending msgs, each with mandatory set, and returns at once,
+// so that the caller can send more batches before the confirms of the
+// first arrive. Batches given to Send on one publisher reach the channel
+// one after another, in the order of the calls, never interleaved: their
+// messages reach the broker in that order. A batch is sent only if every
+// batch given to Send before it was sent whole: once one was not (its ctx
+// ended, the channel closed), the ones after it send nothing and every
+// message gets an error wrapping ErrNotSent, so that no message overtakes
+// one before it. ctx bounds the send and the wait for the verdicts.
+//
+// Every batch must be waited for with [Batch.Wait], even one the caller
+// no longer wants (with ctx ended, Wait returns at once): a batch holds its
+// in-flight slots until then.
+func (p *Publisher) Send(ctx context.Context, exchange string, msgs []Outgoing) *Batch {
+	b := p.newBatch(ctx, exchange, msgs)
+	link := &sendLink{done: make(chan struct{})}
+	p.mu.Lock()
+	prev := p.sendTail
+	p.sendTail = link
+	p.mu.Unlock()
+	go func() {
+		defer close(link.done)
+		if prev != nil {
+			select {
+			case <-prev.done:
+			case <-ctx.Done():
+			}
+			if ctx.Err() == nil && !prev.whole {
+				b.send.refused = errEarlierNotSent
+			}
+			if ctx.Err() != nil || !prev.whole {
+				close(b.send.results)
+				return
+			}
+		}
+		link.whole = p.sendBatch(ctx, exchange, msgs, b.send)
+	}()
+	return b
+}
+
+func (p *Publisher) newBatch(ctx context.Context, exchange string, msgs []Outgoing) *Batch {
+	return &Batch{p: p, ctx: ctx, exchange: exchange, msgs: msgs, send: &batchSend{results: make(chan sent, len(msgs))}}
+}
+
+// Wait calls verdict(i, err) for each message of the batch, in order, as
+// soon as message i has its verdict, as [Publisher.PublishBatch] does; every
+// message gets exactly one call before Wait returns, on the caller's
+// goroutine. Wait is called once per batch.
+func (b *Batch) Wait(verdict func(i int, err error)) {
+	p, ctx, exchange, msgs := b.p, b.ctx, b.exchange, b.msgs
 	for i := range msgs {
 		rk := msgs[i].RoutingKey
 		var r sent
 		var ok bool
 		select {
-		case r, ok = <-b.results:
+		case r, ok = <-b.send.results:
 		case <-ctx.Done():
 		}
 		if !ok { // ctx ended, and the sender may have stopped for it
-			p.giveUp(ctx, exchange, msgs, i, nil, b, verdict)
+			p.giveUp(ctx, exchange, msgs, i, nil, b.send, verdict)
 			return
 		}
 		if r.err != nil {
@@ -174,7 +245,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, exchange string, msgs []Ou
 		select {
 		case <-r.dc.Done():
 		case <-ctx.Done():
-			p.giveUp(ctx, exchange, msgs, i, &r, b, verdict)
+			p.giveUp(ctx, exchange, msgs, i, &r, b.send, verdict)
 			return
 		}
 		verdict(i, p.confirmed(exchange, rk, r))
@@ -194,10 +265,16 @@ func notSent(exchange, routingKey string, err error) error {
 type batchSend struct {
 	results chan sent // one for each message sent, in order; closed when the sender is done
 
+	refused error // set before results is closed when Send sent nothing for a batch before it
+
 	mu      sync.Mutex
 	started int  // messages whose send has begun
 	stopped bool // the caller gave up: send no more
 }
+
+// errEarlierNotSent is why Send sends nothing of a batch while its ctx
+// lasts.
+var errEarlierNotSent = errors.New("a batch sent before this one was not sent whole")
 
 // sent is one message handed to amqp091-go: its deferred confirmation, or
 // the error that kept it from the broker.
@@ -209,28 +286,32 @@ type sent struct {
 }
 
 // sendBatch sends msgs in order, each once it has an in-flight slot, until
-// they are all sent, ctx ends or the caller gives up.
-func (p *Publisher) sendBatch(ctx context.Context, exchange string, msgs []Outgoing, b *batchSend) {
+// they are all sent, ctx ends or the caller gives up. It reports whether
+// amqp091-go took every message.
+func (p *Publisher) sendBatch(ctx context.Context, exchange string, msgs []Outgoing, b *batchSend) (whole bool) {
 	defer close(b.results)
+	whole = true
 	for _, m := range msgs {
 		select {
 		case p.slots <- struct{}{}:
 		case <-ctx.Done():
-			return
+			return false
 		}
 		b.mu.Lock()
 		if b.stopped {
 			b.mu.Unlock()
 			<-p.slots
-			return
+			return false
 		}
 		b.started++
 		b.mu.Unlock()
 		key := returnKey{exchange, m.RoutingKey, m.Msg.MessageId}
 		me := p.register(key)
 		dc, err := p.ch.PublishWithDeferredConfirm(exchange, m.RoutingKey, true, false, m.Msg)
+		whole = whole && err == nil
 		b.results <- sent{dc, err, key, me}
 	}
+	return whole
 }
 
 // confirmed is the verdict on a message whose confirmation resolved.
@@ -255,6 +336,10 @@ func (p *Publisher) confirmed(exchange, routingKey string, r sent) error {
 // slots stay taken until the broker answers or the channel closes, which
 // resolves every outstanding confirmation, and Close waits for that.
 func (p *Publisher) giveUp(ctx context.Context, exchange string, msgs []Outgoing, i int, pending *sent, b *batchSend, verdict func(int, error)) {
+	cause := ctx.Err()
+	if cause == nil {
+		cause = b.refused
+	}
 	b.mu.Lock()
 	b.stopped = true
 	started := b.started
@@ -280,9 +365,9 @@ func (p *Publisher) giveUp(ctx context.Context, exchange string, msgs []Outgoing
 		}
 		switch {
 		case i >= started:
-			verdict(i, fmt.Errorf("publish to %q/%q: %w: %w", exchange, rk, ErrNotSent, ctx.Err()))
+			verdict(i, fmt.Errorf("publish to %q/%q: %w: %w", exchange, rk, ErrNotSent, cause))
 		case r == nil:
-			verdict(i, fmt.Errorf("publish to %q/%q: the send is stuck (broker blocked?): %w", exchange, rk, ctx.Err()))
+			verdict(i, fmt.Errorf("publish to %q/%q: the send is stuck (broker blocked?): %w", exchange, rk, cause))
 		case r.err != nil:
 			p.finish(r.key, r.me)
 			verdict(i, notSent(exchange, rk, r.err))
@@ -290,7 +375,7 @@ func (p *Publisher) giveUp(ctx context.Context, exchange string, msgs []Outgoing
 			verdict(i, p.confirmed(exchange, rk, *r))
 		default:
 			waiting = append(waiting, *r)
-			verdict(i, fmt.Errorf("publish to %q/%q: no confirm: %w", exchange, rk, ctx.Err()))
+			verdict(i, fmt.Errorf("publish to %q/%q: no confirm: %w", exchange, rk, cause))
 		}
 	}
 	p.abandoned.Go(func() {

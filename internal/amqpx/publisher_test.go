@@ -310,3 +310,82 @@ func TestPublishBatchTimeoutTellsUnsentFromUnconfirmed(t *testing.T) {
 		}
 	}
 }
+
+// Batches given to Send reach the queue in the order of the calls, though
+// none was waited for before the next was sent.
+func TestSendKeepsBatchesInOrder(t *testing.T) {
+	p, ch := newPublisher(t, 64)
+	q := testenv.Name(t, "q")
+	testenv.CleanupQueues(t, q)
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	const batches, size = 20, 50
+	var sent []*amqpx.Batch
+	for b := range batches {
+		msgs := make([]amqpx.Outgoing, size)
+		for i := range msgs {
+			msgs[i] = amqpx.Outgoing{RoutingKey: q, Msg: amqp.Publishing{MessageId: fmt.Sprint(b*size + i), Body: []byte("x")}}
+		}
+		sent = append(sent, p.Send(context.Background(), "", msgs))
+	}
+	for b, batch := range sent {
+		batch.Wait(func(i int, err error) {
+			if err != nil {
+				t.Errorf("batch %d message %d: %v", b, i, err)
+			}
+		})
+	}
+	deliveries, err := ch.Consume(q, "", true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := range batches * size {
+		select {
+		case d := <-deliveries:
+			if d.MessageId != fmt.Sprint(want) {
+				t.Fatalf("delivery %d is message %s", want, d.MessageId)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d messages arrived", want, batches*size)
+		}
+	}
+}
+
+// A batch given to Send after one that was not sent whole sends nothing,
+// so that none of its messages overtakes the ones left unsent before it,
+// and says so with ErrNotSent although its own ctx goes on.
+func TestSendSendsNothingAfterABatchNotSentWhole(t *testing.T) {
+	p, ch := newPublisher(t, 1)
+	q := testenv.Name(t, "q")
+	testenv.CleanupQueues(t, q)
+	if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	msgs := func(prefix string) []amqpx.Outgoing {
+		return []amqpx.Outgoing{
+			{RoutingKey: q, Msg: amqp.Publishing{MessageId: prefix + "0", Body: []byte("x")}},
+			{RoutingKey: q, Msg: amqp.Publishing{MessageId: prefix + "1", Body: []byte("x")}},
+		}
+	}
+	// The one in-flight slot frees only when a verdict is taken, so the
+	// first batch's second message waits for it until its ctx ends.
+	ctx, cancel := context.WithCancel(context.Background())
+	first := p.Send(ctx, "", msgs("a"))
+	second := p.Send(context.Background(), "", msgs("b"))
+	cancel()
+	first.Wait(func(int, error) {})
+	calls := 0
+	second.Wait(func(i int, err error) {
+		calls++
+		if !errors.Is(err, amqpx.ErrNotSent) || errors.Is(err, context.Canceled) {
+			t.Errorf("second batch, message %d: got %v, want ErrNotSent for the batch before", i, err)
+		}
+	})
+	if calls != 2 {
+		t.Fatalf("%d verdicts for the second batch's 2 messages", calls)
+	}
+	if n := testenv.QueueDepth(t, ch, q); n > 1 {
+		t.Fatalf("queue holds %d messages, want at most the first batch's first", n)
+	}
+}
