@@ -185,9 +185,10 @@ type sendLink struct {
 // message gets an error wrapping ErrNotSent, so that no message overtakes
 // one before it. ctx bounds the send and the wait for the verdicts.
 //
-// Every batch must be waited for with [Batch.Wait], even one the caller
-// no longer wants (with ctx ended, Wait returns at once): a batch holds its
-// in-flight slots until then.
+// Every batch must be waited for with [Batch.Wait], in the order they were
+// sent, even one the caller no longer wants (with ctx ended, Wait returns
+// at once): a batch holds its in-flight slots until then, and the batches
+// after it may need them to be sent.
 func (p *Publisher) Send(ctx context.Context, exchange string, msgs []Outgoing) *Batch {
 	b := p.newBatch(ctx, exchange, msgs)
 	link := &sendLink{done: make(chan struct{})}

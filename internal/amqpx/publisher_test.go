@@ -321,13 +321,17 @@ func TestSendKeepsBatchesInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	const batches, size = 20, 50
+	// Bounded, so that batches that take each other's in-flight slots
+	// fail the test rather than hang it.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var sent []*amqpx.Batch
 	for b := range batches {
 		msgs := make([]amqpx.Outgoing, size)
 		for i := range msgs {
 			msgs[i] = amqpx.Outgoing{RoutingKey: q, Msg: amqp.Publishing{MessageId: fmt.Sprint(b*size + i), Body: []byte("x")}}
 		}
-		sent = append(sent, p.Send(context.Background(), "", msgs))
+		sent = append(sent, p.Send(ctx, "", msgs))
 	}
 	for b, batch := range sent {
 		batch.Wait(func(i int, err error) {

@@ -67,6 +67,16 @@ type Config struct {
 	// the previous batch was being confirmed, up to this size. Default 500.
 	BatchSize int
 
+	// BatchesInFlight is how many batches are published ahead of the
+	// confirms of the first: the relay sends the next batch while the
+	// broker confirms the ones before, in order on one channel, so that
+	// neither a backlog's drain nor a single event waits for the confirm
+	// round trip of the batch before it. It also bounds, with BatchSize,
+	// what a relay that dies has published beyond its slot's position, to
+	// be published again. Default 4; 1 waits for each batch's confirms
+	// before the next is sent.
+	BatchesInFlight int
+
 	// PublishTimeout bounds the wait for a batch's confirms. A batch
 	// that runs out of it ends the session: the stream restarts from the
 	// last confirmed position. Default 10s.
@@ -103,13 +113,14 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultBatchSize      = 500
-	DefaultPublishTimeout = 10 * time.Second
-	DefaultMaxAttempts    = 5
-	DefaultRetryMin       = 200 * time.Millisecond
-	DefaultRetryMax       = 5 * time.Second
-	DefaultStandbyRetry   = time.Second
-	DefaultStatusInterval = 250 * time.Millisecond
+	DefaultBatchSize       = 500
+	DefaultBatchesInFlight = 4
+	DefaultPublishTimeout  = 10 * time.Second
+	DefaultMaxAttempts     = 5
+	DefaultRetryMin        = 200 * time.Millisecond
+	DefaultRetryMax        = 5 * time.Second
+	DefaultStandbyRetry    = time.Second
+	DefaultStatusInterval  = 250 * time.Millisecond
 )
 
 // ErrInvalidConfig wraps every configuration error of New.
@@ -131,6 +142,7 @@ func (c Config) withDefaults() Config {
 	c.Publisher.Version = cmp.Or(c.Publisher.Version, warren.PlaneEnvelopeVersion)
 	c.Publisher.Source = cmp.Or(c.Publisher.Source, relay.DefaultSource)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.BatchesInFlight = cmp.Or(c.BatchesInFlight, DefaultBatchesInFlight)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.RetryMin = cmp.Or(c.RetryMin, DefaultRetryMin)
@@ -157,6 +169,9 @@ func (c Config) validate() error {
 	}
 	if c.BatchSize < 0 || c.BatchSize > relay.MaxBatchSize {
 		errs = append(errs, fmt.Errorf("BatchSize %d: want 1 to %d", c.BatchSize, relay.MaxBatchSize))
+	}
+	if c.BatchesInFlight < 0 {
+		errs = append(errs, fmt.Errorf("BatchesInFlight %d: want at least 1", c.BatchesInFlight))
 	}
 	if c.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d: want at least 1", c.MaxAttempts))

@@ -34,8 +34,11 @@
 // Order: the stream is in commit order, and one relay publishes it in that
 // order on one channel, so events reach the exchange in the order their
 // transactions committed, and within a transaction in the order they were
-// written. Two exceptions: an event the broker refused is published again
-// after the events of its batch behind it, and after a restart the events
+// written. Batches are published ahead of their confirms
+// (Config.BatchesInFlight), in order on that one channel. Two exceptions:
+// an event the broker refused is published again after the events behind
+// it in its batch and in the batches already sent after it, and after a
+// restart the events
 // since the last flushed position come again, after the ones that were
 // already delivered. A consumer that needs per-entity order therefore
 // still needs its dedup and its own versioning.

@@ -129,8 +129,8 @@ func TestKill9WhileWritingLosesNothing(t *testing.T) {
 	t.Logf("events %d (%d transactions, %d writers, %d entities) written in %v; kills %d (%d with a backlog of %d+ rows), takeovers %d (%d by the standby that was up, %d by its fresh replacement), longest takeover %v",
 		n, w.transactions, killWriters, len(w.committed), writeTime.Round(time.Millisecond), kills, k.count(func(t takeover) bool { return t.busy }), busyRows,
 		len(k.records()), byStandby, len(k.records())-byStandby, k.longestTakeover().Round(time.Millisecond))
-	t.Logf("deliveries %d, duplicates %d (%d before the first kill), most after one kill %d (kill %d), bound per kill %d = (2+2×%d)×%d + %d (most deliveries in %v) + %d; wall %v",
-		v.deliveries, v.duplicates, v.dupByEpoch[0], maxDup, maxKill, bound, cdc.SettleQueue, cdc.DefaultBatchSize, v.peak, 2*cdc.DefaultStatusInterval, maxTxnEvents-1, time.Since(began).Round(time.Millisecond))
+	t.Logf("deliveries %d, duplicates %d (%d before the first kill), most after one kill %d (kill %d), bound per kill %d = (%d+1+2×%d)×%d + %d (most deliveries in %v) + %d; wall %v",
+		v.deliveries, v.duplicates, v.dupByEpoch[0], maxDup, maxKill, bound, cdc.DefaultBatchesInFlight, cdc.SettleQueue, cdc.DefaultBatchSize, v.peak, 2*cdc.DefaultStatusInterval, maxTxnEvents-1, time.Since(began).Round(time.Millisecond))
 
 	if len(v.missing) > 0 {
 		t.Errorf("%d of %d committed events never arrived, among them %v", len(v.missing), n, v.missing[:min(10, len(v.missing))])
@@ -192,17 +192,17 @@ func killEvents(t *testing.T) int {
 // the last report before a SIGKILL can be lost with the connection, so
 // Postgres knows at least the position of two intervals (2×SI) before the
 // kill. Beyond it are (a) the batches the relay held at that moment,
-// published and not yet settled: the one in flight or waiting to be handed
-// to the settle loop, SettleQueue waiting for it, and the one being
-// committed, which merges up to SettleQueue more, so (2 + 2×SettleQueue) ×
-// BatchSize; (b) what it published in the 2×SI before the kill, at most
+// published and not yet settled: the BatchesInFlight published and not
+// yet handed to the settle loop, SettleQueue waiting for it, and the one
+// being committed, which merges up to SettleQueue more, so
+// (BatchesInFlight + 1 + 2×SettleQueue) × BatchSize; (b) what it published in the 2×SI before the kill, at most
 // peak (the most deliveries the consumer saw in any 2×SI); (c) the rest of
 // a transaction whose first rows settled in a batch before its commit
 // (a position is only ever a transaction's end): maxTxnEvents-1.
 //
-//	bound = (2 + 2×SettleQueue) × BatchSize + peak(2×StatusInterval) + maxTxnEvents - 1
+//	bound = (BatchesInFlight + 1 + 2×SettleQueue) × BatchSize + peak(2×StatusInterval) + maxTxnEvents - 1
 func dupBound(peak int) int {
-	return (2+2*cdc.SettleQueue)*cdc.DefaultBatchSize + peak + maxTxnEvents - 1
+	return (cdc.DefaultBatchesInFlight+1+2*cdc.SettleQueue)*cdc.DefaultBatchSize + peak + maxTxnEvents - 1
 }
 
 // backfilled reports whether a relay has published the rows written

@@ -198,7 +198,8 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pub, err := amqpx.NewPublisher(ctx, amqpConn, 2*r.cfg.BatchSize)
+	// Room for every batch in flight and the retries of one.
+	pub, err := amqpx.NewPublisher(ctx, amqpConn, (r.cfg.BatchesInFlight+1)*r.cfg.BatchSize)
 	if err != nil {
 		return err
 	}
@@ -210,12 +211,17 @@ func (r *Relay) session(ctx context.Context) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	q := newQueue(4 * r.cfg.BatchSize)
+	p := pipeline{sent: make(chan *inFlight, r.cfg.BatchesInFlight), room: make(chan struct{}, r.cfg.BatchesInFlight)}
 	settles := make(chan settlement, settleQueue)
 	var wg sync.WaitGroup
 	wg.Go(func() { cancel(r.read(sctx, conn, q)) })
 	wg.Go(func() {
+		defer close(p.sent)
+		cancel(r.publishLoop(sctx, pub, q, p, backfill))
+	})
+	wg.Go(func() {
 		defer close(settles)
-		cancel(r.publishLoop(sctx, pub, q, settles, backfill))
+		r.confirmLoop(sctx, pub, p, settles, cancel)
 	})
 	wg.Go(func() { r.settleLoop(sctx, settles, cancel) })
 	select {
@@ -487,14 +493,25 @@ type deadRow struct {
 }
 
 // publishLoop publishes the rows written before the slot existed, if
-// they may not have been, and then the queue, a batch at a time.
-func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, settles chan<- settlement, backfill bool) error {
+// they may not have been, and then the queue, a batch at a time, up to
+// BatchesInFlight batches ahead of their confirms; confirmLoop awaits
+// them, in the same order. Every batch sent is passed on, even in a stop:
+// confirmLoop reads sent until it is closed, and a batch must be waited
+// for to free its in-flight slots.
+func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, p pipeline, backfill bool) error {
 	if backfill {
 		if err := r.backfill(ctx, pub); err != nil {
 			return fmt.Errorf("backfill: %w", err)
 		}
 	}
 	for {
+		// Room first, then the queue: a batch taken after waiting for
+		// room holds what the stream delivered meanwhile.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case p.room <- struct{}{}:
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -532,14 +549,48 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 				return err
 			}
 		}
-		s, err := r.deliver(ctx, pub, rows)
-		if err != nil {
-			return err
+		f := r.send(ctx, pub, rows)
+		f.end = end
+		p.sent <- f // never waits: room was taken for it
+	}
+}
+
+// pipeline carries the batches publishLoop sent to confirmLoop, in order.
+// room holds a token for each batch sent and not yet confirmed, so that at
+// most BatchesInFlight are.
+type pipeline struct {
+	sent chan *inFlight
+	room chan struct{}
+}
+
+// confirmLoop awaits the verdicts of the batches publishLoop sent, in
+// order, and passes each one's settlement on, so that the position moves
+// only past batches whose every event was confirmed or made dead. After a
+// batch fails for the connection's sake, the batches behind it are not
+// settled (their rows are published again from the last position): their
+// contexts end at once and their verdicts are only drained.
+func (r *Relay) confirmLoop(ctx context.Context, pub *amqpx.Publisher, p pipeline, settles chan<- settlement, fail context.CancelCauseFunc) {
+	failed := false
+	for f := range p.sent {
+		if failed {
+			f.cancel()
+			f.batch.Wait(func(int, error) {})
+			<-p.room
+			continue
 		}
-		s.end = end
+		s, err := r.confirm(ctx, pub, f)
+		if err != nil {
+			failed = true
+			fail(err)
+			<-p.room
+			continue
+		}
 		// The settle loop runs until settles is closed, so this send
-		// cannot be left waiting by a stop.
+		// cannot be left waiting by a stop. The batch's room is freed
+		// only once it is queued for its settle, which bounds what is
+		// published and not settled.
 		settles <- s
+		<-p.room
 	}
 }
 
@@ -667,36 +718,59 @@ func (r *Relay) queryRows(ctx context.Context, sql string, args ...any) ([]outbo
 	return out, rs.Err()
 }
 
-// deliver publishes rows in order and waits for every verdict. A row the
-// broker refuses (nack, return) is published again, the whole batch
-// waiting, until it is confirmed or has had MaxAttempts; one that cannot
-// be encoded is dead at once. A publish that fails for the connection's
-// sake (closed channel, no confirm within PublishTimeout) fails the
-// session: the rows are published again from the last position, and no
-// attempt is spent on them.
+// inFlight is a batch handed to the broker whose verdicts are awaited.
+type inFlight struct {
+	batch  *amqpx.Batch
+	cancel context.CancelFunc // ends the batch's context
+	out    []amqpx.Outgoing
+	ids    []int64
+	dead   []deadRow     // the rows that could not be encoded
+	end    pglogrepl.LSN // where the position may move once the batch is settled
+}
+
+// deliver publishes rows in order and waits for every verdict: send and
+// confirm, for the backfill, which settles a page before it reads the next.
 func (r *Relay) deliver(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Row) (settlement, error) {
-	var s settlement
-	out := make([]amqpx.Outgoing, 0, len(rows))
-	ids := make([]int64, 0, len(rows))
+	return r.confirm(ctx, pub, r.send(ctx, pub, rows))
+}
+
+// send encodes rows and starts publishing them, after every batch sent
+// before on pub; one that cannot be encoded is dead at once. A batch that
+// started is not cut short by a stop: it runs to its verdicts (or
+// PublishTimeout), so that it can be settled and the next relay need not
+// publish it again.
+func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Row) *inFlight {
+	f := &inFlight{out: make([]amqpx.Outgoing, 0, len(rows)), ids: make([]int64, 0, len(rows))}
 	for _, row := range rows {
 		msg, err := r.encode(row)
 		if err != nil {
-			s.dead = append(s.dead, deadRow{row.ID, 1, err.Error()})
+			f.dead = append(f.dead, deadRow{row.ID, 1, err.Error()})
 			continue
 		}
-		out = append(out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
-		ids = append(ids, row.ID)
+		f.out = append(f.out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
+		f.ids = append(f.ids, row.ID)
 	}
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	f.batch, f.cancel = pub.Send(bctx, r.cfg.Exchange, f.out), cancel
+	return f
+}
+
+// confirm waits for the verdicts of f. A row the broker refuses (nack,
+// return) is published again, the batch waiting, until it is confirmed or
+// has had MaxAttempts; the batches sent after f are not held up, so the
+// refused row arrives after them. A publish that fails for the
+// connection's sake (closed channel, no confirm within PublishTimeout)
+// fails the session: the rows are published again from the last
+// position, and no attempt is spent on them.
+func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) (settlement, error) {
+	s := settlement{dead: f.dead, end: f.end}
+	batch, cancel, out, ids := f.batch, f.cancel, f.out, f.ids
 	wait := r.cfg.RetryMin
-	for attempt := 1; len(out) > 0; attempt++ {
+	for attempt := 1; ; attempt++ {
 		var failedOut []amqpx.Outgoing
 		var failedIDs []int64
 		var sessionErr error
-		// A batch that started is not cut short by a stop: it runs to its
-		// verdicts (or PublishTimeout), so that it can be settled and the
-		// next relay need not publish it again.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
-		pub.PublishBatch(pctx, r.cfg.Exchange, out, func(i int, err error) {
+		batch.Wait(func(i int, err error) {
 			switch {
 			case err == nil:
 				s.done = append(s.done, ids[i])
@@ -715,18 +789,20 @@ func (r *Relay) deliver(ctx context.Context, pub *amqpx.Publisher, rows []outbox
 		if sessionErr != nil {
 			return s, sessionErr
 		}
-		if len(failedOut) > 0 {
-			r.log.Warn("the broker refused events; publishing them again", "events", len(failedOut), "attempt", attempt, "retry_in", wait)
-			select {
-			case <-ctx.Done():
-				return s, ctx.Err()
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, r.cfg.RetryMax)
+		if len(failedOut) == 0 {
+			return s, nil
 		}
+		r.log.Warn("the broker refused events; publishing them again", "events", len(failedOut), "attempt", attempt, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+			return s, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, r.cfg.RetryMax)
 		out, ids = failedOut, failedIDs
+		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+		batch, cancel = pub.Send(bctx, r.cfg.Exchange, out), bcancel
 	}
-	return s, nil
 }
 
 // encode builds the message; an error means no attempt can succeed.
@@ -794,12 +870,13 @@ const (
 // settleTimeout bounds one settle, which runs on after a stop.
 const settleTimeout = 10 * time.Second
 
-// settleQueue is how many published batches wait for the settle loop
-// before the publisher waits for it. With the batch in flight and the
-// settle being committed (which merges up to settleQueue more), it bounds
-// what a relay that dies has published beyond the position Postgres
-// knows: (2 + 2*settleQueue) batches, plus what settled since the last
-// status update. That is what the next relay publishes again.
+// settleQueue is how many confirmed batches wait for the settle loop
+// before the confirm loop waits for it. With the BatchesInFlight batches
+// published and not yet queued here and the settle being committed (which
+// merges up to settleQueue more), it bounds what a relay that dies has
+// published beyond the position Postgres knows: (BatchesInFlight + 1 +
+// 2*settleQueue) batches, plus what settled since the last status update.
+// That is what the next relay publishes again.
 const settleQueue = 4
 
 // settle trims the confirmed rows and marks the dead ones in one
