@@ -191,6 +191,14 @@ type sendLink struct {
 // after it may need them to be sent.
 func (p *Publisher) Send(ctx context.Context, exchange string, msgs []Outgoing) *Batch {
 	b := p.newBatch(ctx, exchange, msgs)
+	if len(msgs) == 0 {
+		// Nothing to send, nothing to order: kept out of the chain, where
+		// a ctx that ends before its turn would count it as not sent
+		// whole (and a Wait of nothing returns at once, so the caller may
+		// end ctx at once).
+		close(b.send.results)
+		return b
+	}
 	link := &sendLink{done: make(chan struct{})}
 	p.mu.Lock()
 	prev := p.sendTail

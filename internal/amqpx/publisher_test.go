@@ -332,6 +332,13 @@ func TestSendKeepsBatchesInOrder(t *testing.T) {
 			msgs[i] = amqpx.Outgoing{RoutingKey: q, Msg: amqp.Publishing{MessageId: fmt.Sprint(b*size + i), Body: []byte("x")}}
 		}
 		sent = append(sent, p.Send(ctx, "", msgs))
+		if b == 0 {
+			// An empty batch among them, whose ctx ends as soon as it is
+			// waited for, as a relay's batch of stream positions only does.
+			empty, cancelEmpty := context.WithCancel(ctx)
+			p.Send(empty, "", nil).Wait(func(i int, err error) { t.Errorf("a verdict for message %d of an empty batch: %v", i, err) })
+			cancelEmpty()
+		}
 	}
 	for b, batch := range sent {
 		batch.Wait(func(i int, err error) {

@@ -522,6 +522,7 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 		}
 		items := q.take(r.cfg.BatchSize)
 		if len(items) == 0 {
+			<-p.room // the room taken for a batch that is not there
 			continue
 		}
 		rows := make([]outbox.Row, 0, len(items))
