@@ -650,8 +650,13 @@ const visibleSQL = `WITH s AS (SELECT pg_current_snapshot() AS snap, pg_snapshot
 func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) error {
 	var after int64
 	for {
-		rows, err := r.queryRows(ctx, `SELECT `+outbox.Columns+` FROM `+pgx.Identifier{r.cfg.Table}.Sanitize()+
-			` WHERE state = 'pending' AND id > $1 ORDER BY id LIMIT $2`, after, r.cfg.BatchSize)
+		var rows []outbox.Row
+		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) (err error) {
+			if _, err = tx.Exec(ctx, backfillPlanSQL); err == nil {
+				rows, err = queryRows(ctx, tx, backfillPageSQL(pgx.Identifier{r.cfg.Table}.Sanitize()), after, r.cfg.BatchSize)
+			}
+			return err
+		})
 		if err != nil || len(rows) == 0 {
 			if err == nil {
 				err = r.markBackfilled(ctx)
@@ -699,11 +704,13 @@ func (r *Relay) refetched(ctx context.Context, items []item, decoded []outbox.Ro
 
 // pendingRows reads the rows of ids that are still pending.
 func (r *Relay) pendingRows(ctx context.Context, ids []int64) ([]outbox.Row, error) {
-	return r.queryRows(ctx, pendingRowsSQL(pgx.Identifier{r.cfg.Table}.Sanitize()), ids)
+	return queryRows(ctx, r.pool, pendingRowsSQL(pgx.Identifier{r.cfg.Table}.Sanitize()), ids)
 }
 
-func (r *Relay) queryRows(ctx context.Context, sql string, args ...any) ([]outbox.Row, error) {
-	rs, err := r.pool.Query(ctx, sql, args...)
+func queryRows(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, sql string, args ...any) ([]outbox.Row, error) {
+	rs, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -914,7 +921,8 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 	return nil
 }
 
-// The settle's and the refetch's statements on the quoted table t. Each
+// The settle's, the refetch's and the backfill's statements on the quoted
+// table t. Each
 // finds its rows by probing the primary key once per id, whatever the
 // table's statistics say (TestSettleStatementsProbeThePrimaryKey). Their
 // test of the state is written `(state = 'pending') IS TRUE`, which means
@@ -936,6 +944,18 @@ func markDeadSQL(t string) string {
 	FROM unnest($1::bigint[], $2::int[], $3::text[]) AS d(id, attempts, reason)
 	WHERE o.id = d.id AND (o.state = 'pending') IS TRUE`
 }
+
+// backfillPageSQL is a page of the backfill, after the cursor $1, read
+// with backfillPlanSQL in force: the planner must walk the primary key in
+// its order. On a table whose statistics say it is small, which is how a
+// backlog meets a new slot, its plan otherwise read every pending row
+// after the cursor (through the claim index, or the whole table) and
+// sorted them for each page, which made a backfill quadratic.
+func backfillPageSQL(t string) string {
+	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id > $1 AND state = 'pending' ORDER BY id LIMIT $2`
+}
+
+const backfillPlanSQL = `SET LOCAL enable_sort = off`
 
 func pendingRowsSQL(t string) string {
 	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id`
