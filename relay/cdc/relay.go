@@ -840,12 +840,18 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 		for range settles { // keep the publisher from waiting on a send
 		}
 	}()
+	limit := (settleQueue + 1) * r.cfg.BatchSize
 	for s := range settles {
-		// At most settleQueue more: what one settle holds, and so what a
-		// relay that dies during it has published without moving the
-		// slot, stays bounded even while the publisher keeps up with it.
+		// What arrives within settleLinger joins this settle, up to the
+		// rows of settleQueue+1 full batches: what one settle holds, and
+		// so what a relay that dies during it has published without
+		// moving the slot, stays bounded. Under a trickle of small
+		// batches a trim a batch would be a transaction, and a WAL flush,
+		// for every few events; the position Postgres hears of moves only
+		// every StatusInterval anyway.
+		linger := time.NewTimer(settleLinger)
 	merge:
-		for range settleQueue {
+		for len(s.done)+len(s.dead) < limit {
 			select {
 			case more, ok := <-settles:
 				if !ok {
@@ -853,10 +859,11 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 				}
 				s.done, s.dead = append(s.done, more.done...), append(s.dead, more.dead...)
 				s.end = max(s.end, more.end)
-			default:
+			case <-linger.C:
 				break merge
 			}
 		}
+		linger.Stop()
 		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
 		err := r.settle(sctx, s)
 		cancel()
@@ -877,6 +884,11 @@ const (
 
 // settleTimeout bounds one settle, which runs on after a stop.
 const settleTimeout = 10 * time.Second
+
+// settleLinger is how long a settle waits for more confirmed batches to
+// join it: less than half the default StatusInterval, so that the
+// position Postgres hears of is at most one settle behind.
+const settleLinger = 100 * time.Millisecond
 
 // settleQueue is how many confirmed batches wait for the settle loop
 // before the confirm loop waits for it. With the BatchesInFlight batches
