@@ -77,7 +77,8 @@ type Config struct {
 	// before the next is sent.
 	BatchesInFlight int
 
-	// PublishTimeout bounds the wait for a batch's confirms. A batch
+	// PublishTimeout bounds the wait for a batch's confirms, from when the
+	// relay starts waiting for them (after the batches ahead of it). A batch
 	// that runs out of it ends the session: the stream restarts from the
 	// last confirmed position. Default 10s.
 	PublishTimeout time.Duration

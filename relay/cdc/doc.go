@@ -37,8 +37,8 @@
 // written. Batches are published ahead of their confirms
 // (Config.BatchesInFlight), in order on that one channel. Two exceptions:
 // an event the broker refused is published again after the events behind
-// it in its batch and in the batches already sent after it, and after a
-// restart the events
+// it in its batch and in the batches sent after it before the retry, and
+// after a restart the events
 // since the last flushed position come again, after the ones that were
 // already delivered. A consumer that needs per-entity order therefore
 // still needs its dedup and its own versioning.

@@ -154,11 +154,12 @@ func isSlotBusy(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == sqlObjectInUse
 }
 
-// session streams the slot until something fails or ctx ends. Three
+// session streams the slot until something fails or ctx ends. Four
 // goroutines pass the events along, each in stream order: read decodes
-// the stream into a queue, publishLoop publishes a batch at a time and
-// waits for its confirms, and settleLoop trims the confirmed rows and
-// only then moves the position Postgres is told.
+// the stream into a queue, publishLoop publishes it a batch at a time, up
+// to BatchesInFlight batches ahead of their confirms, confirmLoop awaits
+// the confirms, and settleLoop trims the confirmed rows and only then
+// moves the position Postgres is told.
 func (r *Relay) session(ctx context.Context) error {
 	backfill, err := r.setup(ctx)
 	if err != nil {
@@ -198,7 +199,11 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Room for every batch in flight and the retries of one.
+	// Room for every batch in flight and the retries of one: confirm
+	// publishes a refused event's retry, and waits for it, before the
+	// batches sent after its batch are waited for (Send's rule is to wait
+	// in the order sent); their slots stay taken meanwhile, and the extra
+	// batch of slots is what lets the retry be sent.
 	pub, err := amqpx.NewPublisher(ctx, amqpConn, (r.cfg.BatchesInFlight+1)*r.cfg.BatchSize)
 	if err != nil {
 		return err
@@ -557,8 +562,8 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 }
 
 // pipeline carries the batches publishLoop sent to confirmLoop, in order.
-// room holds a token for each batch sent and not yet confirmed, so that at
-// most BatchesInFlight are.
+// room holds a token for each batch sent and not yet queued for its
+// settle, so that at most BatchesInFlight are.
 type pipeline struct {
 	sent chan *inFlight
 	room chan struct{}
@@ -569,7 +574,11 @@ type pipeline struct {
 // only past batches whose every event was confirmed or made dead. After a
 // batch fails for the connection's sake, the batches behind it are not
 // settled (their rows are published again from the last position): their
-// contexts end at once and their verdicts are only drained.
+// contexts end at once and their verdicts are only drained. A stop that
+// comes while a batch waits to publish a refused event again fails that
+// batch the same way, so the batches behind it, though confirmed, are
+// published again by the next relay: the position could not have moved
+// past them anyway.
 func (r *Relay) confirmLoop(ctx context.Context, pub *amqpx.Publisher, p pipeline, settles chan<- settlement, fail context.CancelCauseFunc) {
 	failed := false
 	for f := range p.sent {
@@ -745,8 +754,8 @@ func (r *Relay) deliver(ctx context.Context, pub *amqpx.Publisher, rows []outbox
 // send encodes rows and starts publishing them, after every batch sent
 // before on pub; one that cannot be encoded is dead at once. A batch that
 // started is not cut short by a stop: it runs to its verdicts (or
-// PublishTimeout), so that it can be settled and the next relay need not
-// publish it again.
+// PublishTimeout, counted by confirm), so that it can be settled and the
+// next relay need not publish it again.
 func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Row) *inFlight {
 	f := &inFlight{out: make([]amqpx.Outgoing, 0, len(rows)), ids: make([]int64, 0, len(rows))}
 	for _, row := range rows {
@@ -758,18 +767,20 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 		f.out = append(f.out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
 		f.ids = append(f.ids, row.ID)
 	}
-	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	f.batch, f.cancel = pub.Send(bctx, r.cfg.Exchange, f.out), cancel
 	return f
 }
 
-// confirm waits for the verdicts of f. A row the broker refuses (nack,
-// return) is published again, the batch waiting, until it is confirmed or
-// has had MaxAttempts; the batches sent after f are not held up, so the
-// refused row arrives after them. A publish that fails for the
-// connection's sake (closed channel, no confirm within PublishTimeout)
-// fails the session: the rows are published again from the last
-// position, and no attempt is spent on them.
+// confirm waits for the verdicts of f, for at most PublishTimeout from
+// when it starts waiting: the time f spent behind the batches before it
+// is theirs. A row the broker refuses (nack, return) is published again,
+// the batch waiting, until it is confirmed or has had MaxAttempts; the
+// batches sent after f are not held up, so the refused row arrives after
+// them. A publish that fails for the connection's sake (closed channel,
+// no confirm within PublishTimeout) fails the session: the rows are
+// published again from the last position, and no attempt is spent on
+// them.
 func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) (settlement, error) {
 	s := settlement{dead: f.dead, end: f.end}
 	batch, cancel, out, ids := f.batch, f.cancel, f.out, f.ids
@@ -778,6 +789,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		var failedOut []amqpx.Outgoing
 		var failedIDs []int64
 		var sessionErr error
+		expire := time.AfterFunc(r.cfg.PublishTimeout, cancel)
 		batch.Wait(func(i int, err error) {
 			switch {
 			case err == nil:
@@ -793,6 +805,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				sessionErr = err
 			}
 		})
+		expire.Stop()
 		cancel()
 		if sessionErr != nil {
 			return s, sessionErr
@@ -808,7 +821,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		}
 		wait = min(2*wait, r.cfg.RetryMax)
 		out, ids = failedOut, failedIDs
-		bctx, bcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout)
+		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
 		batch, cancel = pub.Send(bctx, r.cfg.Exchange, out), bcancel
 	}
 }
@@ -851,7 +864,7 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 		// every StatusInterval anyway.
 		linger := time.NewTimer(settleLinger)
 	merge:
-		for len(s.done)+len(s.dead) < limit {
+		for len(s.done)+len(s.dead)+r.cfg.BatchSize <= limit {
 			select {
 			case more, ok := <-settles:
 				if !ok {
