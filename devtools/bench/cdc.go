@@ -15,7 +15,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
-	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay/cdc"
 )
@@ -208,18 +207,14 @@ func brokerCeiling(ctx context.Context, e *env) (figures, error) {
 		return nil, err
 	}
 	defer ob.close()
-	conn, err := amqpx.Dial(ctx, e.amqpURL, amqpx.DialOptions{Name: "bench broker ceiling"})
+	// The raw relay loop's connection and confirm-mode channel; its
+	// claim is not used.
+	raw, err := newRawRelayLoop(ctx, e, ob)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	ch, err := conn.Channel()
-	if err == nil {
-		err = ch.Confirm(false)
-	}
-	if err != nil {
-		return nil, err
-	}
+	defer raw.close()
+	ch := raw.ch
 	msgs := make([]amqp.Publishing, e.messages)
 	for i := range msgs {
 		ev := e.event(i)
@@ -234,8 +229,12 @@ func brokerCeiling(ctx context.Context, e *env) (figures, error) {
 	var window [][]*amqp.DeferredConfirmation
 	confirmed := func(batch []*amqp.DeferredConfirmation) error {
 		for _, dc := range batch {
-			if ok, err := dc.WaitContext(ctx); err != nil || !ok {
-				return errors.Join(err, errors.New("broker nacked a message"))
+			ok, err := dc.WaitContext(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return errors.New("broker nacked a message")
 			}
 		}
 		return nil

@@ -15,26 +15,29 @@ import (
 // statement pgx prepared gets after five runs) with args reads table: the
 // kinds of the nodes that scan it, and the indexes the plan reads (a
 // bitmap index scan names no table: the heap scan above it does).
-// setup, when not empty, runs first on the same connection (a SET the
-// caller runs before the statement). EXPLAIN without ANALYZE runs nothing.
+// setup, when not empty, runs first in the same transaction (a SET LOCAL
+// the caller runs before the statement). EXPLAIN without ANALYZE runs
+// nothing, and the transaction is rolled back.
 func GenericPlan(t testing.TB, pool *pgxpool.Pool, table, setup, sql string, args ...any) (scans, indexes []string, plan []byte) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := pool.Acquire(ctx)
+	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Release()
-	// Not returned to the pool's other users with these settings.
-	defer conn.Conn().Close(ctx)
-	for _, set := range []string{`SET plan_cache_mode = force_generic_plan`, setup} {
-		if _, err := conn.Exec(ctx, strings.Replace(set, "SET LOCAL", "SET", 1)); set != "" && err != nil {
+	defer tx.Rollback(ctx)
+	for _, set := range []string{`SET LOCAL plan_cache_mode = force_generic_plan`, setup} {
+		if _, err := tx.Exec(ctx, set); set != "" && err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := conn.Exec(ctx, `PREPARE generic_plan AS `+sql); err != nil {
+	// A prepared statement outlives the transaction: named for this call,
+	// and deallocated.
+	name := Name(t, "plan")
+	if _, err := tx.Exec(ctx, `PREPARE `+name+` AS `+sql); err != nil {
 		t.Fatalf("prepare %s: %v", sql, err)
 	}
+	defer tx.Exec(ctx, `DEALLOCATE `+name)
 	// The simple protocol writes the arguments into the text, where
 	// EXECUTE's parameters must be.
 	marks := make([]string, len(args))
@@ -42,7 +45,7 @@ func GenericPlan(t testing.TB, pool *pgxpool.Pool, table, setup, sql string, arg
 		marks[i] = fmt.Sprintf("$%d", i+1)
 	}
 	all := append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
-	if err := conn.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE generic_plan(`+strings.Join(marks, ", ")+`)`, all...).Scan(&plan); err != nil {
+	if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE `+name+`(`+strings.Join(marks, ", ")+`)`, all...).Scan(&plan); err != nil {
 		t.Fatalf("explain %s: %v", sql, err)
 	}
 	var top []struct {

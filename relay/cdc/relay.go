@@ -946,8 +946,7 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 	return nil
 }
 
-// The settle's, the refetch's and the backfill's statements on the quoted
-// table t. Each
+// The settle's and the refetch's statements on the quoted table t. Each
 // finds its rows by probing the primary key once per id, whatever the
 // table's statistics say (TestSettleStatementsProbeThePrimaryKey). Their
 // test of the state is written `(state = 'pending') IS TRUE`, which means
