@@ -5,46 +5,23 @@
 #   Redis      127.0.0.1:6379
 #   RabbitMQ   127.0.0.1:5672, guest/guest
 #
+# Enables RabbitMQ's consistent-hash exchange plugin, which partitioned
+# consumption (consumer.Config.Partitions) declares its exchange with, and
+# its management plugin (HTTP API on 127.0.0.1:15672), which `warren
+# console` and `warren dlq stats` read the broker's queues from.
+#
 # Also installs Debian's python3-pika, the RabbitMQ client Plane's services
-# use, for the tests that read warren's messages the way they do.
+# use, for the tests that read warren's messages the way they do, and
+# Debian's Chromium, for the console's browser tests.
 #
 # Installs what is missing (apt-get), starts what is stopped, waits until
 # each answers, and says what it did. Running it again changes nothing.
 # Works without systemd (containers, CI): services are started directly.
 set -euo pipefail
 
-say() { printf 'services: %s\n' "$*"; }
-die() { printf 'services: error: %s\n' "$*" >&2; exit 1; }
-
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-	command -v sudo >/dev/null || die "not root and no sudo: run as root to install or start services"
-	SUDO="sudo"
-fi
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-wait_for() { # name seconds command...
-	local name=$1 seconds=$2
-	shift 2
-	for _ in $(seq $((seconds * 4))); do
-		if "$@" >/dev/null 2>&1; then return 0; fi
-		sleep 0.25
-	done
-	die "$name did not answer within ${seconds}s"
-}
-
-APT_UPDATED=""
-apt_install() {
-	command -v apt-get >/dev/null || die "$1 is missing and apt-get is not available: install $1 by hand"
-	if [ -z "$APT_UPDATED" ]; then
-		say "apt-get update"
-		$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-		APT_UPDATED=1
-	fi
-	say "installing $*"
-	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
-}
+LIB_NAME=services
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 pg_version() { ls /etc/postgresql 2>/dev/null | sort -V | tail -n1; }
 
@@ -118,7 +95,7 @@ redis() {
 }
 
 rabbitmq() {
-	command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+	install_rabbitmq
 	if port_open 5672; then
 		say "RabbitMQ already running"
 	else
@@ -133,7 +110,27 @@ rabbitmq() {
 		fi
 	fi
 	wait_for RabbitMQ 120 port_open 5672
-	say "RabbitMQ ready at 127.0.0.1:5672"
+	plugins
+	say "RabbitMQ ready at 127.0.0.1:5672 (management API at 127.0.0.1:15672)"
+}
+
+# Partitioned consumption (consumer.Config.Partitions) declares an
+# x-consistent-hash exchange, which the rabbitmq_consistent_hash_exchange
+# plugin provides; `warren console` and `warren dlq stats` without --queue
+# find warren's queues through the management plugin's HTTP API
+# (127.0.0.1:15672). Enabling a plugin works on a running node (no
+# restart); `rabbitmq-plugins list -e` lists the enabled ones.
+plugins() {
+	local plugin
+	for plugin in rabbitmq_consistent_hash_exchange rabbitmq_management; do
+		if $SUDO rabbitmq-plugins -q list -e "^${plugin}\$" 2>/dev/null | grep -q "$plugin"; then
+			say "RabbitMQ plugin $plugin already enabled"
+		else
+			say "enabling RabbitMQ plugin $plugin"
+			$SUDO rabbitmq-plugins -q enable "$plugin" >/dev/null
+		fi
+	done
+	wait_for "RabbitMQ's management API" 60 port_open 15672
 }
 
 # pika is imported by /usr/bin/python3 (Debian's), not by whatever python3
@@ -147,7 +144,19 @@ pika() {
 	say "python3-pika $(/usr/bin/python3 -c 'import pika; print(pika.__version__)') ready"
 }
 
+# The console's browser tests (internal/console) drive Debian's Chromium
+# headless; nothing else needs it.
+chromium() {
+	if [ -x /usr/bin/chromium ]; then
+		say "Chromium already installed"
+	else
+		apt_install chromium
+	fi
+	say "$(/usr/bin/chromium --version 2>/dev/null || echo 'Chromium: version unknown') ready"
+}
+
 postgres
 redis
 rabbitmq
 pika
+chromium

@@ -86,13 +86,31 @@ func BoundNotify(ctx context.Context, conn *amqp.Connection, op func() error, cl
 // CloseTimeout to agree before conn is closed under it (see [Bound]). A
 // channel already closed is not an error.
 func CloseChannel(conn *amqp.Connection, ch *amqp.Channel) error {
-	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
-	defer cancel()
-	err := Bound(ctx, conn, ch.Close)
-	if errors.Is(err, amqp.ErrClosed) && !errors.Is(err, ErrNoAnswer) {
+	err := CloseChannelAnswered(conn, ch)
+	if WasClosed(err) {
 		return nil
 	}
 	return err
+}
+
+// CloseChannelAnswered is CloseChannel, except that it returns nil only
+// when the broker answered the close (a channel already closed is an
+// error). The broker handles a channel's methods in order, so its answer
+// proves it handled everything sent on ch before the close: the acks
+// among them, which AMQP 0-9-1 otherwise never confirms. (A quorum queue
+// applies a removal through its replicated log: the loss of its leader
+// before the entry is committed can still bring a message back, as a
+// duplicate.)
+func CloseChannelAnswered(conn *amqp.Connection, ch *amqp.Channel) error {
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	return Bound(ctx, conn, ch.Close)
+}
+
+// WasClosed reports whether err, from a close, says only that the channel
+// was closed already.
+func WasClosed(err error) bool {
+	return errors.Is(err, amqp.ErrClosed) && !errors.Is(err, ErrNoAnswer)
 }
 
 // DeclareFanout declares the durable fanout exchange the relays publish

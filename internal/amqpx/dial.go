@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -31,20 +33,60 @@ type DialOptions struct {
 	Heartbeat time.Duration
 }
 
-// CheckURL returns an error when rawURL is not an AMQP URL the client can
-// dial. The parser's error quotes the raw URL, and a password that makes it
-// unparsable (an unescaped '%' or '#') comes back in it, in pieces: the
-// error returned has every piece masked.
-func CheckURL(rawURL string) error {
-	if _, err := amqp.ParseURI(rawURL); err != nil {
-		return fmt.Errorf("AMQP URL %s: %s", redact.URL(rawURL), redact.Text(err.Error(), rawURL))
+// SplitURLs returns the broker URLs in list: one AMQP URL, or several
+// separated by commas, the nodes of one cluster. A comma inside a URL (in
+// a password) does not split it: a URL starts only where "amqp://" or
+// "amqps://" follows the comma. Space around the commas is dropped; an
+// empty element stays, for CheckURL to refuse.
+func SplitURLs(list string) []string {
+	var urls []string
+	for _, part := range strings.Split(list, ",") {
+		lower := strings.ToLower(strings.TrimSpace(part))
+		isStart := lower == "" || strings.HasPrefix(lower, "amqp://") || strings.HasPrefix(lower, "amqps://")
+		if len(urls) > 0 && !isStart {
+			urls[len(urls)-1] += "," + part
+			continue
+		}
+		urls = append(urls, part)
+	}
+	for i := range urls {
+		urls[i] = strings.TrimSpace(urls[i])
+	}
+	return urls
+}
+
+// RedactURLs is list with the password of each of its URLs masked, for
+// logs. (redact.URL on the whole list masks too, but runs one URL's
+// password to the last '@' of the list, hiding the hosts between.)
+func RedactURLs(list string) string {
+	urls := SplitURLs(list)
+	for i, u := range urls {
+		urls[i] = redact.URL(u)
+	}
+	return strings.Join(urls, ",")
+}
+
+// CheckURL returns an error when list is not one or more AMQP URLs the
+// client can dial (see [SplitURLs]). The parser's error quotes the raw
+// URL, and a password that makes it unparsable (an unescaped '%' or '#')
+// comes back in it, in pieces: the error returned has every piece masked.
+func CheckURL(list string) error {
+	for _, u := range SplitURLs(list) {
+		if _, err := amqp.ParseURI(u); err != nil {
+			return fmt.Errorf("AMQP URL %s: %s", redact.URL(u), redact.Text(err.Error(), u))
+		}
 	}
 	return nil
 }
 
-// Dial opens one AMQP connection. Errors name the redacted URL.
-func Dial(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connection, error) {
-	if err := CheckURL(rawURL); err != nil {
+// Dial opens one AMQP connection to a node of list (see [SplitURLs]). With
+// several nodes it tries them in turn, from one chosen at random, and
+// returns the first connection one accepts: clients given the same list
+// spread over the nodes, and after a node is lost a client reaches another
+// one in the same call. Errors name every redacted URL tried; the
+// connection's RemoteAddr says which node answered.
+func Dial(ctx context.Context, list string, opts DialOptions) (*amqp.Connection, error) {
+	if err := CheckURL(list); err != nil {
 		return nil, err
 	}
 	if opts.Timeout <= 0 {
@@ -53,6 +95,24 @@ func Dial(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connectio
 	if opts.Heartbeat <= 0 {
 		opts.Heartbeat = 10 * time.Second
 	}
+	urls := SplitURLs(list)
+	first := rand.IntN(len(urls))
+	var errs []error
+	for i := range urls {
+		conn, err := dialOne(ctx, urls[(first+i)%len(urls)], opts)
+		if err == nil {
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, errors.Join(errs...)
+}
+
+// dialOne dials one node's URL.
+func dialOne(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	if opts.Name != "" {
 		props.SetClientConnectionName(opts.Name)
@@ -76,9 +136,59 @@ func Dial(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connectio
 	}
 	conn, err := amqp.DialConfig(rawURL, cfg)
 	if err != nil {
+		if refused := refusal(rawURL, err); refused != nil {
+			return nil, refused
+		}
 		return nil, fmt.Errorf("dial %s: %w", redact.URL(rawURL), err)
 	}
 	return conn, nil
+}
+
+// ErrRefused is matched (errors.Is) by a dial error for which the broker
+// refused the user's credentials (403 ACCESS_REFUSED during the handshake)
+// or access to the vhost (530 NOT_ALLOWED, or a missing vhost): a retry
+// cannot mend either, so [DialRetry] returns it at once instead of
+// reporting the broker unreachable forever.
+var ErrRefused = errors.New("the broker refused the connection")
+
+// refusedError is a dial error the broker's refusal caused, worded for the
+// operator who has to fix the URL.
+type refusedError struct {
+	msg string
+	err error
+}
+
+func (e *refusedError) Error() string   { return e.msg }
+func (e *refusedError) Unwrap() []error { return []error{ErrRefused, e.err} }
+
+// refusal returns err as a refusedError when the broker refused the
+// credentials or the vhost of rawURL, else nil. Of RabbitMQ's 530
+// NOT_ALLOWED replies, only "vhost X not found" and "access to vhost X
+// refused for user Y" are refusals: "connection limit ... is reached"
+// passes once other connections close, and "vhost X is down" while a
+// node recovers the vhost (a restarting cluster node says it).
+func refusal(rawURL string, err error) error {
+	var ae *amqp.Error
+	if !errors.As(err, &ae) {
+		return nil
+	}
+	uri, perr := amqp.ParseURI(rawURL)
+	if perr != nil {
+		return nil
+	}
+	at, reason := redact.URL(rawURL), redact.Text(ae.Reason, rawURL)
+	switch {
+	case errors.Is(err, amqp.ErrVhost) || ae.Code == amqp.NotAllowed && vhostRefused(ae.Reason):
+		return &refusedError{fmt.Sprintf("vhost %q does not exist or user %s has no access to it, at %s: create the vhost or grant the user access (rabbitmqctl set_permissions -p VHOST USER ...), or fix the URL's path (%s)",
+			uri.Vhost, uri.Username, at, reason), err}
+	case ae.Code == amqp.AccessRefused:
+		return &refusedError{fmt.Sprintf("RabbitMQ refused the credentials for user %s at %s: check the user and password (%s)", uri.Username, at, reason), err}
+	}
+	return nil
+}
+
+func vhostRefused(reason string) bool {
+	return !strings.Contains(reason, "limit") && (strings.Contains(reason, "not found") || strings.Contains(reason, "refused"))
 }
 
 // NewBackOff returns the reconnect policy warren uses everywhere:
@@ -94,26 +204,36 @@ func NewBackOff(max time.Duration) backoff.BackOff {
 	return b
 }
 
-// DialRetry dials until it succeeds or ctx ends, waiting between attempts
-// as b says and logging each failure once with the redacted URL.
-func DialRetry(ctx context.Context, rawURL string, opts DialOptions, b backoff.BackOff, log *slog.Logger) (*amqp.Connection, error) {
-	if err := CheckURL(rawURL); err != nil {
+// DialRetry dials list (see [Dial]) until a node accepts, or ctx ends,
+// waiting between rounds over the nodes as b says and logging each failed
+// round once with the redacted URLs. A refusal (an error matching
+// [ErrRefused]: bad credentials, a missing vhost) is returned at once:
+// users and vhosts are the cluster's, so no node and no wait would do
+// better. It logs the node it reached when that
+// took more than one round or list names several nodes. b is reset
+// first: give DialRetry a backoff of its own, never one the caller also
+// draws its pauses from, or those pauses never grow.
+func DialRetry(ctx context.Context, list string, opts DialOptions, b backoff.BackOff, log *slog.Logger) (*amqp.Connection, error) {
+	if err := CheckURL(list); err != nil {
 		return nil, err // no retry mends it
 	}
 	b.Reset()
 	for attempt := 1; ; attempt++ {
-		conn, err := Dial(ctx, rawURL, opts)
+		conn, err := Dial(ctx, list, opts)
 		if err == nil {
-			if attempt > 1 {
-				log.Info("connected to broker", "url", redact.URL(rawURL), "attempts", attempt)
+			if attempt > 1 || len(SplitURLs(list)) > 1 {
+				log.Info("connected to broker", "node", conn.RemoteAddr().String(), "attempts", attempt)
 			}
 			return conn, nil
+		}
+		if errors.Is(err, ErrRefused) {
+			return nil, err
 		}
 		wait := b.NextBackOff()
 		log.Warn("broker unreachable, will retry", "error", err, "attempt", attempt, "retry_in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("dial %s: %w (last error: %v)", redact.URL(rawURL), ctx.Err(), err)
+			return nil, fmt.Errorf("dial %s: %w (last error: %v)", RedactURLs(list), ctx.Err(), err)
 		case <-time.After(wait):
 		}
 	}

@@ -20,7 +20,8 @@ func EventPublishing(ev warren.Event) (amqp.Publishing, error) {
 // it came from, 0 if none), and the AMQP properties that let the broker
 // and tools route and inspect it without decoding the body (message_id =
 // event_id, type = event_type, persistent, the creation time, and the
-// initiator type as a header). The properties are the same in every
+// initiator type and entity id as headers; a partitioned consumer hashes
+// on the entity id header, [warren.HeaderEntityID]). The properties are the same in every
 // format. Plane's publisher sets persistent delivery, the JSON content
 // type, a timestamp and content_encoding "utf-8"; the relay sets the first
 // three and adds the others, which a Plane consumer, reading only the
@@ -46,7 +47,7 @@ func EncodedPublishing(enc warren.Encoder, ev warren.Event, outboxID int64) (amq
 		ContentType:  "application/json",
 		DeliveryMode: amqp.Persistent,
 		Timestamp:    ts.UTC(),
-		Headers:      amqp.Table{warren.HeaderInitiatorType: ev.InitiatorType},
+		Headers:      amqp.Table{warren.HeaderInitiatorType: ev.InitiatorType, warren.HeaderEntityID: ev.EntityID},
 		Body:         body,
 	}, nil
 }

@@ -31,7 +31,7 @@ func TestEncodedPublishingProperties(t *testing.T) {
 		msg.Body = nil
 		want := amqp.Publishing{
 			MessageId: "ev-1", Type: "workitem.updated", ContentType: "application/json", DeliveryMode: amqp.Persistent,
-			Timestamp: created.UTC(), Headers: amqp.Table{warren.HeaderInitiatorType: warren.InitiatorSystemImport},
+			Timestamp: created.UTC(), Headers: amqp.Table{warren.HeaderInitiatorType: warren.InitiatorSystemImport, warren.HeaderEntityID: "iss-1"},
 		}
 		if !reflect.DeepEqual(msg, want) {
 			t.Errorf("format %s: properties\n %+v\nwant\n %+v", f, msg, want)

@@ -458,6 +458,16 @@ func (p *Publisher) finish(key returnKey, me *pending) *ReturnedError {
 // channel closed (nil for a clean close) and is then closed.
 func (p *Publisher) NotifyClose() <-chan *amqp.Error { return p.closed }
 
+// Retire closes the channel of a publisher that was replaced on a
+// connection that goes on serving others. Unlike Close it never closes the
+// connection: a broker that does not answer leaves Retire waiting until
+// the connection ends for another reason, rather than cutting off the
+// other channels' work (a consumer's unsent acks) with it.
+func (p *Publisher) Retire() {
+	p.ch.Close()
+	p.abandoned.Wait()
+}
+
 // Close closes the channel, which fails every unconfirmed publish, and waits
 // for abandoned publishes to release their slots. It returns within about
 // CloseTimeout whatever the broker does: when the broker does not answer

@@ -29,6 +29,13 @@ type DeadLetterTopology struct {
 // unique name, deleted when t ends.
 func DeclareDeadLetterTopology(t testing.TB, ch *amqp.Channel) DeadLetterTopology {
 	t.Helper()
+	return DeclareDeadLetterTopologyOfType(t, ch, "classic")
+}
+
+// DeclareDeadLetterTopologyOfType is DeclareDeadLetterTopology with queues
+// of queueType ("classic" or "quorum").
+func DeclareDeadLetterTopologyOfType(t testing.TB, ch *amqp.Channel, queueType string) DeadLetterTopology {
+	t.Helper()
 	c := Name(t, "c")
 	top := DeadLetterTopology{Consumer: c, Exchange: c + ".events", DLX: dlq.ExchangeName(c), DLQ: dlq.QueueName(c)}
 	CleanupQueues(t, top.Consumer, top.DLQ)
@@ -41,10 +48,10 @@ func DeclareDeadLetterTopology(t testing.TB, ch *amqp.Channel) DeadLetterTopolog
 	}
 	must(ch.ExchangeDeclare(top.Exchange, "fanout", true, false, false, false, nil))
 	must(ch.ExchangeDeclare(top.DLX, "fanout", true, false, false, false, nil))
-	_, err := ch.QueueDeclare(top.DLQ, true, false, false, false, nil)
+	_, err := ch.QueueDeclare(top.DLQ, true, false, false, false, amqp.Table{"x-queue-type": queueType})
 	must(err)
 	must(ch.QueueBind(top.DLQ, "", top.DLX, false, nil))
-	_, err = ch.QueueDeclare(top.Consumer, true, false, false, false, amqp.Table{"x-dead-letter-exchange": top.DLX})
+	_, err = ch.QueueDeclare(top.Consumer, true, false, false, false, amqp.Table{"x-queue-type": queueType, "x-dead-letter-exchange": top.DLX})
 	must(err)
 	must(ch.QueueBind(top.Consumer, "", top.Exchange, false, nil))
 	return top

@@ -155,6 +155,7 @@ const (
 	BasicClass   = 60
 	BasicConsume = 20
 	BasicCancel  = 30
+	BasicAck     = 80
 )
 
 // OnClientMethod, on a proxy from StartAMQPProxy, calls f with the class

@@ -72,6 +72,35 @@ func AMQPURL(t testing.TB) string {
 	return u
 }
 
+// AMQPURLWith is the broker's URL with its password or its vhost replaced
+// (empty: kept), for tests of what the broker refuses.
+func AMQPURLWith(t testing.TB, password, vhost string) string {
+	t.Helper()
+	u, err := url.Parse(AMQPURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if password != "" {
+		u.User = url.UserPassword(u.User.Username(), password)
+	}
+	if vhost != "" {
+		u.Path = "/" + vhost
+	}
+	return u.String()
+}
+
+// RequireManagement fails t unless the broker's management HTTP API
+// (rabbitmq_management, which the start command enables) answers on port
+// 15672 of the broker's host.
+func RequireManagement(t testing.TB) {
+	t.Helper()
+	u, err := url.Parse(amqpx.SplitURLs(AMQPURL(t))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireTCP(t, "RabbitMQ's management API", "http://"+net.JoinHostPort(u.Hostname(), "15672"), "15672")
+}
+
 // DatabaseURL returns the Postgres URL, failing t when Postgres is down.
 func DatabaseURL(t testing.TB) string {
 	t.Helper()

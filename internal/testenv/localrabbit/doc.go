@@ -1,7 +1,7 @@
 // Package localrabbit runs a private RabbitMQ node from the machine's
 // binaries, for tests and the reliability harness that need to do to a
 // broker what must never be done to the shared one: raise a memory alarm,
-// stop it, close its connections.
+// stop it, kill it, close its connections.
 //
 // The node is private in every way that matters: its name, its ports, its
 // data directory and its Erlang cookie are its own, so even a wrong node
@@ -9,6 +9,12 @@
 // The Erlang VM is the direct child of the process that starts it and is
 // killed by the kernel when that process dies (Pdeathsig), so a crashed
 // test binary leaves no broker behind.
+//
+// [StartCluster] runs several such nodes joined into one RabbitMQ cluster
+// (one cookie shared by its nodes and by nobody else), for the tests and
+// tools that scale out over a cluster or kill the node that leads a
+// quorum queue. scripts/cluster.sh starts the same kind of cluster from
+// the shell, detached, for people and the benchmark.
 //
 // Only tests and developer tools import this package; runtime packages
 // never do.
