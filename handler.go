@@ -70,3 +70,10 @@ type Middleware func(next Handler) Handler
 // initiator_type, so a broker-side tool can tell system events from user
 // events without decoding the body.
 const HeaderInitiatorType = "x-warren-initiator-type"
+
+// HeaderEntityID is the AMQP header that repeats the event's entity_id.
+// Every warren producer sets it (empty when the event names no entity);
+// partitioned consumers (consumer.Config.Partitions) hash on it, so that
+// all the events of one entity reach the same partition queue. Plane's own
+// publisher does not set it.
+const HeaderEntityID = "x-warren-entity-id"

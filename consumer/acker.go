@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -36,6 +37,7 @@ type acker struct {
 	batch int           // send once this many acks wait (a quarter of the prefetch window)
 	stop  chan struct{} // closed to make run send what is pending and return
 	done  chan struct{} // closed when run returns
+	once  sync.Once     // closes stop
 
 	maxSeen   uint64              // highest tag settled so far
 	unsettled map[uint64]struct{} // tags ≤ maxSeen delivered but not yet settled
@@ -135,7 +137,7 @@ func (a *acker) drain() {
 // handed over before it is called are sent; later ones are dropped, and
 // their deliveries requeued by the broker when the channel closes.
 func (a *acker) stopAndFlush() {
-	close(a.stop)
+	a.once.Do(func() { close(a.stop) })
 	<-a.done
 }
 

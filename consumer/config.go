@@ -46,8 +46,12 @@ const (
 // Config configures a [BaseConsumer]. The zero value of every field but
 // Name means its documented default.
 type Config struct {
-	// URL of the broker. Default AMQP_URL's usual local value,
-	// amqp://guest:guest@127.0.0.1:5672/. Logged only with the password
+	// URL of the broker, or of several nodes of one cluster separated by
+	// commas ("amqp://u:p@node1:5672/,amqp://u:p@node2:5672/"). Each
+	// connection goes to a node picked at random and, when that node is
+	// lost or refuses, to the next, with the reconnect backoff between
+	// rounds over the list. Default AMQP_URL's usual local value,
+	// amqp://guest:guest@127.0.0.1:5672/. Logged only with the passwords
 	// redacted.
 	URL string
 
@@ -95,12 +99,37 @@ type Config struct {
 	// TopologyError.
 	AdoptQueue bool
 
+	// Partitions turns on partitioned consumption for ordered scale-out
+	// (docs/partitions.md): instead of the queue Name, the consumer
+	// declares an x-consistent-hash exchange Name.partitions bound to
+	// Exchange, hashing on the warren.HeaderEntityID header, and the
+	// partition queues Name.p0 … Name.p<Partitions-1>, each with
+	// x-single-active-consumer and the arguments the queue would have
+	// had (MessageTTL, the dead-letter exchange, QueueType,
+	// DeliveryLimit). Each replica subscribes to every partition queue;
+	// the broker makes one of them active per partition, and replicas
+	// hand partitions on to spread them (at most ceil(Partitions/replicas)
+	// each). Within a partition events are handled one at a time in queue
+	// order: a transient failure is retried in place, holding the
+	// partition, after RetryDelays (each capped at 30s) until
+	// MaxAttempts, then dead-lettered; no retry tiers are declared.
+	// Channels and Workers do not apply: each partition has its own
+	// channel, with Prefetch capped at MaxPartitionPrefetch (16), and runs
+	// one handler at a time. AdoptQueue
+	// cannot be combined with it. The broker needs the
+	// rabbitmq_consistent_hash_exchange plugin. Events without the header
+	// (Plane's publisher does not set it) all go to one partition.
+	// Changing Partitions reassigns entities to partitions: drain the
+	// partition queues first. Default 0: off, one shared queue.
+	Partitions int
+
 	// Channels is how many AMQP channels consume in parallel, each with
 	// its own prefetch window and acknowledgements. Default 4.
 	Channels int
 
 	// Prefetch is the number of unacknowledged messages the broker sends
-	// ahead on each channel. Default 256.
+	// ahead on each channel. Default 256; with Partitions, at most
+	// MaxPartitionPrefetch.
 	Prefetch int
 
 	// Workers is how many handlers run at once. Default 16.
@@ -132,7 +161,10 @@ type Config struct {
 	// has delivered this many times without an ack (class
 	// "delivery_limit"): a message that crashes the process, which never
 	// gets to count a failed attempt, stops being redelivered forever.
-	// Shutdown requeues count too, so leave room for them. Classic queues
+	// Shutdown requeues count too, so leave room for them; with
+	// Partitions so does every hand-over of a partition, for each
+	// delivery prefetched behind the one in flight (docs/partitions.md).
+	// Classic queues
 	// cannot count deliveries. Default 0: no limit.
 	DeliveryLimit int
 
@@ -237,6 +269,17 @@ const (
 	DefaultPublishTimeout    = 10 * time.Second
 	DefaultMaxBodyBytes      = 1 << 20
 	DefaultReconnectMaxDelay = 15 * time.Second
+
+	// MaxPartitions bounds Config.Partitions: each partition is a queue
+	// and, on every replica, a channel.
+	MaxPartitions = 256
+
+	// MaxPartitionPrefetch caps Config.Prefetch with Config.Partitions: a
+	// partition handles one delivery at a time, and what is prefetched
+	// behind it only waits, returns to the queue at every hand-over (on a
+	// quorum queue each return counts towards x-delivery-limit), and can
+	// outlive the broker's consumer_timeout behind a long retry in place.
+	MaxPartitionPrefetch = 16
 )
 
 // DefaultRetryDelays are the retry tiers used when Config.RetryDelays is
@@ -254,6 +297,12 @@ func (c Config) withDefaults() Config {
 	c.Channels = cmp.Or(c.Channels, DefaultChannels)
 	c.Prefetch = cmp.Or(c.Prefetch, DefaultPrefetch)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	if c.Partitions > 0 {
+		// One channel and one handler at a time per partition; the memory
+		// plan and the publisher are sized from these.
+		c.Channels, c.Workers = c.Partitions, c.Partitions
+		c.Prefetch = min(c.Prefetch, MaxPartitionPrefetch)
+	}
 	c.MessageTTL = cmp.Or(c.MessageTTL, DefaultMessageTTL)
 	c.DLQTTL = cmp.Or(c.DLQTTL, DefaultDLQTTL)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
@@ -315,6 +364,12 @@ func (c Config) validate() error {
 	}
 	if c.BrokerMaxMessageSize < 0 || c.BrokerMaxMessageSize > rabbitHardMaxMessageSize {
 		add("BrokerMaxMessageSize must be between 0 and RabbitMQ's maximum %d, got %d", rabbitHardMaxMessageSize, c.BrokerMaxMessageSize)
+	}
+	if c.Partitions < 0 || c.Partitions > MaxPartitions {
+		add("Partitions must be between 0 and %d, got %d", MaxPartitions, c.Partitions)
+	}
+	if c.Partitions > 0 && c.AdoptQueue {
+		add("AdoptQueue cannot be combined with Partitions: partitioned consumption declares its own partition queues")
 	}
 	if c.DeliveryLimit < 0 {
 		add("DeliveryLimit must not be negative, got %d", c.DeliveryLimit)

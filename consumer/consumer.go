@@ -14,7 +14,6 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/redact"
 )
 
 // BaseConsumer consumes one queue and runs handlers on its messages. Embed
@@ -43,8 +42,9 @@ type BaseConsumer struct {
 
 	block  amqpx.BlockState // of the current session's connection
 	stats  counters
-	memory atomic.Pointer[memoryPlan] // of the latest session
-	tracer trace.Tracer               // nil without Config.TracerProvider
+	memory atomic.Pointer[memoryPlan]   // of the latest session
+	parts  atomic.Pointer[partitionSet] // of the latest session, with Config.Partitions
+	tracer trace.Tracer                 // nil without Config.TracerProvider
 
 	// adoptedArgs are the arguments the queue was adopted with
 	// (Config.AdoptQueue), learned by the first declaration that found
@@ -54,6 +54,9 @@ type BaseConsumer struct {
 	// beforeConsume, set only by tests, runs before each consumer channel
 	// of a session is opened; an error fails the session's start.
 	beforeConsume func(channel int) error
+	// rebalanced, set only by tests, is called with the replica count
+	// each time a partitioned session's rebalancer counted the replicas.
+	rebalanced func(replicas int)
 	// beforeRedeclare, set only by tests, runs before the topology is
 	// declared again for a missing queue.
 	beforeRedeclare func()
@@ -78,6 +81,12 @@ func New(cfg Config) (*BaseConsumer, error) {
 		forceStop: make(chan struct{}),
 	}
 	c.router.unhandled = cfg.Unhandled
+	if cfg.QueueType == Classic && len(amqpx.SplitURLs(cfg.URL)) > 1 {
+		// A classic queue lives on the node that declared it: when that
+		// node is down, the queue is too, whichever node the consumer
+		// reconnects to.
+		c.log.Warn("the URL names several broker nodes but QueueType is classic: the queues live on one node and are unavailable while it is down; use QueueType quorum on a cluster")
+	}
 	if cfg.TracerProvider != nil {
 		c.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -144,7 +153,7 @@ func (c *BaseConsumer) handler() warren.Handler {
 // connection cannot hold the stop past ShutdownGrace plus a few seconds.
 // It returns nil after a clean stop, or the error that made
 // consuming impossible (a queue that exists with different arguments,
-// missing permissions).
+// missing permissions, credentials or a vhost the broker refuses).
 //
 // Connection and channel failures are not errors: Run reconnects with
 // backoff, declares the topology again and resumes.
@@ -164,15 +173,22 @@ func (c *BaseConsumer) Run(ctx context.Context) error {
 
 	jobs := make(chan job) // unbuffered: a delivery waits in the broker's prefetch, not in a queue of ours
 	var workers sync.WaitGroup
-	for range c.cfg.Workers {
-		workers.Go(func() {
-			for j := range jobs {
-				c.process(hctx, h, j)
-			}
-		})
+	// With partitions, each session's dispatchers join workers instead
+	// (one per partition subscription), and jobs stays unused.
+	run := handlerRun{ctx: hctx, workers: &workers, h: func(ctx context.Context, p *partition, d amqp.Delivery, spent int) decision {
+		return c.evaluateIn(ctx, h, d, p.queue, spent)
+	}}
+	if !c.topo.Partitioned() {
+		for range c.cfg.Workers {
+			workers.Go(func() {
+				for j := range jobs {
+					c.process(hctx, h, j)
+				}
+			})
+		}
 	}
 
-	s, err := c.supervise(ctx, jobs)
+	s, err := c.supervise(ctx, jobs, run)
 	c.ready.Store(false)
 	if s != nil {
 		if c.cfg.Observer != nil {
@@ -238,14 +254,23 @@ func (c *BaseConsumer) ForceStop() {
 // supervise keeps a session alive until ctx ends. It returns the live
 // session (nil if none) for the caller to drain, and a non-nil error only
 // when retrying cannot help.
-func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session, error) {
+func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job, run handlerRun) (*session, error) {
+	// Two backoffs: DialRetry resets its own at every call, and would
+	// otherwise keep every pause between failed starts at the first step
+	// (a persistent failure redialled every ~100ms).
 	bo := amqpx.NewBackOff(c.cfg.ReconnectMaxDelay)
+	dial := amqpx.NewBackOff(c.cfg.ReconnectMaxDelay)
 	for connected := false; ; {
-		conn, err := amqpx.DialRetry(ctx, c.cfg.URL, amqpx.DialOptions{Name: c.connectionName()}, bo, c.log)
+		conn, err := amqpx.DialRetry(ctx, c.cfg.URL, amqpx.DialOptions{Name: c.connectionName()}, dial, c.log)
 		if err != nil {
-			return nil, nil // ctx ended while dialing
+			if ctx.Err() != nil {
+				return nil, nil // ctx ended while dialing
+			}
+			// The broker refused the credentials or the vhost.
+			c.log.Error("cannot consume", "error", err)
+			return nil, err
 		}
-		s, err := c.startSession(ctx, conn, jobs)
+		s, err := c.startSession(ctx, conn, jobs, run)
 		if err != nil {
 			var te *TopologyError
 			if errors.As(err, &te) && te.fatal() || errors.Is(err, ErrOverMemoryBudget) {
@@ -266,8 +291,13 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job) (*session
 		connected = true
 		c.ready.Store(true)
 		mem := c.memory.Load()
-		c.log.Info("consuming", append([]any{"queue", c.topo.Queue, "exchange", c.topo.Exchange, "url", redact.URL(c.cfg.URL),
-			"channels", c.cfg.Channels, "prefetch", mem.prefetch, "workers", c.cfg.Workers}, mem.logAttrs()...)...)
+		if c.topo.Partitioned() {
+			c.log.Info("consuming", append([]any{"partitions", len(c.topo.PartitionQueues), "partition_exchange", c.topo.PartitionExchange,
+				"exchange", c.topo.Exchange, "broker", conn.RemoteAddr().String(), "prefetch", mem.prefetch}, mem.logAttrs()...)...)
+		} else {
+			c.log.Info("consuming", append([]any{"queue", c.topo.Queue, "exchange", c.topo.Exchange, "broker", conn.RemoteAddr().String(),
+				"channels", c.cfg.Channels, "prefetch", mem.prefetch, "workers", c.cfg.Workers}, mem.logAttrs()...)...)
+		}
 		started := time.Now()
 		select {
 		case <-ctx.Done():

@@ -209,6 +209,10 @@ func TestQuorumDeadLetters(t *testing.T) {
 // original is not acked: it is requeued and dead-lettered once the DLQ
 // takes messages again. Acking before the confirm would have lost it. (A
 // deleted DLQ is declared again at once: TestDeletedDLQIsDeclaredAgain.)
+// After 5s of nothing but nacks the consumer publishes on a new channel
+// (RabbitMQ 3.10 keeps refusing a channel that published to a quorum queue
+// during its leader's election; a full queue is how a test makes every
+// publish nacked), without ending the session.
 func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 	c := newConsumer(t, nil)
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return warren.Permanent(errBoom) })
@@ -225,6 +229,10 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 	testenv.WaitFor(t, 60*time.Second, "a failed dead-letter publish", func() bool { return c.Stats().PublishFailures >= 1 })
 	if s := c.Stats(); s.DeadLettered != 0 {
 		t.Fatalf("counted as dead-lettered although the DLQ refused it: %+v", s)
+	}
+	testenv.WaitFor(t, 60*time.Second, "a new publish channel after 5s of nacks", func() bool { return c.Stats().PublishersRenewed >= 1 })
+	if s := c.Stats(); s.Reconnects != 0 || s.DeadLettered != 0 {
+		t.Fatalf("renewing the publisher reconnected or dead-lettered: %+v", s)
 	}
 
 	if _, err := ch.QueueDelete(topo.DLQ, false, false, false); err != nil {

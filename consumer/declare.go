@@ -9,6 +9,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
 )
 
 // declareTopology makes the consumer's exchange, queue, dead-letter and
@@ -41,6 +43,14 @@ func (c *BaseConsumer) declareTopology(conn *amqp.Connection) error {
 	if p.adopted {
 		c.adoptedArgs.Store(&p.queueArgs)
 	}
+	if c.topo.Partitioned() {
+		c.log.Info("topology declared", "partition_exchange", c.topo.PartitionExchange, "partitions", len(c.topo.PartitionQueues),
+			"queue_arguments", formatArgs(p.queueArgs), "found", p.found, "added", p.added(), "notes", p.notes)
+		for _, n := range p.notes {
+			c.log.Warn(n)
+		}
+		return nil
+	}
 	if p.readopted {
 		c.log.Warn("the adopted queue was missing (deleted?); it is declared again with the arguments it was adopted with, and what was published to the exchange while it was missing is lost",
 			"queue", c.topo.Queue, "queue_arguments", formatArgs(p.queueArgs))
@@ -58,7 +68,7 @@ type topologyPlan struct {
 	found     []string   // what exists and is used as it is
 	notes     []string   // what an operator should know about an adopted queue
 
-	exchanges []string // to declare: durable fanout exchanges
+	exchanges []exchangeSpec // to declare
 	queues    []queueSpec
 	bindings  []bindingSpec
 
@@ -70,7 +80,25 @@ type queueSpec struct {
 	args amqp.Table
 }
 
-type bindingSpec struct{ queue, exchange string }
+// bindingSpec binds the queue, or with toExchange the exchange, queue to
+// exchange with the routing key key.
+type bindingSpec struct {
+	queue, exchange, key string
+	toExchange           bool
+}
+
+func (b bindingSpec) String() string { return b.queue + " to " + b.exchange }
+
+// exchangeSpec is a durable exchange: fanout unless kind says otherwise.
+type exchangeSpec struct {
+	name, kind string
+	args       amqp.Table
+}
+
+func fanout(name string) exchangeSpec { return exchangeSpec{name: name, kind: amqp.ExchangeFanout} }
+
+// consistentHash is the exchange type of the rabbitmq_consistent_hash_exchange plugin.
+const consistentHash = "x-consistent-hash"
 
 // queueSpecs are the consumer's queue and the others (the DLQ, then the
 // retry tiers) with the arguments the consumer declares them with.
@@ -107,6 +135,13 @@ func (t Topology) queueSpecs(cfg Config) (main queueSpec, others []queueSpec) {
 	}
 	main = queueSpec{t.Queue, queueArgs(cfg.MessageTTL, mainArgs)}
 	others = []queueSpec{{t.DLQ, queueArgs(cfg.DLQTTL, nil)}}
+	// A partition queue is the queue, one of several, with one consumer
+	// active at a time: the order the broker keeps is the order handled.
+	for _, q := range t.PartitionQueues {
+		args := maps.Clone(main.args)
+		args["x-single-active-consumer"] = true
+		others = append(others, queueSpec{q, args})
+	}
 	// Retry tiers dead-letter through the default exchange straight to this
 	// consumer's queue: a retry must never go back through the fanout
 	// exchange, where every other consumer would see it again.
@@ -123,8 +158,23 @@ func (t Topology) queueSpecs(cfg Config) (main queueSpec, others []queueSpec) {
 // reports. adoptedArgs are the arguments the queue was adopted with earlier
 // in this Run, if it was.
 func (t Topology) plan(d *declarer, cfg Config, adoptedArgs amqp.Table) (*topologyPlan, error) {
+	if t.Partitioned() {
+		return t.planPartitions(d, cfg)
+	}
 	p := &topologyPlan{}
-	if err := p.exchange(d, t.Exchange); err != nil {
+	// The partition exchange of this consumer when it was partitioned is
+	// still bound to the events exchange, unless deleted: its partition
+	// queues would go on filling with copies of every event, nobody
+	// consuming them, until they expire into the DLQ.
+	x := PartitionExchangeName(cfg.Name)
+	switch exists, err := d.exists("exchange", x); {
+	case err != nil:
+		return nil, topologyError("exchange", x, err)
+	case exists:
+		return nil, topologyError("exchange", x, fmt.Errorf("%w: it is left from this consumer when it was partitioned (Partitions > 0) and, while it is bound to %q, copies every event into the partition queues %s, which nobody consumes now and whose messages would expire into the DLQ; let the partitioned consumer drain them, then delete the exchange %s and the queues %s.p<i> and %s.replicas (or set Partitions back)",
+			errPartitionLeft, t.Exchange, cfg.Name+".p<i>", x, cfg.Name, cfg.Name))
+	}
+	if err := p.exchange(d, fanout(t.Exchange)); err != nil {
 		return nil, err
 	}
 	main, others := t.queueSpecs(cfg)
@@ -171,7 +221,7 @@ func (t Topology) plan(d *declarer, cfg Config, adoptedArgs amqp.Table) (*topolo
 		p.found = append(p.found, "queue "+main.name)
 	}
 	if bindDLQ {
-		if err := p.exchange(d, t.DLX); err != nil {
+		if err := p.exchange(d, fanout(t.DLX)); err != nil {
 			return nil, err
 		}
 	}
@@ -184,9 +234,60 @@ func (t Topology) plan(d *declarer, cfg Config, adoptedArgs amqp.Table) (*topolo
 		p.queues = append(p.queues, main) // last: nothing routes to it before the rest exists
 	}
 	if bindDLQ {
-		p.bindings = append(p.bindings, bindingSpec{t.DLQ, t.DLX})
+		p.bindings = append(p.bindings, bindingSpec{queue: t.DLQ, exchange: t.DLX})
 	}
-	p.bindings = append(p.bindings, bindingSpec{t.Queue, t.Exchange})
+	p.bindings = append(p.bindings, bindingSpec{queue: t.Queue, exchange: t.Exchange})
+	return p, nil
+}
+
+// planPartitions is plan for a partitioned consumer: the events exchange,
+// the dead-letter exchange and queue, the consistent-hash exchange bound
+// to the events exchange, and the partition queues bound to it, each with
+// weight 1. The hash exchange is declared first, so that a broker without
+// the plugin (which closes the connection over the unknown type) is met
+// before anything else is created.
+func (t Topology) planPartitions(d *declarer, cfg Config) (*topologyPlan, error) {
+	p := &topologyPlan{}
+	hash := exchangeSpec{name: t.PartitionExchange, kind: consistentHash, args: amqp.Table{"hash-header": warren.HeaderEntityID}}
+	for _, x := range []exchangeSpec{hash, fanout(t.Exchange), fanout(t.DLX)} {
+		if err := p.exchange(d, x); err != nil {
+			return nil, err
+		}
+	}
+	// A queue past the last partition is left from a larger Partitions:
+	// it is still bound to the hash exchange and takes its share of the
+	// events, which nobody would consume.
+	extra := PartitionQueueName(cfg.Name, len(t.PartitionQueues))
+	switch exists, err := d.exists("queue", extra); {
+	case err != nil:
+		return nil, topologyError("queue", extra, err)
+	case exists:
+		return nil, topologyError("queue", extra, fmt.Errorf("%w: it is left from a consumer with more partitions and still takes its share of the events; let a consumer drain it (or shovel its messages away) and delete it, or set Partitions back", errPartitionLeft))
+	}
+	// So is the queue of this consumer before it was partitioned: AMQP
+	// cannot tell whether it is still bound to the events exchange, and
+	// if it is, it takes a copy of every event nobody would consume.
+	switch exists, err := d.exists("queue", t.Queue); {
+	case err != nil:
+		return nil, topologyError("queue", t.Queue, err)
+	case exists:
+		return nil, topologyError("queue", t.Queue, fmt.Errorf("%w: it is this consumer's queue from before it was partitioned and, if it is still bound to %q, takes a copy of every event, which nobody would consume and which would expire into the DLQ; let the unpartitioned consumer drain it, then delete it (or set Partitions back to 0)", errPartitionLeft, t.Exchange))
+	}
+	main, others := t.queueSpecs(cfg)
+	// The roster (Replicas) is not planned: the rebalancer joins it, and a
+	// session does not depend on it (partition.go, joinRoster).
+	for _, q := range others {
+		if err := p.queue(d, q); err != nil {
+			return nil, err
+		}
+	}
+	p.queueArgs = main.args
+	p.bindings = append(p.bindings, bindingSpec{queue: t.DLQ, exchange: t.DLX})
+	for _, q := range t.PartitionQueues {
+		p.bindings = append(p.bindings, bindingSpec{queue: q, exchange: t.PartitionExchange, key: "1"}) // the weight
+	}
+	// Last: nothing routes to the partitions before they all exist.
+	p.bindings = append(p.bindings, bindingSpec{queue: t.PartitionExchange, exchange: t.Exchange, toExchange: true})
 	return p, nil
 }
 
@@ -214,21 +315,31 @@ func (p *topologyPlan) noteAdopted(t Topology, cfg Config) (bindDLQ bool) {
 	return true
 }
 
-// exchange plans the durable fanout exchange name: found, or to declare.
-func (p *topologyPlan) exchange(d *declarer, name string) error {
-	exists, err := d.exists("exchange", name)
+// exchange plans the durable exchange x: found, or to declare.
+func (p *topologyPlan) exchange(d *declarer, x exchangeSpec) error {
+	exists, err := d.exists("exchange", x.name)
 	if err == nil && exists {
-		err = d.declareExchange(name)
+		err = d.declareExchange(x)
 	}
 	if err != nil {
-		return topologyError("exchange", name, err)
+		return exchangeError(x, err)
 	}
 	if exists {
-		p.found = append(p.found, "exchange "+name)
+		p.found = append(p.found, "exchange "+x.name)
 	} else {
-		p.exchanges = append(p.exchanges, name)
+		p.exchanges = append(p.exchanges, x)
 	}
 	return nil
+}
+
+// exchangeError is topologyError for an exchange, saying what to do when
+// the broker does not know a consistent-hash exchange.
+func exchangeError(x exchangeSpec, err error) *TopologyError {
+	var ae *amqp.Error
+	if x.kind == consistentHash && errors.As(err, &ae) && ae.Code == amqp.CommandInvalid && strings.Contains(ae.Reason, "exchange type") {
+		err = fmt.Errorf("%w (%w)", ErrNoConsistentHash, err)
+	}
+	return topologyError("exchange", x.name, err)
 }
 
 // queue plans q: found with its arguments, or to declare.
@@ -252,9 +363,9 @@ func (p *topologyPlan) queue(d *declarer, q queueSpec) error {
 func (p *topologyPlan) apply(d *declarer) error {
 	for _, x := range p.exchanges {
 		if err := d.declareExchange(x); err != nil {
-			return topologyError("exchange", x, err)
+			return exchangeError(x, err)
 		}
-		p.createdExchanges = append(p.createdExchanges, x)
+		p.createdExchanges = append(p.createdExchanges, x.name)
 	}
 	for _, q := range p.queues {
 		if err := d.declareQueue(q); err != nil {
@@ -263,9 +374,14 @@ func (p *topologyPlan) apply(d *declarer) error {
 		p.createdQueues = append(p.createdQueues, q.name)
 	}
 	for _, b := range p.bindings {
-		err := d.do(func(ch *amqp.Channel) error { return ch.QueueBind(b.queue, "", b.exchange, false, nil) })
+		err := d.do(func(ch *amqp.Channel) error {
+			if b.toExchange {
+				return ch.ExchangeBind(b.queue, b.key, b.exchange, false, nil)
+			}
+			return ch.QueueBind(b.queue, b.key, b.exchange, false, nil)
+		})
 		if err != nil {
-			return topologyError("binding", b.queue+" to "+b.exchange, err)
+			return topologyError("binding", b.String(), err)
 		}
 	}
 	return nil
@@ -298,13 +414,13 @@ func (p *topologyPlan) undo(d *declarer) (left []string) {
 func (p *topologyPlan) added() []string {
 	var out []string
 	for _, x := range p.exchanges {
-		out = append(out, "exchange "+x)
+		out = append(out, "exchange "+x.name)
 	}
 	for _, q := range p.queues {
 		out = append(out, "queue "+q.name)
 	}
 	for _, b := range p.bindings {
-		out = append(out, "binding "+b.queue+" to "+b.exchange)
+		out = append(out, "binding "+b.String())
 	}
 	return out
 }
@@ -367,9 +483,9 @@ func (d *declarer) exists(kind, name string) (bool, error) {
 	return false, err
 }
 
-func (d *declarer) declareExchange(name string) error {
+func (d *declarer) declareExchange(x exchangeSpec) error {
 	return d.do(func(ch *amqp.Channel) error {
-		return ch.ExchangeDeclare(name, amqp.ExchangeFanout, true, false, false, false, nil)
+		return ch.ExchangeDeclare(x.name, x.kind, true, false, false, false, x.args)
 	})
 }
 

@@ -18,13 +18,13 @@ func TestDecodeTakesUTF8ContentEncodingAsIdentity(t *testing.T) {
 	}
 	body := []byte(`{"event_id": "ev-1", "event_type": "workitem.updated", "initiator_id": "None", "initiator_type": "USER"}`)
 	for _, enc := range []string{"", "identity", "utf-8", "UTF-8", "utf8", "Utf8"} {
-		m, err := c.decode(amqp.Delivery{ContentType: "application/json", ContentEncoding: enc, Body: body})
+		m, err := c.decode(amqp.Delivery{ContentType: "application/json", ContentEncoding: enc, Body: body}, "q")
 		if err != nil || m.Event.ID != "ev-1" || m.Event.InitiatorID != "None" {
 			t.Errorf("content encoding %q: %v, event %+v; want it decoded", enc, err, m.Event)
 		}
 	}
 	for _, enc := range []string{"gzip", "deflate", "br", "utf-16", "latin1", "utf-8, gzip"} {
-		_, err := c.decode(amqp.Delivery{ContentType: "application/json", ContentEncoding: enc, Body: body})
+		_, err := c.decode(amqp.Delivery{ContentType: "application/json", ContentEncoding: enc, Body: body}, "q")
 		if err == nil || !strings.Contains(err.Error(), `content encoding "`+enc+`" is not supported`) {
 			t.Errorf("content encoding %q: %v, want it refused", enc, err)
 		}
@@ -46,7 +46,7 @@ func TestDecodeOfAProducersMessageAllocatesTwice(t *testing.T) {
 		Body: []byte(`{"event_id": "ev-1", "event_type": "workitem.updated", "initiator_type": "USER"}`),
 	}
 	allocs := testing.AllocsPerRun(100, func() {
-		if _, err := c.decode(withTrustedHistory(d)); err != nil {
+		if _, err := c.decode(withTrustedHistory(d, ""), "q"); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -54,7 +54,7 @@ func TestDecodeOfAProducersMessageAllocatesTwice(t *testing.T) {
 		t.Errorf("decode allocated %v times, want 2", allocs)
 	}
 	d.Exchange, d.Headers = "", amqp.Table{"x-warren-attempts": int32(2)}
-	if m, err := c.decode(withTrustedHistory(d)); err != nil || m.Attempt != 3 {
+	if m, err := c.decode(withTrustedHistory(d, ""), "q"); err != nil || m.Attempt != 3 {
 		t.Errorf("a retry's copy after 2 attempts decodes as attempt %d (%v), want 3", m.Attempt, err)
 	}
 }

@@ -54,6 +54,15 @@
 // up to 10s, then the session is given up and the topology declared on a
 // new connection.
 //
+// # Partitions
+//
+// With Config.Partitions set, the consumer declares, instead of the queue
+// N, a consistent-hash exchange N.partitions bound to E and partition
+// queues N.p0 … with single active consumer, hashed on the
+// warren.HeaderEntityID header: replicas share the partitions, one active
+// per partition, and each entity's events are handled in order, one at a
+// time, a failure retried in place. See docs/partitions.md.
+//
 // # Ack policy
 //
 // A message leaves the queue only after the message that replaces it is

@@ -118,3 +118,32 @@ func ExampleConfig_adoptQueue() {
 	fmt.Println(topo.Queue, topo.DLQ, topo.Retry[0].Queue)
 	// Output: plane.event_stream.webhook plane.event_stream.webhook.dlq plane.event_stream.webhook.retry.1s
 }
+
+// Ordered scale-out: the events of one entity are handled in the order
+// they were published, one at a time, while several replicas share the
+// work. Each replica runs this same code; the broker makes one replica
+// active per partition, and replicas hand partitions on until none holds
+// more than ceil(8/replicas). The producer must set the entity header
+// (warren's relay does: warren.HeaderEntityID). A failing event holds its
+// partition while it is retried in place, then goes to the DLQ.
+func ExampleConfig_partitions() {
+	c, err := consumer.New(consumer.Config{
+		Name:        "billing",
+		Exchange:    "plane.event_stream",
+		Partitions:  8,
+		QueueType:   consumer.Quorum,
+		RetryDelays: []time.Duration{time.Second, 5 * time.Second},
+		MaxAttempts: 4,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	topo := c.Topology()
+	fmt.Println(topo.PartitionExchange, topo.PartitionQueues[0], topo.PartitionQueues[7], topo.DLQ)
+	c.HandleFunc("workitem.", func(ctx context.Context, m *warren.Message) error {
+		return nil // events of m.Event.EntityID arrive here in order
+	})
+	// go c.RunUntilSignal(context.Background()); c.Health().ActivePartitions
+	// lists the partitions this replica is active on.
+	// Output: billing.partitions billing.p0 billing.p7 billing.dlq
+}

@@ -7,3 +7,7 @@ func SetBeforeConsumeHook(c *BaseConsumer, f func(channel int) error) { c.before
 // SetBeforeRedeclareHook makes f run before the topology is declared again
 // for a queue found missing. Set before Run.
 func SetBeforeRedeclareHook(c *BaseConsumer, f func()) { c.beforeRedeclare = f }
+
+// SetRebalancedHook makes f run with the replica count each time a
+// partitioned consumer's rebalancer counted the replicas. Set before Run.
+func SetRebalancedHook(c *BaseConsumer, f func(replicas int)) { c.rebalanced = f }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -56,7 +57,7 @@ func newConsumer(t *testing.T, tweak func(*consumer.Config)) *consumer.BaseConsu
 	c := consumerAt(t, testenv.AMQPURL(t), tweak)
 	topo := c.Topology()
 	testenv.CleanupQueues(t, topo.Queues()...)
-	testenv.CleanupExchanges(t, topo.Exchange, topo.DLX)
+	testenv.CleanupExchanges(t, topo.Exchanges()...)
 	return c
 }
 
@@ -106,8 +107,9 @@ func deleteTopologyAfter(t *testing.T, node *localrabbit.Node, topo consumer.Top
 		for _, q := range topo.Queues() {
 			ch.QueueDelete(q, false, false, false)
 		}
-		ch.ExchangeDelete(topo.Exchange, false, false)
-		ch.ExchangeDelete(topo.DLX, false, false)
+		for _, x := range topo.Exchanges() {
+			ch.ExchangeDelete(x, false, false)
+		}
 	})
 }
 
@@ -282,4 +284,21 @@ func getHealth(t *testing.T, url string) (int, consumer.Health) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, h
+}
+
+// runChild is the end of a test binary re-executed as a consumer process:
+// it prints "ready" once c consumes, for the parent to wait on, and runs c
+// until SIGTERM or SIGINT; it returns the process's exit code.
+func runChild(c *consumer.BaseConsumer) int {
+	go func() {
+		for !c.Health().Ready {
+			time.Sleep(5 * time.Millisecond) // polling readiness in the child, not synchronising the test
+		}
+		fmt.Println("ready")
+	}()
+	if err := c.RunUntilSignal(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
 }

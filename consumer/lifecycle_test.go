@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -258,5 +263,84 @@ func TestRunTwiceIsAnError(t *testing.T) {
 	start(t, c)
 	if err := c.Run(context.Background()); !errors.Is(err, consumer.ErrAlreadyRunning) {
 		t.Fatalf("second Run = %v", err)
+	}
+}
+
+// A consumer given two addresses of the broker (standing in for two
+// nodes of a cluster) keeps consuming when the address it is connected to
+// goes away: it reconnects through the other one by itself.
+func TestFailsOverToAnotherAddressOfTheList(t *testing.T) {
+	brokerURL := testenv.AMQPURL(t)
+	u, _ := url.Parse(brokerURL)
+	a, b := testenv.StartAMQPProxy(t, u.Host), testenv.StartAMQPProxy(t, u.Host)
+	rec := newRecorder()
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.URL = a.URL(t, brokerURL) + "," + b.URL(t, brokerURL)
+		cfg.ReconnectMaxDelay = 500 * time.Millisecond
+	})
+	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
+		rec.record(m)
+		return nil
+	})
+	start(t, c)
+	pub := newPublisher(t)
+	// Each phase takes one address away and brings the other back, so at
+	// least one of the two phases cuts the connection in use.
+	for i, down := range []*testenv.Proxy{a, b} {
+		up := b
+		if down == b {
+			up = a
+		}
+		up.SetUp(true)
+		down.SetUp(false)
+		testenv.WaitFor(t, 60*time.Second, "the consumer to be connected", func() bool { return c.Health().Ready })
+		pub.events(c.Topology().Exchange, "", manyEvents(100, fmt.Sprintf("phase%d", i), "workitem.updated")...)
+		rec.waitDistinct(t, 100*(i+1), 60*time.Second)
+	}
+	if got := c.Stats().Reconnects; got < 1 {
+		t.Fatalf("%d reconnects: the second phase must have cut the connection in use", got)
+	}
+}
+
+// Several nodes with classic queues is a cluster whose queues die with
+// one node: the consumer says so when it is built, and only then.
+func TestWarnsOfClassicQueuesOnSeveralNodes(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		typ  consumer.QueueType
+		warn bool
+	}{
+		{"amqp://h1/,amqp://h2/", consumer.Classic, true},
+		{"amqp://h1/,amqp://h2/", consumer.Quorum, false},
+		{"amqp://h1/", consumer.Classic, false},
+	} {
+		var log logLines
+		_, err := consumer.New(consumer.Config{URL: tc.url, Name: "n", QueueType: tc.typ,
+			Logger: slog.New(slog.NewTextHandler(&log, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := log.has("use QueueType quorum on a cluster"); got != tc.warn {
+			t.Errorf("%s with %s queues: warned %v, want %v (log: %s)", tc.url, tc.typ, got, tc.warn, log.String())
+		}
+	}
+}
+
+// A broker that refuses the consumer's password ends Run at once with that
+// error (matching amqpx.ErrRefused), rather than redialling forever as if
+// the broker were down.
+func TestRunEndsWhenTheBrokerRefusesTheCredentials(t *testing.T) {
+	u, err := url.Parse(testenv.AMQPURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(u.User.Username(), "wrong-secret")
+	c := consumerAt(t, u.String(), nil)
+	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = c.Run(ctx)
+	if !errors.Is(err, amqpx.ErrRefused) || ctx.Err() != nil || !strings.Contains(err.Error(), "refused the credentials") {
+		t.Fatalf("Run = %v (context: %v), want the refusal before the context ends", err, ctx.Err())
 	}
 }

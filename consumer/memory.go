@@ -95,7 +95,10 @@ var errProbeTimeout = errors.New("the broker did not answer the size probe in ti
 func probeBrokerLimit(ctx context.Context, url, name string, size int) (limit int64, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, errProbeTimeout)
 	defer cancel()
-	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: name, Timeout: probeTimeout})
+	// url may name several nodes: each gets its share of the time, so a
+	// node that drops packets (no refusal) cannot spend all of it.
+	perNode := probeTimeout / time.Duration(len(amqpx.SplitURLs(url)))
+	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: name, Timeout: perNode})
 	if err != nil {
 		return 0, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -226,5 +227,24 @@ func TestProbeReadsTheBrokersLimit(t *testing.T) {
 	limit, err = probeBrokerLimit(ctx, testenv.AMQPURL(t), t.Name(), mib+1)
 	if err != nil || limit != 0 {
 		t.Errorf("probe of the shared broker = %d, %v; want it accepted (limit 0)", limit, err)
+	}
+}
+
+// With several nodes, a node that accepts connections but never answers
+// (a stalled network) takes only its share of the probe's time: the probe
+// reaches the node that answers, whichever order the dial picks.
+func TestProbeGetsPastANodeThatNeverAnswers(t *testing.T) {
+	brokerURL := testenv.AMQPURL(t)
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := testenv.StartProxy(t, u.Host)
+	stalled.Stall(true)
+	list := stalled.URL(t, brokerURL) + "," + brokerURL
+	for range 4 { // the dial starts at a random node: each try has even odds of the stalled one first
+		if limit, err := probeBrokerLimit(context.Background(), list, t.Name(), mib+1); err != nil || limit != 0 {
+			t.Fatalf("probe = %d, %v; want the answering node's (accepted, limit 0)", limit, err)
+		}
 	}
 }

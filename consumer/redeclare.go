@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -35,7 +36,61 @@ func (c *BaseConsumer) publishCopy(s *session, queue string, msg amqp.Publishing
 func (c *BaseConsumer) publish(s *session, queue string, msg amqp.Publishing) error {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.PublishTimeout)
 	defer cancel()
-	return s.pub.Publish(ctx, "", queue, msg)
+	pub := s.pub.Load()
+	err := pub.Publish(ctx, "", queue, msg)
+	switch {
+	case err == nil:
+		s.nacks.Record(false, time.Now())
+	case errors.Is(err, amqpx.ErrNacked):
+		s.nacks.Record(true, time.Now())
+		if d, stale := s.nacks.Stale(time.Now(), amqpx.NackedSessionLimit); stale {
+			c.renewPublisher(s, pub, d)
+		}
+	}
+	return err
+}
+
+// renewPublisher replaces old, the session's publisher, with one on a new
+// channel, because every publish on old has been nacked for d. RabbitMQ
+// (3.10 at least) keeps nacking every publish to a quorum queue on a
+// channel that first published to it while the queue's leader was being
+// elected, until the old leader's node is back, which may be hours; a
+// channel opened after the election is served at once. Without this, every
+// failed event would go round (handled, its move nacked, requeued) until
+// then. Only the publisher is replaced: the consumer channels, and the
+// handlers running on them, go on. Publishes still waiting on old fail
+// when it closes, and their messages are requeued, as for any failed
+// move. A queue that refuses on purpose (reject-publish at its length
+// limit) costs a new channel every few seconds and nothing else.
+func (c *BaseConsumer) renewPublisher(s *session, old *amqpx.Publisher, d time.Duration) {
+	s.renewMu.Lock()
+	skip := s.closing || s.renewing || s.pub.Load() != old
+	s.renewing = !skip
+	s.renewMu.Unlock()
+	if skip {
+		return // the session is ending, or another worker renews it
+	}
+	// Opened outside the lock, so that a stop does not wait for it.
+	pub, err := amqpx.NewPublisher(context.Background(), s.conn, c.cfg.Workers)
+	s.renewMu.Lock()
+	defer s.renewMu.Unlock()
+	s.renewing = false
+	switch {
+	case s.closing:
+		return // the connection is being closed, and pub with it
+	case err != nil:
+		s.fail(fmt.Errorf("open a new publish channel after every publish was nacked for %v: %w", d, err))
+		return
+	}
+	s.watch(pub.NotifyClose())
+	s.pub.Store(pub)
+	s.nacks.Reset()
+	c.stats.publishersRenewed.Add(1)
+	c.log.Warn("every retry and dead-letter publish nacked, none confirmed; publishing on a new channel (a channel that first published to a quorum queue during its leader election stays refused)",
+		"nacked_for", d)
+	// Its close is the session's own doing, which watch ignores, and
+	// never closes the connection under the consumer channels.
+	s.background.Go(old.Retire)
 }
 
 // redeclare declares the topology on a fresh channel of s, unless it was

@@ -20,8 +20,15 @@ import (
 // session it came from, so it is only ever acked on the channel that
 // delivered it.
 type session struct {
-	conn     *amqp.Connection
-	pub      *amqpx.Publisher
+	conn *amqp.Connection
+	// pub publishes retries and dead letters. It is replaced, not the
+	// session, when every publish on it has been nacked for
+	// amqpx.NackedSessionLimit (see renewPublisher).
+	pub      atomic.Pointer[amqpx.Publisher]
+	nacks    amqpx.NackStreak
+	renewMu  sync.Mutex // guards renewing and closing
+	renewing bool       // a replacement of pub is being opened
+	closing  bool       // shutdown has begun: pub is not replaced any more
 	channels []*amqp.Channel
 	tags     []string
 	ackers   []*acker
@@ -37,6 +44,8 @@ type session struct {
 
 	declareMu sync.Mutex    // one re-declaration at a time (publishCopy)
 	declared  atomic.Uint64 // re-declarations so far
+
+	parts *partitionSet // with Config.Partitions, instead of channels, ackers and forwarders
 }
 
 // job is one delivery on its way to a worker.
@@ -52,8 +61,11 @@ var errConsumerCancelled = errors.New("the broker cancelled the consumer (queue 
 // failure it closes conn and everything it started. When ctx ends or the
 // broker takes longer than SetupTimeout to answer, conn is closed under
 // the set-up: a stop must not wait for a broker that stopped reading.
-func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, jobs chan<- job) (*session, error) {
+func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, jobs chan<- job, run handlerRun) (*session, error) {
 	s := &session{conn: conn, lost: make(chan error, 1), stop: make(chan struct{})}
+	if c.topo.Partitioned() {
+		s.parts = newPartitionSet(c, s, run)
+	}
 	plan, err := c.planSession(ctx)
 	if err != nil {
 		s.abandon()
@@ -78,6 +90,11 @@ func (c *BaseConsumer) startSession(ctx context.Context, conn *amqp.Connection, 
 	// to close, its ack lost and its message redelivered, a duplicate
 	// effect. Until then the deliveries wait in the channels, and the
 	// broker requeues them if the session is abandoned.
+	if s.parts != nil {
+		c.parts.Store(s.parts)
+		s.parts.start()
+		return s, nil
+	}
 	for i, deliveries := range streams {
 		s.forwarders.Go(func() { s.forward(deliveries, s.ackers[i], jobs) })
 	}
@@ -100,8 +117,11 @@ func (c *BaseConsumer) setUp(ctx context.Context, s *session) ([]<-chan amqp.Del
 	if err != nil {
 		return nil, err
 	}
-	s.pub = pub
+	s.pub.Store(pub)
 	s.watch(pub.NotifyClose())
+	if s.parts != nil {
+		return nil, s.parts.subscribeAll()
+	}
 
 	streams := make([]<-chan amqp.Delivery, 0, c.cfg.Channels)
 	for i := range c.cfg.Channels {
@@ -203,6 +223,9 @@ func (s *session) forward(deliveries <-chan amqp.Delivery, a *acker, jobs chan<-
 func (s *session) stopForwarders() {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.forwarders.Wait()
+	if s.parts != nil {
+		s.parts.stopTaking()
+	}
 }
 
 // stopConsuming asks the broker to stop sending and stops the forwarders.
@@ -212,6 +235,11 @@ func (s *session) stopForwarders() {
 // grace must not wait behind it. The handlers' acks are then lost and
 // their messages redelivered, which is safe.
 func (s *session) stopConsuming() {
+	if s.parts != nil {
+		// Partitions cancel no consumer: see partition.go.
+		s.stopForwarders()
+		return
+	}
 	s.stopOnce.Do(func() { close(s.stop) })
 	ctx, cancel := context.WithTimeout(context.Background(), amqpx.CloseTimeout)
 	defer cancel()
@@ -246,6 +274,9 @@ func (s *session) close() {
 // keeps workers from running jobs of it they have not started.
 func (s *session) abandon() {
 	s.dead.Store(true)
+	if s.parts != nil {
+		s.parts.abandon()
+	}
 	s.stopForwarders()
 	s.shutdown(s.stopAckers())
 }
@@ -254,8 +285,12 @@ func (s *session) abandon() {
 // since a send may be stuck on a blocked socket until shutdown closes it.
 func (s *session) stopAckers() <-chan struct{} {
 	stopped := make(chan struct{})
+	ackers := s.ackers
+	if s.parts != nil {
+		ackers = s.parts.ackers()
+	}
 	go func() {
-		for _, a := range s.ackers {
+		for _, a := range ackers {
 			a.stopAndFlush()
 		}
 		close(stopped)
@@ -267,10 +302,16 @@ func (s *session) stopAckers() <-chan struct{} {
 // stuck on its socket (an acker's or a publisher's), waits for the ackers
 // to have stopped, then for the rest of the session's goroutines.
 func (s *session) shutdown(ackersStopped <-chan struct{}) {
+	s.renewMu.Lock()
+	s.closing = true // no new publisher, nor its watcher, from here on
+	s.renewMu.Unlock()
 	amqpx.CloseConnection(s.conn, amqpx.CloseTimeout)
+	if s.parts != nil {
+		s.parts.waitRebalancer()
+	}
 	<-ackersStopped
-	if s.pub != nil {
-		s.pub.Close()
+	if pub := s.pub.Load(); pub != nil {
+		pub.Close()
 	}
 	s.background.Wait()
 }

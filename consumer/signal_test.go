@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WARREN_TEST_SERVICE") == "1" {
 		os.Exit(runTestService())
 	}
+	if os.Getenv("WARREN_PARTITION_REPLICA") != "" {
+		os.Exit(runPartitionReplica())
+	}
 	code := m.Run()
 	localrabbit.StopShared()
 	os.Exit(code)
@@ -56,17 +59,7 @@ func runTestService() int {
 			return ctx.Err()
 		}
 	})
-	go func() {
-		for !c.Health().Ready {
-			time.Sleep(5 * time.Millisecond)
-		}
-		fmt.Println("ready")
-	}()
-	if err := c.RunUntilSignal(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+	return runChild(c)
 }
 
 func TestSIGTERMDrainsInFlightHandlers(t *testing.T) {

@@ -17,6 +17,9 @@ type counters struct {
 	retried, deferred, deadLettered, requeued counter
 	unavailable                               counter // of deferred: warren.Unavailable
 	publishFailures, reconnects, blocks       counter
+	publishersRenewed                         counter
+	partitionsTaken, partitionsReleased       counter
+	activePartitions                          atomic.Int64
 	inFlight                                  atomic.Int64
 	lastMessage                               atomic.Int64 // unix nanoseconds
 	lastSettled                               atomic.Int64 // unix nanoseconds a handler last finished, or Run started
@@ -47,9 +50,19 @@ type Stats struct {
 	DeadLettered    uint64 `json:"dead_lettered"` // sent to the DLQ
 	Requeued        uint64 `json:"requeued"`      // handed back to the broker (shutdown, failed publish)
 	PublishFailures uint64 `json:"publish_failures"`
-	Reconnects      uint64 `json:"reconnects"`
-	Blocks          uint64 `json:"blocks"` // times the broker blocked the connection (an alarm)
-	InFlight        int64  `json:"in_flight"`
+	// PublishersRenewed counts the times every retry and dead-letter
+	// publish was nacked for 5s and the consumer moved them to a new
+	// channel (see the package's cluster notes).
+	PublishersRenewed uint64 `json:"publishers_renewed,omitempty"`
+	Reconnects        uint64 `json:"reconnects"`
+	Blocks            uint64 `json:"blocks"` // times the broker blocked the connection (an alarm)
+	InFlight          int64  `json:"in_flight"`
+	// With Config.Partitions: how many partitions this replica is active
+	// on now (it has received their deliveries), and how many times it
+	// became active on one and handed one on to another replica.
+	ActivePartitions   int64  `json:"active_partitions,omitempty"`
+	PartitionsTaken    uint64 `json:"partitions_taken,omitempty"`
+	PartitionsReleased uint64 `json:"partitions_released,omitempty"`
 }
 
 // Stats returns the consumer's totals.
@@ -58,7 +71,8 @@ func (c *BaseConsumer) Stats() Stats {
 	return Stats{
 		Received: s.received.Load(), Done: s.done.Load(), Skipped: s.skipped.Load(), Duplicates: s.duplicates.Load(),
 		Retried: s.retried.Load(), Deferred: s.deferred.Load(), Unavailable: s.unavailable.Load(), DeadLettered: s.deadLettered.Load(), Requeued: s.requeued.Load(),
-		PublishFailures: s.publishFailures.Load(), Reconnects: s.reconnects.Load(), Blocks: s.blocks.Load(), InFlight: s.inFlight.Load(),
+		PublishFailures: s.publishFailures.Load(), PublishersRenewed: s.publishersRenewed.Load(), Reconnects: s.reconnects.Load(), Blocks: s.blocks.Load(), InFlight: s.inFlight.Load(),
+		ActivePartitions: s.activePartitions.Load(), PartitionsTaken: s.partitionsTaken.Load(), PartitionsReleased: s.partitionsReleased.Load(),
 	}
 }
 
@@ -94,6 +108,11 @@ type Health struct {
 	// max_message_size is unknown it is computed at RabbitMQ's maximum,
 	// 512 MiB: an upper bound, logged as worst_case_bytes_at_most.
 	WorstCaseBytes int64 `json:"worst_case_bytes,omitempty"`
+	// ActivePartitions, with Config.Partitions, are the partitions (by
+	// index) this replica is active on: it has received their deliveries
+	// on its current subscriptions. A partition with nothing to deliver
+	// is not listed, even where this replica would get its next event.
+	ActivePartitions []int `json:"active_partitions,omitempty"`
 	// Dependencies are the states of Config.Dependencies.
 	Dependencies []warren.DependencyState `json:"dependencies,omitempty"`
 	Stats        Stats                    `json:"stats"`
@@ -111,6 +130,9 @@ func (c *BaseConsumer) Health() Health {
 	}
 	if mem := c.memory.Load(); mem != nil {
 		h.Prefetch, h.WorstCaseBytes = mem.prefetch, mem.worstCase
+	}
+	if ps := c.parts.Load(); ps != nil && c.ready.Load() {
+		h.ActivePartitions = ps.active()
 	}
 	if ns := c.stats.lastMessage.Load(); ns != 0 {
 		h.LastMessage = time.Unix(0, ns)

@@ -26,7 +26,7 @@ func (c *BaseConsumer) traceHandler(ctx context.Context, d amqp.Delivery, m *war
 		return ctx, func(warren.Outcome, error) {}
 	}
 	ctx, span := tracecontext.StartSpan(ctx, c.tracer, "process", trace.SpanKindConsumer,
-		tracecontext.Messaging{Operation: "process", Destination: c.topo.Queue, RoutingKey: d.RoutingKey, MessageID: m.Event.ID},
+		tracecontext.Messaging{Operation: "process", Destination: m.Queue, RoutingKey: d.RoutingKey, MessageID: m.Event.ID},
 		attribute.String("warren.event.type", m.Event.Type),
 		attribute.Int("warren.attempt", m.Attempt))
 	return ctx, func(outcome warren.Outcome, err error) {

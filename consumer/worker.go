@@ -75,10 +75,18 @@ type decision struct {
 // evaluate decodes a delivery, runs it through the handler chain h and
 // decides what the ack policy does with it, doing none of it.
 func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.Delivery) decision {
-	d = withTrustedHistory(d)
-	m, err := c.decode(d)
+	return c.evaluateIn(hctx, h, d, c.topo.Queue, 0)
+}
+
+// evaluateIn is evaluate for a delivery from queue (the consumer's queue,
+// or one of its partition queues) that has already failed spent times in
+// place (a partition retries without leaving its queue).
+func (c *BaseConsumer) evaluateIn(hctx context.Context, h warren.Handler, d amqp.Delivery, queue string, spent int) decision {
+	d = withTrustedHistory(d, c.topo.PartitionExchange)
+	m, err := c.decode(d, queue)
+	m.Attempt += spent
 	if err != nil {
-		v := c.deadLetterDecision(d, m.Attempt, dlq.ClassUndecodable, redact.Error(err), time.Now())
+		v := c.deadLetterDecision(d, queue, m.Attempt, dlq.ClassUndecodable, redact.Error(err), time.Now())
 		if len(d.Body) <= c.cfg.MaxBodyBytes {
 			// A Plane message has no message_id or type property to be
 			// named by: what its body says names it in the log, as the
@@ -104,7 +112,7 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 	// its endpoint's URL with a password or ?token=, and nobody who reads
 	// the DLQ should see them.
 	err = redact.Error(err)
-	v := c.decide(d, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
+	v := c.decide(d, queue, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
 	v.EventType, v.eventID, v.eventType, v.HandlerDuration = m.Event.Type, m.Event.ID, m.Event.Type, took
 	return v
 }
@@ -127,28 +135,36 @@ func (c *BaseConsumer) evaluate(hctx context.Context, h warren.Handler, d amqp.D
 //     x-dead-letter-exchange is "", routing key the queue): d.Exchange is "".
 //   - A replay (`warren dlq replay`, dlqtool's Replay), an import with --to
 //     and a shovel from the management UI publish through the default
-//     exchange, with the queue as routing key: d.Exchange is "".
+//     exchange, with the queue as routing key: d.Exchange is "". A
+//     replay for a partitioned consumer publishes to its partition
+//     exchange (partitions, the consumer's own), which hashes it to its
+//     entity's partition: d.Exchange names that exchange. Events reach the
+//     partition queues through it too, but published to the consumer's
+//     exchange: d.Exchange names that one.
 //   - A delivery the broker requeued (a nack, a lost channel) comes again
 //     with the exchange of its first arrival, and is judged as it was then.
 //
-// Only the default exchange carries history that warren or an operator
-// wrote, and publishing there takes write permission on amq.default, which
-// a producer of events does not need. A delivery through any named exchange
+// Only the default exchange and the partition exchange carry history that
+// warren or an operator wrote, and publishing there takes write permission
+// on amq.default or on the partition exchange, which a producer of events
+// does not need. A delivery through any named exchange
 // is a first delivery, whatever its headers say: forged attempts would
 // dead-letter it as exhausted after one try, a forged origin queue would
 // steer an operator's replay. Headers that are not warren's (a traceparent,
 // x-warren-initiator-type, which producers set by design) are kept.
-func withTrustedHistory(d amqp.Delivery) amqp.Delivery {
-	if d.Exchange != "" {
+func withTrustedHistory(d amqp.Delivery, partitions string) amqp.Delivery {
+	if d.Exchange != "" && (partitions == "" || d.Exchange != partitions) {
 		d.Headers = dlq.StripHistory(d.Headers)
 	}
 	return d
 }
 
-// decide is the ack policy for a decoded delivery whose handler returned
-// err (classified as outcome with the hint delay) on the given attempt;
-// stopping says the handler's context had ended. It only computes.
-func (c *BaseConsumer) decide(d amqp.Delivery, attempt int, outcome warren.Outcome, delay time.Duration, err error, stopping bool, now time.Time) decision {
+// decide is the ack policy for a decoded delivery from queue whose handler
+// returned err (classified as outcome with the hint delay) on the given
+// attempt; stopping says the handler's context had ended. It only
+// computes. A partitioned consumer retries and defers in place: the
+// decision names no queue, only how long the partition waits.
+func (c *BaseConsumer) decide(d amqp.Delivery, queue string, attempt int, outcome warren.Outcome, delay time.Duration, err error, stopping bool, now time.Time) decision {
 	if stopping && outcome != warren.OutcomeDone && outcome != warren.OutcomeSkipped && outcome != warren.OutcomeDuplicate {
 		// The shutdown grace ran out under this handler. Its failure is
 		// ours, not the message's: put it back as it was.
@@ -161,24 +177,32 @@ func (c *BaseConsumer) decide(d amqp.Delivery, attempt int, outcome warren.Outco
 		return decision{Settlement: Settlement{Disposition: Duplicate}, attempt: attempt, err: err}
 	case warren.OutcomeDeferred:
 		// Not a failure: the attempt is not spent and no error recorded.
+		if c.topo.Partitioned() {
+			return decision{Settlement: Settlement{Disposition: Deferred, Unavailable: errors.Is(err, warren.ErrUnavailable)},
+				delay: partitionRetryDelay(c.cfg.RetryDelays, 1, delay), attempt: attempt, err: err}
+		}
 		tier := c.topo.tierFor(1, delay)
 		return decision{
 			// A store outage defers every message until it ends, however
 			// long: counted apart so that it shows.
 			Settlement: Settlement{Disposition: Deferred, Unavailable: errors.Is(err, warren.ErrUnavailable)},
 			queue:      tier.Queue, delay: tier.Delay,
-			headers: dlq.StripDeaths(d.Headers, c.topo.Queue),
+			headers: dlq.StripDeaths(d.Headers, queue),
 			attempt: attempt, err: err,
 		}
 	case warren.OutcomeRetry:
 		if attempt >= c.cfg.MaxAttempts {
-			return c.deadLetterDecision(d, attempt, dlq.ClassExhausted, err, now)
+			return c.deadLetterDecision(d, queue, attempt, dlq.ClassExhausted, err, now)
+		}
+		if c.topo.Partitioned() {
+			return decision{Settlement: Settlement{Disposition: Retried},
+				delay: partitionRetryDelay(c.cfg.RetryDelays, attempt, delay), attempt: attempt, err: err}
 		}
 		tier := c.topo.tierFor(attempt, delay)
 		return decision{
 			Settlement: Settlement{Disposition: Retried},
 			queue:      tier.Queue, delay: tier.Delay,
-			headers: dlq.StripDeaths(dlq.Stamp(d.Headers, c.failure(d, err, now), attempt, ""), c.topo.Queue),
+			headers: dlq.StripDeaths(dlq.Stamp(d.Headers, c.failure(d, queue, err, now), attempt, ""), queue),
 			attempt: attempt, err: err,
 		}
 	case warren.OutcomePermanent:
@@ -186,17 +210,17 @@ func (c *BaseConsumer) decide(d amqp.Delivery, attempt int, outcome warren.Outco
 		if _, ok := errors.AsType[*UnhandledError](err); ok {
 			class = dlq.ClassUnhandled
 		}
-		return c.deadLetterDecision(d, attempt, class, err, now)
+		return c.deadLetterDecision(d, queue, attempt, class, err, now)
 	}
 	return decision{Settlement: Settlement{Disposition: Done}, attempt: attempt}
 }
 
 // deadLetterDecision sends a message to the DLQ with metadata saying why.
-func (c *BaseConsumer) deadLetterDecision(d amqp.Delivery, attempt int, class dlq.Class, err error, now time.Time) decision {
+func (c *BaseConsumer) deadLetterDecision(d amqp.Delivery, queue string, attempt int, class dlq.Class, err error, now time.Time) decision {
 	return decision{
 		Settlement: Settlement{Disposition: DeadLettered, Class: class},
 		queue:      c.topo.DLQ,
-		headers:    dlq.StripDeaths(dlq.Stamp(d.Headers, c.failure(d, err, now), attempt, class), c.topo.Queue),
+		headers:    dlq.StripDeaths(dlq.Stamp(d.Headers, c.failure(d, queue, err, now), attempt, class), queue),
 		attempt:    attempt, err: err,
 	}
 }
@@ -257,9 +281,10 @@ func (c *BaseConsumer) invoke(ctx context.Context, h warren.Handler, m *warren.M
 	return h.Handle(ctx, m)
 }
 
-// decode checks a delivery and turns it into a Message. On error it still
-// returns what it could read (the attempt count), for the dead letter.
-func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
+// decode checks a delivery from queue and turns it into a Message. On
+// error it still returns what it could read (the attempt count), for the
+// dead letter.
+func (c *BaseConsumer) decode(d amqp.Delivery, queue string) (*warren.Message, error) {
 	attempts := 0
 	if _, ok := d.Headers[dlq.HeaderAttempts]; ok { // only a retry's copy, not a producer's message, has it
 		attempts = dlq.ParseMetadata(d.Headers).Attempts
@@ -270,7 +295,7 @@ func (c *BaseConsumer) decode(d amqp.Delivery) (*warren.Message, error) {
 		Attempt:     attempts + 1,
 		MaxAttempts: c.cfg.MaxAttempts,
 		Consumer:    c.cfg.Name,
-		Queue:       c.topo.Queue,
+		Queue:       queue,
 		Redelivered: d.Redelivered,
 		ReceivedAt:  time.Now(),
 	}
@@ -309,11 +334,11 @@ func plainEncoding(enc string) bool {
 	return false
 }
 
-func (c *BaseConsumer) failure(d amqp.Delivery, err error, at time.Time) dlq.Failure {
+func (c *BaseConsumer) failure(d amqp.Delivery, queue string, err error, at time.Time) dlq.Failure {
 	return dlq.Failure{
 		Err:        err.Error(),
 		At:         at,
-		Queue:      c.topo.Queue,
+		Queue:      queue,
 		Exchange:   d.Exchange,
 		RoutingKey: d.RoutingKey,
 		Consumer:   c.cfg.Name,
@@ -329,7 +354,32 @@ func (c *BaseConsumer) failure(d amqp.Delivery, err error, at time.Time) dlq.Fai
 // returns Requeued when the publish failed, else kind's disposition.
 func (c *BaseConsumer) republish(hctx context.Context, j job, v decision, kind move, attrs ...slog.Attr) Disposition {
 	d, queue := j.d, v.queue
-	msg := amqp.Publishing{
+	if err := c.publishCopy(j.s, queue, copyOf(d, v)); err != nil {
+		c.stats.publishFailures.Add(1)
+		c.log.LogAttrs(hctx, slog.LevelError, "could not move the message; requeueing it",
+			append(eventAttrs(d, v), slog.String("to", queue), slog.Any("error", err))...)
+		if errors.Is(err, amqpx.ErrUnroutable) || errors.Is(err, amqpx.ErrNacked) {
+			// The broker is refusing, not gone: wait a moment so a
+			// missing queue does not become a hot redelivery loop.
+			select {
+			case <-time.After(time.Second):
+			case <-hctx.Done():
+			}
+		}
+		c.stats.requeued.Add(1)
+		j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: false})
+		return Requeued
+	}
+	c.stats.moved(kind).Add(1)
+	c.log.LogAttrs(hctx, kind.level(), kind.String(),
+		append(append(eventAttrs(d, v), slog.String("to", queue)), attrs...)...)
+	j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: true})
+	return kind.disposition()
+}
+
+// copyOf is the copy of d that v moves to its queue.
+func copyOf(d amqp.Delivery, v decision) amqp.Publishing {
+	return amqp.Publishing{
 		// Without the broker's death headers (decide strips them): with
 		// an x-death that names our queue (a dead message moved back
 		// here), the retry tier's dead-letter back to the queue would be
@@ -354,27 +404,6 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, v decision, kind m
 		// own TTL. UserId is dropped: the broker refuses a user id other
 		// than the publishing connection's.
 	}
-	if err := c.publishCopy(j.s, queue, msg); err != nil {
-		c.stats.publishFailures.Add(1)
-		c.log.LogAttrs(hctx, slog.LevelError, "could not move the message; requeueing it",
-			append(eventAttrs(d, v), slog.String("to", queue), slog.Any("error", err))...)
-		if errors.Is(err, amqpx.ErrUnroutable) || errors.Is(err, amqpx.ErrNacked) {
-			// The broker is refusing, not gone: wait a moment so a
-			// missing queue does not become a hot redelivery loop.
-			select {
-			case <-time.After(time.Second):
-			case <-hctx.Done():
-			}
-		}
-		c.stats.requeued.Add(1)
-		j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: false})
-		return Requeued
-	}
-	c.stats.moved(kind).Add(1)
-	c.log.LogAttrs(hctx, kind.level(), kind.String(),
-		append(append(eventAttrs(d, v), slog.String("to", queue)), attrs...)...)
-	j.acker.settle(ackVerdict{tag: d.DeliveryTag, ack: true})
-	return kind.disposition()
 }
 
 // eventAttrs names the event of a move in its log line: by the AMQP
