@@ -117,6 +117,22 @@ func (o *Table) Dead(ctx context.Context, db DB, f Filter) ([]Row, error) {
 	return out, nil
 }
 
+// CountDead counts the dead rows matching f (its Limit ignored): how many
+// [Table.Dead] would list and [Table.Redrive] would change, for a listing
+// that says what it left out and a redrive that says what it will do.
+func (o *Table) CountDead(ctx context.Context, db DB, f Filter) (int64, error) {
+	query, err := o.deadQuery(ctx, db, func(s planeStatements) string { return s.dead }, o.sql.dead)
+	if err != nil {
+		return 0, fmt.Errorf("outbox %s: count dead rows: %w", o.table, err)
+	}
+	f.Limit = 0
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM (`+query+`) AS dead`, f.args()...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox %s: count dead rows: %w", o.table, err)
+	}
+	return n, nil
+}
+
 // Redrive makes the dead rows matching f pending again with their attempts
 // reset, wakes the relays, and returns how many it changed. Their claims
 // counter is kept, so a relay still holding an old claim on one stays
@@ -200,19 +216,9 @@ func (o *Table) Purge(ctx context.Context, db DB, opts PurgeOptions) (int64, err
 	if o.schema == SchemaPlane {
 		return 0, fmt.Errorf("outbox %s: purge: %w", o.table, ErrPlaneRowsAreKept)
 	}
-	if opts.Before.IsZero() {
-		return 0, fmt.Errorf("%w: PurgeOptions.Before (the cutoff) is required", ErrInvalidConfig)
-	}
-	states := opts.States
-	if len(states) == 0 {
-		states = []State{Delivered, Dead}
-	}
-	names := make([]string, len(states))
-	for i, s := range states {
-		if s != Delivered && s != Dead {
-			return 0, fmt.Errorf("%w: Purge deletes only %q and %q rows, not %q", ErrInvalidConfig, Delivered, Dead, s)
-		}
-		names[i] = string(s)
+	names, err := opts.states()
+	if err != nil {
+		return 0, err
 	}
 	batch := opts.BatchSize
 	if batch <= 0 {
@@ -226,6 +232,43 @@ func (o *Table) Purge(ctx context.Context, db DB, opts PurgeOptions) (int64, err
 			return total, err
 		}
 	}
+}
+
+// states checks the options and returns the states to purge by name.
+func (opts PurgeOptions) states() ([]string, error) {
+	if opts.Before.IsZero() {
+		return nil, fmt.Errorf("%w: PurgeOptions.Before (the cutoff) is required", ErrInvalidConfig)
+	}
+	states := opts.States
+	if len(states) == 0 {
+		states = []State{Delivered, Dead}
+	}
+	names := make([]string, len(states))
+	for i, s := range states {
+		if s != Delivered && s != Dead {
+			return nil, fmt.Errorf("%w: Purge deletes only %q and %q rows, not %q", ErrInvalidConfig, Delivered, Dead, s)
+		}
+		names[i] = string(s)
+	}
+	return names, nil
+}
+
+// CountPurgeable counts the rows [Table.Purge] with opts would delete now
+// (BatchSize and Archive aside): what a dry run reports, and what the
+// command asks about before it purges.
+func (o *Table) CountPurgeable(ctx context.Context, db DB, opts PurgeOptions) (int64, error) {
+	if o.schema == SchemaPlane {
+		return 0, fmt.Errorf("outbox %s: purge: %w", o.table, ErrPlaneRowsAreKept)
+	}
+	names, err := opts.states()
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	if err := db.QueryRow(ctx, o.sql.purgeCount, names, opts.Before).Scan(&n); err != nil {
+		return 0, fmt.Errorf("outbox %s: count purgeable rows: %w", o.table, err)
+	}
+	return n, nil
 }
 
 func (o *Table) purgeBatch(ctx context.Context, db DB, states []string, before time.Time, batch int, archive func(context.Context, []Row) error) (int64, error) {

@@ -11,6 +11,7 @@ type statements struct {
 	dead          string
 	redrive       string
 	purgeSelect   string
+	purgeCount    string
 	purgeDelete   string
 	schemaVersion string
 
@@ -100,6 +101,10 @@ WHERE state = ANY($1::text[]) AND state <> 'pending' AND finished_at < $2
 LIMIT $3
 FOR UPDATE SKIP LOCKED`
 
+// purgeCountSQL counts what purgeSelectSQL's batches would take, on the
+// same index.
+const purgeCountSQL = `SELECT count(*) FROM {table} WHERE state = ANY($1::text[]) AND state <> 'pending' AND finished_at < $2`
+
 const purgeDeleteSQL = `DELETE FROM {table} WHERE id = ANY($1::bigint[])`
 
 // The capture errors table is made by package outbox/capture, and only
@@ -134,6 +139,7 @@ func renderStatements(table, notify string) statements {
 		dead:          r(deadSQL),
 		redrive:       r(redriveSQL),
 		purgeSelect:   r(purgeSelectSQL),
+		purgeCount:    r(purgeCountSQL),
 		purgeDelete:   r(purgeDeleteSQL),
 		schemaVersion: r(schemaVersionSQL),
 

@@ -33,8 +33,11 @@ type Config struct {
 	// redacted.
 	DatabaseURL string
 
-	// AMQPURL is the broker. Default amqp://guest:guest@127.0.0.1:5672/.
-	// Logged only with the password redacted.
+	// AMQPURL is the broker, or several nodes of one cluster separated by
+	// commas: each connection goes to a node picked at random and, when
+	// it is lost, to the next (see consumer.Config.URL). Default
+	// amqp://guest:guest@127.0.0.1:5672/. Logged only with the passwords
+	// redacted.
 	AMQPURL string
 
 	// Exchange is the durable fanout exchange events are published to; the

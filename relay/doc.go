@@ -26,6 +26,11 @@
 //     never reached the broker (its channel closed first, or no in-flight
 //     slot freed up in time) puts the row back at once, its attempt not
 //     counted.
+//   - A broker session whose every publish is nacked for 5s, none
+//     confirmed, is ended and dialled again: RabbitMQ keeps refusing a
+//     quorum queue on a channel that first published to it while the node
+//     leading it had just died, until that node is back, and a new channel
+//     is served at once.
 //
 // Consumers must therefore be idempotent on event_id; warren's dedup
 // middleware is.

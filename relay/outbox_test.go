@@ -111,6 +111,9 @@ func TestRelayedEventKeepsEnvelopeAndUnknownFields(t *testing.T) {
 		if d.Headers[warren.HeaderInitiatorType] != out.InitiatorType {
 			t.Errorf("initiator header %v, want %q", d.Headers[warren.HeaderInitiatorType], out.InitiatorType)
 		}
+		if d.Headers[warren.HeaderEntityID] != out.EntityID {
+			t.Errorf("entity id header %v, want %q", d.Headers[warren.HeaderEntityID], out.EntityID)
+		}
 		switch out.ID {
 		case "ev-1":
 			if !d.Timestamp.Equal(created.Truncate(time.Second)) { // AMQP timestamps are whole seconds

@@ -38,6 +38,9 @@ type Relay struct {
 	wake    wakeup
 	running atomic.Bool
 	hooks   hooks
+	// nacks: since when the current broker session's publishes have all
+	// been nacked (see amqpx.NackedSessionLimit).
+	nacks amqpx.NackStreak
 
 	// lastTakeover is when a claim last looked for lapsed claims on a
 	// Plane table (Unix nanoseconds; 0: look at the next claim).
@@ -118,7 +121,8 @@ func (r *Relay) Outbox() *outbox.Table { return r.outbox }
 // Losing the broker or Postgres does not end Run: it reconnects with
 // backoff, and rows wait in the table meanwhile. Run returns an error
 // only when it cannot work at all: the table is missing or at another
-// schema version (wrapping [outbox.ErrSchema]). Run may be called once;
+// schema version (wrapping [outbox.ErrSchema]), or the broker refused the
+// credentials or the vhost of AMQPURL, which waiting does not mend. Run may be called once;
 // a second call returns [ErrAlreadyRunning].
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
@@ -147,7 +151,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				"retry_max", r.cfg.RetryMax, "lease", r.cfg.Lease)
 		}
 	}
-	r.log.Info("relay started", "amqp_url", redact.URL(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL), "schema", r.cfg.Schema,
+	r.log.Info("relay started", "amqp_url", amqpx.RedactURLs(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL), "schema", r.cfg.Schema,
 		"batch_size", r.cfg.BatchSize, "workers", r.cfg.Workers, "lease", r.cfg.Lease, "keep_delivered", r.cfg.KeepDelivered || r.cfg.Schema == outbox.SchemaPlane,
 		"order_by_entity", r.cfg.OrderByEntity)
 
@@ -173,9 +177,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			<-stopLogged
 		}
 	}()
-	r.runBroker(ctx, pool)
+	err = r.runBroker(ctx, pool)
 	stopListening()
 	listener.Wait()
+	if err != nil {
+		return err
+	}
 	r.log.Info("relay stopped")
 	return nil
 }
@@ -207,14 +214,19 @@ func (r *Relay) waitForSchema(ctx context.Context, pool *pgxpool.Pool) (outbox.P
 	}
 }
 
-// runBroker keeps a broker session up until ctx ends.
-func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) {
+// runBroker keeps a broker session up until ctx ends, or the broker
+// refuses the relay's credentials or vhost (amqpx.ErrRefused), which no
+// reconnect mends: that error is returned.
+func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) error {
 	dial := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	pause := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	for {
 		conn, err := amqpx.DialRetry(ctx, r.cfg.AMQPURL, amqpx.DialOptions{Name: r.cfg.Name}, dial, r.log)
 		if err != nil {
-			return // ctx ended
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err // refused
 		}
 		// The block state follows the connection: watched from the dial,
 		// so a block during set-up is seen, to the close, which resets it.
@@ -225,7 +237,7 @@ func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) {
 		amqpx.CloseConnection(conn, amqpx.CloseTimeout)
 		watcher.Wait()
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		// A session that fails at once (the exchange cannot be declared)
 		// must not turn into a reconnect loop at full speed.
@@ -235,7 +247,7 @@ func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) {
 		wait := pause.NextBackOff()
 		r.log.Warn("broker session ended, reconnecting", "error", err, "retry_in", wait.Round(time.Millisecond))
 		if !sleep(ctx.Done(), wait) {
-			return
+			return nil
 		}
 	}
 }
@@ -265,15 +277,27 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 
 	sessionCtx, lose := context.WithCancelCause(ctx)
 	defer lose(nil)
+	r.nacks.Reset()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		select {
-		case e := <-pub.NotifyClose():
-			lose(fmt.Errorf("publish channel closed: %w", closeError(e)))
-		case <-sessionCtx.Done():
+		tick := time.NewTicker(amqpx.NackedSessionLimit / 5)
+		defer tick.Stop()
+		for {
+			select {
+			case e := <-pub.NotifyClose():
+				lose(fmt.Errorf("publish channel closed: %w", closeError(e)))
+				return
+			case <-sessionCtx.Done():
+				return
+			case now := <-tick.C:
+				if d, stale := r.nacks.Stale(now, amqpx.NackedSessionLimit); stale {
+					lose(fmt.Errorf("every publish nacked for %v, none confirmed: a new session (a channel that first published to a quorum queue during its leader election stays refused)", d.Round(time.Millisecond)))
+					return
+				}
+			}
 		}
 	})
-	r.log.Info("connected to broker", "amqp_url", redact.URL(r.cfg.AMQPURL))
+	r.log.Info("connected to broker", "node", conn.RemoteAddr().String())
 	r.health.brokerUp.Store(true)
 	defer r.health.brokerUp.Store(false)
 	if r.hooks.connected != nil {
@@ -606,6 +630,9 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			r.cfg.Observer.Published(r.cfg.Table, Publication{InsertedAt: c.InsertedAt, Took: time.Since(start), Err: err})
 		}
 		ends[j](err)
+		if err == nil || errors.Is(err, amqpx.ErrNacked) {
+			r.nacks.Record(err != nil, time.Now())
+		}
 		switch {
 		case err == nil:
 			results[index[j]] = result{outcome: delivered}

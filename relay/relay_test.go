@@ -837,3 +837,34 @@ func TestStopWhileWaitingForPostgresIsClean(t *testing.T) {
 		t.Fatalf("Run = %v, want nil after a stop during start-up", err)
 	}
 }
+
+// A relay given two addresses of the broker (standing in for two nodes of
+// a cluster) goes on delivering when the address it is connected to goes
+// away: it reconnects through the other one by itself, and every row
+// written meanwhile arrives.
+func TestFailsOverToAnotherAddressOfTheList(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	got := consume(t, e.queue)
+	brokerURL := testenv.AMQPURL(t)
+	a, b := testenv.StartProxy(t, hostOf(t, brokerURL)), testenv.StartProxy(t, hostOf(t, brokerURL))
+	var connected counter
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.AMQPURL, cfg.KeepDelivered = a.URL(t, brokerURL)+","+b.URL(t, brokerURL), true
+	e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
+	connected.waitAbove(t, 0, "the relay to connect")
+	var all []string
+	// Each phase takes one address away and brings the other back, so at
+	// least one of the two phases cuts the connection in use.
+	for i, down := range []*testenv.Proxy{a, b} {
+		up := map[*testenv.Proxy]*testenv.Proxy{a: b, b: a}[down]
+		up.SetUp(true)
+		down.SetUp(false)
+		all = append(all, e.publishN(fmt.Sprintf("phase%d", i), 100)...)
+		got.waitDistinct(t, len(all), 60*time.Second)
+	}
+	e.requireDelivered(got, all)
+	if n := connected.value(); n < 2 {
+		t.Fatalf("connected %d times: the second phase must have cut the connection in use", n)
+	}
+}

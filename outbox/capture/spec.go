@@ -130,8 +130,10 @@ func (s Spec) withDefaults() (Spec, error) {
 	if s.EventPrefix == "" {
 		s.EventPrefix = s.EntityType
 	}
-	for name, v := range map[string]string{"EntityType": s.EntityType, "EventPrefix": s.EventPrefix, "Version": s.Version} {
-		if err := plainText(name, v); err != nil {
+	// In this order, so the error names the field that was given: an
+	// EventPrefix defaulted from a bad EntityType is bad too.
+	for _, f := range [...]struct{ name, v string }{{"EntityType", s.EntityType}, {"EventPrefix", s.EventPrefix}, {"Version", s.Version}} {
+		if err := plainText(f.name, f.v); err != nil {
 			return s, err
 		}
 	}

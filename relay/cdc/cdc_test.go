@@ -3,10 +3,12 @@ package cdc_test
 import (
 	"context"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
@@ -63,15 +65,30 @@ func TestStreamsCommittedEventsInCommitOrder(t *testing.T) {
 
 // A relay that stops resumes from the confirmed position: events committed
 // while no relay ran are published by the next one, and nothing before
-// the position is published again.
+// the position is published again. The stop waits for the slot's position
+// to pass the first events, not only for their rows to be trimmed: this
+// test's first events are written as the first relay starts, so its
+// backfill may publish and trim them before the stream reaches them, and
+// a relay stopped then publishes them again from the stream (as
+// docs/cdc.md says; a busy run caught it doing so).
 func TestResumesFromTheConfirmedPosition(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()
 	r, stop := e.start(e.config())
 	testenv.WaitFor(t, 30*time.Second, "the relay to stream", r.Streaming)
 	before := e.ob.PublishN("before", 200)
+	var mark string
+	ctx := context.Background()
+	if err := e.ob.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
 	e.receive(before, time.Minute)
 	testenv.WaitFor(t, 30*time.Second, "the table to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+	testenv.WaitFor(t, 30*time.Second, "the slot's position to pass the events", func() bool {
+		var past bool
+		err := e.ob.Pool.QueryRow(ctx, `SELECT confirmed_flush_lsn >= $1::pg_lsn FROM pg_replication_slots WHERE slot_name = $2`, mark, e.slot).Scan(&past)
+		return err == nil && past
+	})
 	stop()
 
 	during := e.ob.PublishN("while-stopped", 300)
@@ -102,6 +119,35 @@ func TestPublishesRowsWrittenBeforeTheSlot(t *testing.T) {
 	// The counter moves on the broker's confirm, which can come a moment
 	// after the consumer got the message.
 	testenv.WaitFor(t, 30*time.Second, "the relay to count 1210 published events", func() bool { return r.Published() >= 1210 })
+}
+
+// Rows that commit after the slot exists and before the backfill reads
+// the table are in both: the backfill publishes them, and the stream,
+// which follows, does not publish them again. The slot and publication
+// are made before the relay starts, as a relay that died just after
+// creating them leaves them, so every row is in both.
+func TestBackfilledRowsAreNotPublishedAgainFromTheStream(t *testing.T) {
+	e := newEnv(t)
+	e.bindQueue()
+	e.ob.Exec(`CREATE PUBLICATION ` + pgx.Identifier{e.slot}.Sanitize() + ` FOR TABLE {table} WITH (publish = 'insert, update')`)
+	e.ob.Exec(`SELECT pg_create_logical_replication_slot('` + e.slot + `', 'pgoutput')`)
+	both := e.ob.PublishN("both", 300)
+	e.start(e.config())
+	testenv.WaitFor(t, 30*time.Second, "the backfill to be recorded", func() bool {
+		var done bool
+		err := e.ob.Pool.QueryRow(context.Background(), `SELECT backfilled_at IS NOT NULL FROM `+pgx.Identifier{e.slot}.Sanitize()).Scan(&done)
+		return err == nil && done
+	})
+	// Committed after the backfill, so streamed after the rows it covered:
+	// once it arrives, any second copy of them has arrived before it.
+	e.ob.Publish(testenv.OutboxEvent("sentinel"))
+	got := e.receive(append(both, "sentinel"), time.Minute)
+	seen := map[string]int{}
+	for _, id := range got {
+		if seen[id]++; seen[id] == 2 {
+			t.Errorf("event %s published twice", id)
+		}
+	}
 }
 
 // One relay streams the slot; another stands by and takes over when the
@@ -177,6 +223,89 @@ func TestRefusedEventIsDeadAndRedriveSendsIt(t *testing.T) {
 	}
 	e.receive([]string{"poison"}, time.Minute)
 	testenv.WaitFor(t, 30*time.Second, "the redriven row to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+}
+
+// A queue at its length limit that rejects publishes makes the broker nack
+// every event. That is the broker's state, not the events' fault (a quorum
+// queue electing a leader looks the same): no attempt is spent, nothing
+// is made dead however long it lasts, and after 5s of nothing but nacks
+// the session ends, so that the next one publishes on a new channel. Once
+// the queue has room the events arrive. (They were dead after MaxAttempts
+// nacks, 10ms here, 3s at the defaults.)
+func TestNackedEventsWaitForTheBroker(t *testing.T) {
+	e := newEnv(t)
+	args := amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}
+	e.bindQueueWith(args)
+	plug := testenv.Channel(t)
+	if err := plug.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := plug.PublishWithDeferredConfirm("", e.queue, false, false, amqp.Publishing{MessageId: "plug"})
+	if err != nil || !dc.Wait() {
+		t.Fatalf("publish the plug: %v", err)
+	}
+	cfg := e.config()
+	cfg.MaxAttempts, cfg.RetryMin, cfg.RetryMax = 2, 10*time.Millisecond, 10*time.Millisecond
+	cfg.NackTimeout = 10 * time.Minute
+	r, _ := e.start(cfg)
+	want := e.ob.PublishN("refused", 3)
+	testenv.WaitFor(t, 30*time.Second, "a session to end for nothing but nacks", func() bool {
+		return strings.Contains(r.Health().LastError, "every publish nacked")
+	})
+	if n := e.ob.Count("state = 'dead'"); n != 0 || r.Dead() != 0 {
+		t.Fatalf("%d rows dead (relay counted %d) of events the broker only nacked", n, r.Dead())
+	}
+	e.receive(append([]string{"plug"}, want...), time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the table to be trimmed", func() bool { return e.ob.Count("true") == 0 })
+	if r.Dead() != 0 {
+		t.Errorf("relay counted %d dead", r.Dead())
+	}
+}
+
+// A nack can be the event's own doing: a queue under reject-publish nacks
+// an event larger than its x-max-length-bytes every time, however empty it
+// is. That event is dead once it has been nacked for NackTimeout, and the
+// events behind it flow; the ones before and after it arrive.
+func TestEventNackedForNackTimeoutIsDead(t *testing.T) {
+	e := newEnv(t)
+	args := amqp.Table{"x-max-length-bytes": int32(8 << 10), "x-overflow": "reject-publish"}
+	e.bindQueueWith(args)
+	cfg := e.config()
+	cfg.RetryMin, cfg.RetryMax, cfg.NackTimeout = 10*time.Millisecond, 50*time.Millisecond, 500*time.Millisecond
+	r, _ := e.start(cfg)
+	big := testenv.OutboxEvent("too-big")
+	big.Payload = warren.Payload{Data: []byte(fmt.Sprintf(`{"text":%q}`, randomText(16<<10)))}
+	e.ob.Publish(testenv.OutboxEvent("before"), big, testenv.OutboxEvent("after"))
+	e.receive([]string{"before", "after"}, time.Minute)
+	testenv.WaitFor(t, 30*time.Second, "the event too big for the queue to be dead", func() bool { return e.ob.Count("state = 'dead'") == 1 })
+	dead, err := e.ob.Table.Dead(context.Background(), e.ob.Pool, outbox.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].Event.ID != "too-big" || !strings.Contains(dead[0].LastError, "NackTimeout") {
+		t.Fatalf("dead rows %+v, want the big event, dead of NackTimeout", dead)
+	}
+	if r.Dead() != 1 {
+		t.Errorf("relay counted %d dead, want 1", r.Dead())
+	}
+}
+
+// NackTimeout counts across the sessions that end on a nack streak: a
+// queue that refuses everything ends a session every 5s, and an event
+// nacked for longer than that is still dead once its 7s are up (counted
+// again from each session, it never would be).
+func TestNackTimeoutCountsAcrossSessions(t *testing.T) {
+	e := newEnv(t)
+	args := amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}
+	e.bindQueueWith(args)
+	cfg := e.config()
+	cfg.RetryMin, cfg.RetryMax, cfg.NackTimeout = 10*time.Millisecond, 100*time.Millisecond, 7*time.Second
+	r, _ := e.start(cfg)
+	e.ob.Publish(testenv.OutboxEvent("refused"))
+	testenv.WaitFor(t, time.Minute, "the refused event to be dead", func() bool { return e.ob.Count("state = 'dead'") == 1 })
+	if h := r.Health(); !strings.Contains(h.LastError, "every publish nacked") {
+		t.Errorf("no session ended on the nack streak before the event was dead (last error %q): the test did not cross sessions", h.LastError)
+	}
 }
 
 // A redriven row whose payload Postgres stores out of line (TOAST) arrives

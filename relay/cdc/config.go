@@ -32,7 +32,10 @@ type Config struct {
 	// string) with replication=database added. Logged only redacted.
 	DatabaseURL string
 
-	// AMQPURL is the broker. Default amqp://guest:guest@127.0.0.1:5672/.
+	// AMQPURL is the broker, or several nodes of one cluster separated by
+	// commas: each session connects to a node picked at random and, when
+	// it is lost, to the next (see consumer.Config.URL). Default
+	// amqp://guest:guest@127.0.0.1:5672/.
 	AMQPURL string
 
 	// Exchange is the durable fanout exchange events are published to.
@@ -83,11 +86,22 @@ type Config struct {
 	// last confirmed position. Default 10s.
 	PublishTimeout time.Duration
 
-	// MaxAttempts is how many times an event the broker refuses (a nack,
-	// or a return as unroutable) is published before it is dead. The
-	// stream waits while an event is retried, so this bounds how long one
-	// event can hold the others: at the defaults about 6s. Default 5.
+	// MaxAttempts is how many times an event the broker returns as
+	// unroutable is published before it is dead. The stream waits while
+	// an event is retried, so this bounds how long one such event can hold
+	// the others: at the defaults about 6s. A nack spends no attempt (see
+	// NackTimeout). Default 5.
 	MaxAttempts int
+
+	// NackTimeout is how long an event may go on being nacked, counted
+	// from its first nack and across sessions, before it is dead. The
+	// stream waits meanwhile. It outlasts what a nack usually is, the
+	// broker's passing state (a quorum queue electing a leader, which a
+	// new session's channel gets past: see the package's Failures), and
+	// bounds what is not: an event larger than a queue's
+	// x-max-length-bytes, under reject-publish, is nacked every time.
+	// Default 30s.
+	NackTimeout time.Duration
 
 	// RetryMin and RetryMax bound the doubling wait between attempts.
 	// Default 200ms and 5s.
@@ -118,6 +132,7 @@ const (
 	DefaultBatchesInFlight = 4
 	DefaultPublishTimeout  = 10 * time.Second
 	DefaultMaxAttempts     = 5
+	DefaultNackTimeout     = 30 * time.Second
 	DefaultRetryMin        = 200 * time.Millisecond
 	DefaultRetryMax        = 5 * time.Second
 	DefaultStandbyRetry    = time.Second
@@ -146,6 +161,7 @@ func (c Config) withDefaults() Config {
 	c.BatchesInFlight = cmp.Or(c.BatchesInFlight, DefaultBatchesInFlight)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.NackTimeout = cmp.Or(c.NackTimeout, DefaultNackTimeout)
 	c.RetryMin = cmp.Or(c.RetryMin, DefaultRetryMin)
 	c.RetryMax = cmp.Or(c.RetryMax, DefaultRetryMax)
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, relay.DefaultMaxMessageBytes)
@@ -178,7 +194,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d: want at least 1", c.MaxAttempts))
 	}
 	for name, d := range map[string]time.Duration{"PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax,
-		"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval} {
+		"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval, "NackTimeout": c.NackTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: want a positive duration", name, d))
 		}

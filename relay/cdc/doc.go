@@ -52,14 +52,19 @@
 //
 // # Failures
 //
-// An event the broker refuses (a nack, a return as unroutable) is
-// published again, the stream waiting, up to MaxAttempts; then it is made
-// dead in the table, where "warren outbox dead" lists it and "warren
-// outbox redrive" turns it back to pending. The publication carries
-// updates too, so a redrive reaches the relay through the stream. An
-// event that cannot be encoded, or whose message would exceed
-// MaxMessageBytes, is dead at once. One event cannot hold the stream for
-// longer than its attempts.
+// An event the broker returns as unroutable is published again, the
+// stream waiting, up to MaxAttempts; then it is made dead in the table,
+// where "warren outbox dead" lists it and "warren outbox redrive" turns
+// it back to pending. The publication carries updates too, so a redrive
+// reaches the relay through the stream. An event that cannot be encoded,
+// or whose message would exceed MaxMessageBytes, is dead at once. A nack
+// spends no attempt: RabbitMQ nacks mostly for its own passing state (a
+// queue full with reject-publish, a quorum queue without a leader), so a
+// nacked event is dead only once it has been nacked for NackTimeout (30s),
+// counted across sessions that end on nacks; the stream waits meanwhile,
+// and each retry gives the queues that did take the event another copy. A session whose every
+// verdict has been a nack for amqpx.NackedSessionLimit (5s) ends, the next
+// one publishing on a new channel.
 //
 // A lost connection, to Postgres or to the broker, or a batch without its
 // confirms within PublishTimeout, ends the session; the relay starts

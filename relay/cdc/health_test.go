@@ -1,7 +1,9 @@
 package cdc_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -99,19 +101,37 @@ func TestHealthFollowsTheGroup(t *testing.T) {
 	waitReady(t, b, cdc.RoleStreaming)
 }
 
-// A relay that cannot start a session (its table does not exist) is
+// A relay that cannot start a session (its broker does not answer) is
 // alive, since a restart would not help, but not ready, and says why.
 func TestHealthOfARelayThatCannotStart(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
-	cfg.Table = testenv.Name(t, "gone")
-	cfg.Slot = e.slot // never made: the session fails before
+	cfg.AMQPURL = "amqp://guest:guest@127.0.0.1:1/" // nothing listens on port 1
+	cfg.Slot = e.slot
 	r, _ := e.start(cfg)
 	testenv.WaitFor(t, 30*time.Second, "the relay to retry", func() bool { return r.Health().Role == cdc.RoleRetrying })
-	if code, h := probe(t, r, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(h.LastError, "does not exist") {
-		t.Errorf("/readyz: %d %+v, want 503 and the missing table", code, h)
+	if code, h := probe(t, r, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(h.LastError, "connection refused") {
+		t.Errorf("/readyz: %d %+v, want 503 and the unreachable broker", code, h)
 	}
 	if code, _ := probe(t, r, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz: %d, want 200", code)
+	}
+}
+
+// A missing outbox table ends Run with ErrNoTable, as the polling relay
+// refuses it: waiting would not create it.
+func TestRunStopsOnAMissingTable(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.Table = testenv.Name(t, "gone")
+	cfg.Slot = e.slot // never made: the session fails before
+	r, err := cdc.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.Run(ctx); !errors.Is(err, cdc.ErrNoTable) || !strings.Contains(err.Error(), "warren outbox migrate") {
+		t.Fatalf("Run on a missing table: %v, want ErrNoTable saying to migrate", err)
 	}
 }

@@ -43,7 +43,14 @@ func newEnv(t *testing.T) *env {
 // bindQueue declares the test's queue and binds it to the exchange.
 func (e *env) bindQueue() {
 	e.t.Helper()
-	if _, err := e.ch.QueueDeclare(e.queue, true, false, false, false, nil); err != nil {
+	e.bindQueueWith(nil)
+}
+
+// bindQueueWith is bindQueue with the queue's arguments args (a length
+// limit, an overflow behaviour).
+func (e *env) bindQueueWith(args amqp.Table) {
+	e.t.Helper()
+	if _, err := e.ch.QueueDeclare(e.queue, true, false, false, false, args); err != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.ch.QueueBind(e.queue, "", e.exchange, false, nil); err != nil {

@@ -42,7 +42,19 @@ type Relay struct {
 	published, dead atomic.Int64
 	streaming       atomic.Bool
 	health          healthState
+	// nacks: since when the current session's verdicts have all been
+	// nacks; nackedSince: since when each nacked event has been (see
+	// confirm), kept over a session that ended on a nack streak
+	// (endedOnNacks), cleared at any other session's start. Sessions run
+	// one at a time, on Run's goroutine.
+	nacks        amqpx.NackStreak
+	nackedSince  nackLedger
+	endedOnNacks bool
 }
+
+// errNackStreak ends a session whose every verdict has been a nack for
+// amqpx.NackedSessionLimit.
+var errNackStreak = errors.New("every publish nacked, none confirmed")
 
 // New checks cfg and prepares a relay; it connects to nothing.
 func New(cfg Config) (*Relay, error) {
@@ -100,7 +112,9 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 // the last flushed position, so what was published and not yet flushed is
 // published again. While another relay streams the slot, Run stands by
 // and tries again every StandbyRetry. It returns an error only for what
-// waiting cannot mend: a server whose wal_level is not logical.
+// waiting cannot mend: a server whose wal_level is not logical, a missing
+// outbox table ([ErrNoTable]), or a broker that refused the credentials or
+// the vhost of AMQPURL.
 func (r *Relay) Run(ctx context.Context) error {
 	r.health.setRole(RoleStarting)
 	defer r.health.setRole(RoleStopped)
@@ -112,6 +126,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		defer pool.Close()
 		r.pool = pool
 	}
+	// Which broker and database, said once: with several environments a
+	// relay that does not say where it publishes misleads.
+	r.log.Info("cdc relay started", "amqp_url", amqpx.RedactURLs(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL),
+		"table", r.cfg.Table)
 	standingBy := false
 	wait := r.cfg.StandbyRetry
 	for {
@@ -123,7 +141,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ErrWALLevel):
+		case errors.Is(err, ErrWALLevel), errors.Is(err, ErrNoTable), errors.Is(err, amqpx.ErrRefused):
 			return err
 		case isSlotBusy(err):
 			if !standingBy {
@@ -161,6 +179,10 @@ func isSlotBusy(err error) bool {
 // the confirms, and settleLoop trims the confirmed rows and only then
 // moves the position Postgres is told.
 func (r *Relay) session(ctx context.Context) error {
+	if !r.endedOnNacks {
+		r.nackedSince.clear()
+	}
+	r.endedOnNacks = false
 	backfill, err := r.setup(ctx)
 	if err != nil {
 		return err
@@ -185,6 +207,7 @@ func (r *Relay) session(ctx context.Context) error {
 		return fmt.Errorf("start streaming slot %s: %w", r.cfg.Slot, err)
 	}
 	r.flushed.Store(uint64(start))
+	r.nacks.Reset()
 	amqpConn, err := amqpx.Dial(ctx, r.cfg.AMQPURL, amqpx.DialOptions{Name: r.cfg.Name})
 	if err != nil {
 		return err
@@ -235,6 +258,7 @@ func (r *Relay) session(ctx context.Context) error {
 		cancel(fmt.Errorf("broker closed the publish channel: %v", e))
 	}
 	wg.Wait()
+	r.endedOnNacks = errors.Is(context.Cause(sctx), errNackStreak)
 	// The batch in flight when the session ended was settled; telling
 	// Postgres now spares the next relay publishing it again. Best effort:
 	// a position not reported is only a duplicate later.
@@ -258,7 +282,7 @@ func (r *Relay) confirmedFlush(ctx context.Context) (pglogrepl.LSN, error) {
 // transaction (end set, no row), after which the position may move to end.
 type item struct {
 	row     *outbox.Row
-	refetch bool   // a redriven row whose update left a value out: read it from the table
+	refetch bool   // read it from the table: a redriven row whose update left a value out, or a row the backfill may have published
 	xid     uint32 // the row's transaction
 	end     pglogrepl.LSN
 }
@@ -504,8 +528,15 @@ type deadRow struct {
 // confirmLoop reads sent until it is closed, and a batch must be waited
 // for to free its in-flight slots.
 func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, p pipeline, backfill bool) error {
+	// The highest id the backfill read. A streamed row at or below it
+	// committed after the slot and before the backfill's read may have
+	// been published, and trimmed, by the backfill: it is read from the
+	// table instead, and published only if it is still pending. Without
+	// this every such row went out twice.
+	var backfilled int64
 	if backfill {
-		if err := r.backfill(ctx, pub); err != nil {
+		var err error
+		if backfilled, err = r.backfill(ctx, pub); err != nil {
 			return fmt.Errorf("backfill: %w", err)
 		}
 	}
@@ -534,7 +565,11 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 		var err error
 		var refetch, xids []int64
 		var end pglogrepl.LSN
-		for _, it := range items {
+		for i := range items {
+			if items[i].row != nil && items[i].row.ID <= backfilled {
+				items[i].refetch = true
+			}
+			it := items[i]
 			if it.row != nil && (len(xids) == 0 || xids[len(xids)-1] != int64(it.xid)) {
 				xids = append(xids, int64(it.xid))
 			}
@@ -652,11 +687,13 @@ const visibleSQL = `WITH s AS (SELECT pg_current_snapshot() AS snap, pg_snapshot
 		ELSE w.x END)::text::xid8, s.snap)`
 
 // backfill publishes the table's pending rows, which a new slot does not
-// stream if they committed before it, and records that it has. Rows that
-// committed after the slot are published again from the stream: a
-// duplicate, never a loss. It settles each page itself, before the
-// record: a dead mark must not wait for a stream position.
-func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) error {
+// stream if they committed before it, records that it has, and returns
+// the highest id it read. Rows that committed after the slot are in the
+// stream as well; publishLoop reads those from the table rather than
+// publishing them again. It settles each page itself, before the record:
+// a dead mark must not wait for a stream position, and the stream's
+// check of a row relies on the backfill's rows being trimmed.
+func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) (int64, error) {
 	var after int64
 	for {
 		var rows []outbox.Row
@@ -670,15 +707,15 @@ func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) error {
 			if err == nil {
 				err = r.markBackfilled(ctx)
 			}
-			return err
+			return after, err
 		}
 		after = rows[len(rows)-1].ID
 		s, err := r.deliver(ctx, pub, rows)
 		if err != nil {
-			return err
+			return after, err
 		}
 		if err := r.settle(ctx, s); err != nil {
-			return err
+			return after, err
 		}
 	}
 }
@@ -774,33 +811,58 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 
 // confirm waits for the verdicts of f, for at most PublishTimeout from
 // when it starts waiting: the time f spent behind the batches before it
-// is theirs. A row the broker refuses (nack, return) is published again,
-// the batch waiting, until it is confirmed or has had MaxAttempts; the
-// batches sent after f are not held up, so the refused row arrives after
-// them. A publish that fails for the connection's sake (closed channel,
-// no confirm within PublishTimeout) fails the session: the rows are
-// published again from the last position, and no attempt is spent on
-// them.
+// is theirs. A row the broker refuses is published again, the batch
+// waiting, until it is confirmed or dead; the batches sent after f are
+// not held up, so the refused row arrives after them. A return (no queue
+// bound for it) spends one of the row's MaxAttempts. A nack spends none:
+// RabbitMQ nacks mostly for its own passing state (a full queue that
+// rejects publishes, a quorum queue without a leader), so a nacked row
+// is dead only once it has been nacked for NackTimeout, across sessions.
+// When every verdict of the session has been a nack for
+// amqpx.NackedSessionLimit the session ends, and the next one publishes
+// on a new channel (a channel that first published to a quorum queue
+// during its leader's election stays refused). A publish that fails for
+// the connection's sake (closed channel, no confirm within
+// PublishTimeout) fails the session too: the rows are published again
+// from the last position, and no attempt is spent on them.
 func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) (settlement, error) {
 	s := settlement{dead: f.dead, end: f.end}
 	batch, cancel, out, ids := f.batch, f.cancel, f.out, f.ids
+	returns := make([]int, len(out)) // the returns each row has had
 	wait := r.cfg.RetryMin
-	for attempt := 1; ; attempt++ {
+	for {
 		var failedOut []amqpx.Outgoing
 		var failedIDs []int64
+		var failedReturns []int
 		var sessionErr error
+		var confirmed, nacked bool
+		retry := func(i, returned int) {
+			failedOut, failedIDs, failedReturns = append(failedOut, out[i]), append(failedIDs, ids[i]), append(failedReturns, returned)
+		}
 		expire := time.AfterFunc(r.cfg.PublishTimeout, cancel)
 		batch.Wait(func(i int, err error) {
 			switch {
 			case err == nil:
 				s.done = append(s.done, ids[i])
 				r.published.Add(1)
-			case errors.Is(err, amqpx.ErrNacked) || errors.Is(err, amqpx.ErrUnroutable):
-				if attempt >= r.cfg.MaxAttempts {
-					s.dead = append(s.dead, deadRow{ids[i], attempt, err.Error()})
+				r.nackedSince.forget(ids[i])
+				confirmed = true
+			case errors.Is(err, amqpx.ErrUnroutable):
+				if returns[i]+1 >= r.cfg.MaxAttempts {
+					r.nackedSince.forget(ids[i])
+					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, err.Error()})
 					return
 				}
-				failedOut, failedIDs = append(failedOut, out[i]), append(failedIDs, ids[i])
+				retry(i, returns[i]+1)
+			case errors.Is(err, amqpx.ErrNacked):
+				nacked = true
+				now := time.Now()
+				if first := r.nackedSince.nacked(ids[i], now, r.cfg.NackTimeout); now.Sub(first) >= r.cfg.NackTimeout {
+					r.nackedSince.forget(ids[i])
+					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
+					return
+				}
+				retry(i, returns[i])
 			case sessionErr == nil:
 				sessionErr = err
 			}
@@ -810,17 +872,26 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		if sessionErr != nil {
 			return s, sessionErr
 		}
+		if nacked {
+			r.nacks.Record(true, time.Now())
+		}
+		if confirmed {
+			r.nacks.Record(false, time.Now())
+		}
 		if len(failedOut) == 0 {
 			return s, nil
 		}
-		r.log.Warn("the broker refused events; publishing them again", "events", len(failedOut), "attempt", attempt, "retry_in", wait)
+		if d, stale := r.nacks.Stale(time.Now(), amqpx.NackedSessionLimit); stale {
+			return s, fmt.Errorf("%w, for %v: a new session (a channel that first published to a quorum queue during its leader election stays refused)", errNackStreak, d.Round(time.Millisecond))
+		}
+		r.log.Warn("the broker refused events; publishing them again", "events", len(failedOut), "retry_in", wait)
 		select {
 		case <-ctx.Done():
 			return s, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, r.cfg.RetryMax)
-		out, ids = failedOut, failedIDs
+		out, ids, returns = failedOut, failedIDs, failedReturns
 		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
 		batch, cancel = pub.Send(bctx, r.cfg.Exchange, out), bcancel
 	}

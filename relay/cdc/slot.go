@@ -12,6 +12,10 @@ import (
 	"github.com/warrenmq/warren/outbox"
 )
 
+// ErrNoTable is returned by [Relay.Run] when the outbox table does not
+// exist: waiting does not create it, and the polling relay refuses it too.
+var ErrNoTable = errors.New("outbox table does not exist")
+
 // ErrWALLevel says the server cannot stream its changes: wal_level is not
 // logical.
 var ErrWALLevel = errors.New("wal_level is not logical: set wal_level = logical and restart PostgreSQL (scripts/services.sh does both for the local services; on a managed Postgres see docs/cdc.md)")
@@ -44,7 +48,7 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
 		return false, err
 	}
 	if !tableExists {
-		return false, fmt.Errorf("outbox table %s does not exist: run \"warren outbox migrate\" (or outbox.Table.Migrate) first", r.cfg.Table)
+		return false, fmt.Errorf("%w: %s: run \"warren outbox migrate\" (or outbox.Table.Migrate) first", ErrNoTable, r.cfg.Table)
 	}
 	// Updates are published as well as inserts because Redrive turns a
 	// dead row back to pending with an UPDATE; the relay ignores every

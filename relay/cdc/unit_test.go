@@ -100,3 +100,47 @@ func TestQueueTake(t *testing.T) {
 		t.Error("a queue holding its limit of rows is not full")
 	}
 }
+
+// The ledger keeps an event's first nack until it is forgotten, and when
+// full makes room by dropping entries far older than the timeout, never
+// the ones still being counted.
+func TestNackLedger(t *testing.T) {
+	var l nackLedger
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if first := l.nacked(1, t0, time.Minute); !first.Equal(t0) {
+		t.Fatalf("first nack at %v, want %v", first, t0)
+	}
+	if first := l.nacked(1, t0.Add(10*time.Second), time.Minute); !first.Equal(t0) {
+		t.Fatalf("second nack: since %v, want the first's %v", first, t0)
+	}
+	l.forget(1)
+	if first := l.nacked(1, t0.Add(20*time.Second), time.Minute); !first.Equal(t0.Add(20 * time.Second)) {
+		t.Fatalf("after forget: since %v, want the new nack's time", first)
+	}
+	// Full: the stale entries go, the fresh ones stay.
+	for id := int64(2); len(l.since) < nackLedgerMax; id++ {
+		l.nacked(id, t0, time.Minute)
+	}
+	l.since[1] = t0.Add(3 * time.Minute) // still counted
+	later := t0.Add(3 * time.Minute)
+	if first := l.nacked(-1, later, time.Minute); !first.Equal(later) {
+		t.Fatalf("new entry in a full ledger: since %v", first)
+	}
+	if _, ok := l.since[1]; !ok {
+		t.Error("a fresh entry was dropped to make room")
+	}
+	if _, ok := l.since[-1]; !ok || len(l.since) != 2 {
+		t.Errorf("the ledger holds %d entries after making room, want the fresh one and the new one", len(l.since))
+	}
+}
+
+// Cleared, the ledger counts an event's nacks from its next one.
+func TestNackLedgerClear(t *testing.T) {
+	var l nackLedger
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l.nacked(7, t0, time.Minute)
+	l.clear()
+	if first := l.nacked(7, t0.Add(time.Hour), time.Minute); !first.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("after clear: since %v, want the new nack's time", first)
+	}
+}
