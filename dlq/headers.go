@@ -131,15 +131,18 @@ func Stamp(headers amqp.Table, f Failure, attempts int, class Class) amqp.Table 
 
 // brokerDeathHeaders are the headers RabbitMQ writes when it dead-letters a
 // message: x-death and x-first-death-* (all versions warren supports), and
-// x-last-death-* (since 3.13).
+// x-last-death-* (since 3.13); and x-delivery-count, a quorum queue's count
+// of the message's deliveries from it, which says nothing about the queue
+// the message is published to next.
 var brokerDeathHeaders = []string{
-	"x-death",
+	"x-death", "x-delivery-count",
 	"x-first-death-queue", "x-first-death-reason", "x-first-death-exchange",
 	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
 }
 
 // StripDeaths returns a copy of headers without RabbitMQ's death headers
-// (x-death, x-first-death-*, x-last-death-*), for a client to publish. Every
+// (x-death, x-first-death-*, x-last-death-*) and a quorum queue's
+// x-delivery-count, for a client to publish. Every
 // client-side publish of a message that may carry them goes through it: the
 // consumer's retries, deferrals and dead letters, and a replay or import out
 // of a dead-letter queue.

@@ -188,6 +188,7 @@ func TestStripDeaths(t *testing.T) {
 		},
 		"x-first-death-queue": "upstream", "x-first-death-reason": "maxlen", "x-first-death-exchange": "",
 		"x-last-death-queue": "webhook.retry.1s", "x-last-death-reason": "expired", "x-last-death-exchange": "",
+		"x-delivery-count": int64(3), // from a quorum DLQ read three times
 	}, failure("boom", t0, "events"), 2, ClassExhausted)
 	before := maps.Clone(in)
 
@@ -196,7 +197,8 @@ func TestStripDeaths(t *testing.T) {
 		t.Fatal("StripDeaths changed its input")
 	}
 	for name := range out {
-		if slices.Contains(brokerDeathHeaders, name) || strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-") {
+		if slices.Contains(brokerDeathHeaders, name) || name == "x-death" || name == "x-delivery-count" ||
+			strings.HasPrefix(name, "x-first-death-") || strings.HasPrefix(name, "x-last-death-") {
 			t.Errorf("%s survived", name)
 		}
 	}

@@ -208,12 +208,12 @@ func TestStatsGroups(t *testing.T) {
 		md := dlq.ParseMetadata(m.Headers)
 		want["class"][string(md.Class)]++
 		want["type"][m.Type]++
-		want["error"][md.Error]++
+		want["error"][dlq.Signature(md.Class, md.Error)]++
 	}
 	want["class"]["expired"] += 2
 	want["type"]["workitem.created"]++
 	want["type"]["label.created"]++
-	want["error"]["dead-lettered by the broker (expired) from queue "+f.top.Consumer] += 2
+	want["error"][dlq.Signature(dlq.ClassExpired, "dead-lettered by the broker (expired) from queue "+f.top.Consumer)] += 2
 
 	st, err := f.q.Stats(context.Background(), dlqtool.StatsOptions{})
 	if err != nil {
@@ -725,4 +725,70 @@ func TestScanSeesMessagesStillOnTheirWay(t *testing.T) {
 	if n, err := f.q.Export(ctx, &export, dlqtool.ExportOptions{}); err != nil || n != len(msgs) {
 		t.Fatalf("Export: %d of %d, %v", n, len(msgs), err)
 	}
+}
+
+// On quorum queues, which a consumer with QueueType quorum declares, reads
+// leave the DLQ as it was, a read right after another sees every message
+// the first handed back (a quorum queue counts them as ready again a moment
+// after the channel's close), and replay moves exactly the dead messages
+// back, in order.
+func TestQuorumDeadLetterQueue(t *testing.T) {
+	conn := testenv.AMQPConn(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := testenv.DeclareDeadLetterTopologyOfType(t, ch, "quorum")
+	ctx := context.Background()
+	q, err := dlqtool.Open(ctx, conn, top.Consumer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := mixed(top, 100, time.Now().Add(-time.Hour))
+	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
+	for i := range 2 {
+		got, err := q.Peek(ctx, dlqtool.PeekOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ids(got), ids(msgs)) {
+			t.Fatalf("Peek %d of a quorum DLQ: %d messages, out of order or incomplete: %v…", i+1, len(got), ids(got)[:min(10, len(got))])
+		}
+	}
+	testenv.WaitFor(t, 60*time.Second, "every message back in the DLQ", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 100 })
+	res, err := q.Replay(ctx, dlqtool.ReplayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Done != 100 {
+		t.Fatalf("replayed %+v, want 100", res)
+	}
+	replayed := testenv.Drain(t, conn, top.Consumer)
+	if !slices.Equal(ids(replayed), ids(msgs)) {
+		t.Fatalf("origin queue holds %d messages, want the 100 in order", len(replayed))
+	}
+	if n := testenv.QueueDepth(t, ch, top.DLQ); n != 0 {
+		t.Fatalf("%d messages left in the DLQ", n)
+	}
+}
+
+// syncFails is an archive whose Sync fails, as a full disk's would.
+type syncFails struct{ bytes.Buffer }
+
+func (*syncFails) Sync() error { return errors.New("no space left on device") }
+
+// A purge whose archive cannot be synced deletes nothing: the messages are
+// written, then synced, and deleted only after that succeeded.
+func TestPurgeArchiveSyncFailureDeletesNothing(t *testing.T) {
+	f := newFixture(t)
+	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, mixed(f.top, 50, time.Now()))
+	var archive syncFails
+	res, err := f.q.Purge(context.Background(), dlqtool.PurgeOptions{Archive: &archive})
+	if err == nil || res.Done != 0 || !strings.Contains(err.Error(), "nothing was purged") {
+		t.Fatalf("purge with a failing archive: %+v, %v", res, err)
+	}
+	if n := bytes.Count(archive.Bytes(), []byte("\n")); n != 50 {
+		t.Fatalf("archive got %d lines, want 50", n)
+	}
+	testenv.WaitFor(t, 30*time.Second, "all 50 back", func() bool { return testenv.QueueDepth(t, f.ch, f.top.DLQ) == 50 })
 }

@@ -48,12 +48,17 @@ type Filter struct {
 	// message_id property or the body's event_id, which differ when a
 	// client sets a message_id of its own.
 	EventIDs []string
+	// Signatures selects messages whose failure signature
+	// ([dlq.Signature] of their class and error text) is one of these:
+	// one group of `warren dlq stats` or the console, whatever ids and
+	// numbers its error texts hold.
+	Signatures []string
 }
 
 // IsZero reports whether f selects every message.
 func (f Filter) IsZero() bool {
 	return len(f.TypePrefixes) == 0 && len(f.Classes) == 0 && f.ErrorContains == "" &&
-		f.OlderThan == 0 && f.NewerThan == 0 && len(f.EventIDs) == 0
+		f.OlderThan == 0 && f.NewerThan == 0 && len(f.EventIDs) == 0 && len(f.Signatures) == 0
 }
 
 // Validate returns an error wrapping [ErrBadFilter] when f is
@@ -89,6 +94,9 @@ func (f Filter) Match(m *Message, now time.Time) bool {
 		return false
 	}
 	if len(f.EventIDs) > 0 && !m.hasEventID(f.EventIDs) {
+		return false
+	}
+	if len(f.Signatures) > 0 && !slices.Contains(f.Signatures, m.Signature()) {
 		return false
 	}
 	if f.OlderThan > 0 || f.NewerThan > 0 {

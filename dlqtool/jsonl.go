@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"strconv"
 	"time"
@@ -811,6 +812,11 @@ type ImportOptions struct {
 	// MaxLineBytes bounds one line of the file [Queue.ImportFile] reads.
 	// Default [MaxLineBytes].
 	MaxLineBytes int
+	// ImportID, if set, is written in every message published, as header
+	// [HeaderImportID], so that [Queue.Imported] can tell later that this
+	// import already happened. The command uses a hash of the file.
+	ImportID string
+
 	// Checked, if set, is called by [Queue.ImportFile] once every line of
 	// the file has been checked, with the number of messages, before any
 	// is published; an error from it ends the import with nothing
@@ -964,7 +970,32 @@ func (im *importer) publishing(m *Message) (amqp.Publishing, error) {
 		// on its first failure. Reset exactly as a replay does.
 		p = replayPublishing(m, im.q.consumer)
 	}
+	if im.opts.ImportID != "" {
+		h := make(amqp.Table, len(p.Headers)+1)
+		maps.Copy(h, p.Headers) // m's own headers stay as read
+		h[HeaderImportID] = im.opts.ImportID
+		p.Headers = h
+	}
 	return p, nil
+}
+
+// HeaderImportID names, on a message an import published, the import it
+// came from ([ImportOptions].ImportID).
+const HeaderImportID = "x-warren-import-id"
+
+// Imported reports whether queue holds a message published by the import
+// id ([HeaderImportID]). It reads queue as the dead-letter queue is read:
+// nothing is removed, every message is handed back in its place. It cannot
+// see messages a consumer already took from queue.
+func (q *Queue) Imported(ctx context.Context, queue, id string) (bool, error) {
+	target := &Queue{conn: q.conn, name: queue, consumer: q.consumer}
+	found := false
+	err := target.scan(ctx, 0, &Progress{}, nil, func(_ *amqp.Delivery, m *Message) (bool, error) {
+		v, _ := m.Headers[HeaderImportID].(string)
+		found = v == id
+		return !found, nil
+	})
+	return found, err
 }
 
 // start checks that the target exists and opens the publisher.
@@ -1017,7 +1048,7 @@ var ErrForeignOrigin = errors.New("message names another origin queue")
 // named when m's headers say it failed in another consumer's queue. A
 // message that names no origin is accepted: it claims nothing.
 func (q *Queue) checkImportOrigin(m *Message) error {
-	if origin := m.Origin(); origin != "" && origin != q.consumer {
+	if origin := m.Origin(); origin != "" && !q.isHome(origin) {
 		return fmt.Errorf("%w: its headers name %q, and %s belongs to %q; name the target queue (--to) to import it anyway", ErrForeignOrigin, origin, q.name, q.consumer)
 	}
 	return nil

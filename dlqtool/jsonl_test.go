@@ -187,6 +187,8 @@ func TestFilter(t *testing.T) {
 		{"age window", Filter{OlderThan: time.Hour, NewerThan: 4 * time.Hour}, true, false, false},
 		{"event id", Filter{EventIDs: []string{"b", "c"}}, false, true, true},
 		{"body event id", Filter{EventIDs: []string{"body-b"}}, false, true, false},
+		{"signature", Filter{Signatures: []string{dlq.Signature(dlq.ClassPermanent, "HTTP 500 from hook")}}, true, false, false},
+		{"any of two signatures", Filter{Signatures: []string{dlq.Signature(dlq.ClassExhausted, "timeout"), "permanent: HTTP 503 from hook"}}, false, true, false},
 		{"all criteria", Filter{TypePrefixes: []string{"workitem."}, Classes: []dlq.Class{dlq.ClassPermanent}, ErrorContains: "500", OlderThan: time.Hour, EventIDs: []string{"a"}}, true, false, false},
 	}
 	for _, c := range cases {

@@ -2,8 +2,11 @@ package dlqtool
 
 import (
 	"cmp"
+	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -42,6 +45,11 @@ func newMessage(position int, p amqp.Publishing) Message {
 	}
 	return m
 }
+
+// Signature is the message's failure signature, [dlq.Signature] of its
+// class and error text: what [Filter].Signatures matches and the console
+// groups by.
+func (m *Message) Signature() string { return dlq.Signature(m.Metadata.Class, m.Metadata.Error) }
 
 // hasEventID reports whether id is m's event id: its EventID, or the
 // body's event_id when a message_id took EventID's place. A client may set
@@ -131,4 +139,24 @@ func replayPublishing(m *Message, home string) amqp.Publishing {
 	h[dlq.HeaderReplays] = int32(min(max(md.Replays, 0), math.MaxInt32-1) + 1)
 	p.Headers = h
 	return p
+}
+
+// HeaderText shows a header value for a person, with its AMQP type where a
+// plain rendering would hide it: bytes in hex, a timestamp in RFC 3339
+// (UTC), a table or array as JSON. `warren dlq show` and the console both
+// show headers through it.
+func HeaderText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return fmt.Sprintf("bytes %x", x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339)
+	case amqp.Table, []any:
+		if b, err := json.Marshal(x); err == nil {
+			return string(b)
+		}
+	}
+	return fmt.Sprintf("%v (%T)", v, v)
 }

@@ -17,6 +17,15 @@ import (
 // queue, or a replay or import target.
 var ErrNoQueue = errors.New("no such queue")
 
+// ErrUnconfirmed is wrapped by the error of a replay or purge whose
+// connection or channel failed before the broker answered the close of
+// the channel it acknowledged messages on. AMQP confirms an ack only that
+// way, so those messages may still be in the dead-letter queue: up to
+// Result.Done of them, which counts the acks sent. A replay's copies are
+// in their target all the same; replaying again sends those twice, which
+// consumers that deduplicate on event id absorb. Count the queue to know.
+var ErrUnconfirmed = errors.New("removal from the dead-letter queue not confirmed")
+
 // Queue is one consumer's dead-letter queue, opened on a connection the
 // caller owns. Its methods are safe for concurrent use; each runs on its own
 // channels, so a failure in one leaves the others and the connection alone.
@@ -78,6 +87,29 @@ func (q *Queue) Consumer() string { return q.consumer }
 // (messages another client holds unacknowledged are not counted).
 func (q *Queue) Count(ctx context.Context) (int, error) {
 	return q.depth(ctx, q.name)
+}
+
+// exchangeExists reports whether the broker has an exchange named name,
+// asked like depth asks for a queue.
+func (q *Queue) exchangeExists(ctx context.Context, name string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	defer cancel()
+	err := amqpx.Bound(ctx, q.conn, func() error {
+		ch, err := q.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		defer ch.Close() // within the bound
+		return ch.ExchangeDeclarePassive(name, "x-consistent-hash", true, false, false, false, nil)
+	})
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inspect exchange %q: %w", name, err)
+	}
+	return true, nil
 }
 
 // depth returns the ready count of queue. It runs on a throwaway channel

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
 )
 
 // PeekOptions select the messages [Queue.Peek] returns.
@@ -49,11 +51,17 @@ type Group struct {
 	Count  int       `json:"count"`
 	Oldest time.Time `json:"oldest,omitzero"`
 	Newest time.Time `json:"newest,omitzero"`
+	// Example is, in ByError, the error text of the group's first message
+	// as it was, for the particulars the key replaced.
+	Example string `json:"example,omitempty"`
 }
 
 // Stats answers "what broke, and how much": the matching messages counted
-// by error class, by event type and by error text, largest group first.
-// Messages without a class, type or error count under the empty key.
+// by error class, by event type and by failure signature, largest group
+// first. ByError's key is [dlq.Signature] of the class and error: the error
+// text with ids, numbers, hosts and the like replaced by placeholders, so
+// that one failure met by 4,000 different messages is one group, not
+// 4,000. Messages without a class or type count under the empty key.
 type Stats struct {
 	Queue   string  `json:"queue"`
 	Total   int     `json:"total"`
@@ -84,9 +92,9 @@ func (q *Queue) Stats(ctx context.Context, opts StatsOptions) (Stats, error) {
 			p.Done++
 			st.Total++
 			died := m.Metadata.LastFailure
-			byClass.add(string(m.Metadata.Class), died)
-			byType.add(m.EventType, died)
-			byError.add(m.Metadata.Error, died)
+			byClass.add(string(m.Metadata.Class), died, "")
+			byType.add(m.EventType, died, "")
+			byError.add(dlq.Signature(m.Metadata.Class, m.Metadata.Error), died, m.Metadata.Error)
 		}
 		return true, nil
 	})
@@ -96,10 +104,10 @@ func (q *Queue) Stats(ctx context.Context, opts StatsOptions) (Stats, error) {
 
 type grouper map[string]*Group
 
-func (g grouper) add(key string, died time.Time) {
+func (g grouper) add(key string, died time.Time, example string) {
 	row := g[key]
 	if row == nil {
-		row = &Group{Key: key}
+		row = &Group{Key: key, Example: example}
 		g[key] = row
 	}
 	row.Count++

@@ -1,11 +1,14 @@
 package dlqtool
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -75,9 +78,18 @@ type ReplayOptions struct {
 // neither. The error then wraps ctx's error, and the Result says how far
 // the replay got.
 //
-// When the target queue does not exist, the replay ends at the first
-// matching message with an error wrapping [ErrNoQueue], leaving every
-// message in the dead-letter queue.
+// A partitioned consumer (consumer.Config.Partitions) has no queue of its
+// own name: its events arrive through its partition exchange, Consumer()
+// + ".partitions", which hashes each message's entity header to one of its
+// partition queues. Without opts.To, a replay for such a consumer
+// publishes to that exchange, so each event goes back to its entity's
+// partition (after the events that arrived there meanwhile) and to no
+// other consumer.
+//
+// When the target queue does not exist (nor, without opts.To, the
+// partition exchange), the replay ends at the first matching message with
+// an error wrapping [ErrNoQueue], leaving every message in the dead-letter
+// queue.
 func (q *Queue) Replay(ctx context.Context, opts ReplayOptions) (Result, error) {
 	if err := opts.Filter.Validate(); err != nil {
 		return Result{DryRun: opts.DryRun}, err
@@ -103,39 +115,87 @@ func (q *Queue) Replay(ctx context.Context, opts ReplayOptions) (Result, error) 
 		}
 		defer pub.Close()
 	}
-	target := cmp.Or(opts.To, q.consumer)
+	target := destination{queue: cmp.Or(opts.To, q.consumer)}
 	targetChecked := opts.To != ""
 	pace := pacer{rate: opts.Rate}
 	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message, p *Progress) (string, error) {
 		if !targetChecked {
 			// Asked at the first match, so that replaying an empty
 			// queue, or a filter nothing matches, does not fail.
-			if _, err := q.depth(ctx, target); err != nil {
+			var err error
+			if target, err = q.consumerDestination(ctx); err != nil {
 				return "", fmt.Errorf("replay target of %s: %w", q.name, err)
 			}
 			targetChecked = true
 		}
-		if origin := m.Origin(); opts.To == "" && origin != "" && origin != q.consumer {
+		if origin := m.Origin(); opts.To == "" && origin != "" && !q.isHome(origin) {
 			p.ForeignOrigin++
 		}
 		if opts.DryRun {
-			return target, nil
+			return target.String(), nil
 		}
 		if err := pace.wait(ctx); err != nil {
 			return "", err
 		}
-		return target, q.replayOne(ctx, pub, d, m, target, cmp.Or(opts.DrainTimeout, DefaultDrainTimeout))
+		return target.String(), q.replayOne(ctx, pub, d, m, target, cmp.Or(opts.DrainTimeout, DefaultDrainTimeout))
 	})
 }
 
+// destination is where a replay publishes: a queue, through the default
+// exchange, or a partitioned consumer's partition exchange.
+type destination struct{ queue, exchange string }
+
+func (d destination) String() string { return cmp.Or(d.exchange, d.queue) }
+
+// partitionExchange is the partition exchange of the partitioned consumer
+// named consumer, as consumer.PartitionExchangeName names it (dlqtool
+// cannot import consumer; the consumer's partition replay test pins the
+// two together).
+func partitionExchange(consumer string) string { return consumer + ".partitions" }
+
+// isHome reports whether queue is where this DLQ's messages come from:
+// the consumer's queue, or one of its partition queues (consumer.p<i>,
+// as consumer.PartitionQueueName names them).
+func (q *Queue) isHome(queue string) bool {
+	if queue == q.consumer {
+		return true
+	}
+	i, ok := strings.CutPrefix(queue, q.consumer+".p")
+	if !ok || i == "" {
+		return false
+	}
+	for _, r := range i {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// consumerDestination is where messages of this DLQ go back to: the
+// consumer's queue, or when it has none, its partition exchange.
+func (q *Queue) consumerDestination(ctx context.Context) (destination, error) {
+	_, err := q.depth(ctx, q.consumer)
+	if !errors.Is(err, ErrNoQueue) {
+		return destination{queue: q.consumer}, err
+	}
+	ex := partitionExchange(q.consumer)
+	if found, xerr := q.exchangeExists(ctx, ex); xerr != nil || !found {
+		return destination{}, cmp.Or(xerr, err)
+	}
+	return destination{exchange: ex}, nil
+}
+
 // replayOne moves one message to target.
-func (q *Queue) replayOne(ctx context.Context, pub *amqpx.Publisher, d *amqp.Delivery, m *Message, target string, drain time.Duration) error {
+func (q *Queue) replayOne(ctx context.Context, pub *amqpx.Publisher, d *amqp.Delivery, m *Message, target destination, drain time.Duration) error {
 	// The confirm wait outlives an interrupt (within drain), so Ctrl-C
 	// mid-publish still ends with the original removed once the copy is
 	// safe, rather than with the message in both queues.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer cancel()
-	if err := pub.Publish(pctx, "", target, replayPublishing(m, q.consumer)); err != nil {
+	// Mandatory publishing (amqpx.Publisher) makes a copy no queue took a
+	// failure: through a partition exchange too, the original stays.
+	if err := pub.Publish(pctx, target.exchange, target.queue, replayPublishing(m, q.consumer)); err != nil {
 		return fmt.Errorf("replay message %s to %q (it is still in %s): %w", describe(m), target, q.name, err)
 	}
 	// Only now that the broker has confirmed the copy in target may the
@@ -155,19 +215,39 @@ type PurgeOptions struct {
 	// DryRun selects and counts without deleting anything.
 	DryRun   bool
 	Progress func(Progress)
+	// Archive, if set, gets every message to delete, written as
+	// [Queue.Export] writes it, and is synced before any is deleted (see
+	// [Queue.Purge]). A dry run leaves it alone.
+	Archive Archive
+}
+
+// Archive is where a purge keeps a copy of what it deletes: an *os.File,
+// or anything else that can say when what was written is safe.
+type Archive interface {
+	io.Writer
+	// Sync returns nil once everything written is on stable storage.
+	Sync() error
 }
 
 // Purge deletes the matching messages from the dead-letter queue, leaving
 // the others in place and in order. Deleting is what the caller asked for,
-// so there is no copy to confirm first; [Queue.Export] them beforehand to
-// keep one. When ctx ends Purge stops at once, and the Result says how many
-// it deleted.
+// so there is no copy to confirm first unless opts.Archive is set. When
+// ctx ends Purge stops at once, and the Result says how many it deleted.
+//
+// With opts.Archive, Purge holds every matching message (unacknowledged,
+// so the broker still owns it) while it writes it to the archive, then
+// syncs the archive, and only then deletes them. When writing or syncing
+// fails, or ctx ends first, it deletes nothing: every message goes back to
+// its place. Holding them all costs memory, as a filtered read does.
 func (q *Queue) Purge(ctx context.Context, opts PurgeOptions) (Result, error) {
 	if err := opts.Filter.Validate(); err != nil {
 		return Result{DryRun: opts.DryRun}, err
 	}
 	if opts.Limit < 0 {
 		return Result{DryRun: opts.DryRun}, errNegativeLimit
+	}
+	if opts.Archive != nil && !opts.DryRun {
+		return q.purgeArchived(ctx, opts)
 	}
 	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message, _ *Progress) (string, error) {
 		if opts.DryRun {
@@ -178,6 +258,58 @@ func (q *Queue) Purge(ctx context.Context, opts PurgeOptions) (Result, error) {
 		}
 		return "", nil
 	})
+}
+
+// purgeArchived is Purge with an archive: write all, sync, then delete.
+func (q *Queue) purgeArchived(ctx context.Context, opts PurgeOptions) (Result, error) {
+	var res Result
+	w := bufio.NewWriter(opts.Archive)
+	var held []amqp.Delivery
+	// commit deletes the held messages once the archive is safe. The order
+	// is what keeps the data: a message deleted before its copy is synced
+	// would be lost to a failed write, a full disk or a crash. Until the
+	// acks, the broker still owns every message and puts it back when the
+	// scan's channel closes.
+	commit := func(err error) error {
+		if err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
+			return fmt.Errorf("write the archive (nothing was purged): %w", err)
+		}
+		if err := opts.Archive.Sync(); err != nil {
+			return fmt.Errorf("sync the archive to disk (nothing was purged): %w", err)
+		}
+		for i := range held {
+			if err := held[i].Ack(false); err != nil {
+				return fmt.Errorf("delete message #%d: %w", i, err)
+			}
+			res.Done++
+		}
+		return nil
+	}
+	now := time.Now()
+	err := q.scanThen(ctx, prefetchFor(opts.Filter, opts.Limit, false), &res.Progress, opts.Progress, func(d *amqp.Delivery, m *Message) (bool, error) {
+		if !opts.Filter.Match(m, now) {
+			return true, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		line, err := m.MarshalJSON()
+		if err != nil {
+			return false, err
+		}
+		if _, err := w.Write(append(line, '\n')); err != nil {
+			return false, fmt.Errorf("write the archive (nothing was purged): %w", err)
+		}
+		res.Matched++
+		kept := *d
+		kept.Body = nil // written; only the tag is needed to delete it
+		held = append(held, kept)
+		return opts.Limit <= 0 || res.Matched < opts.Limit, nil
+	}, commit)
+	return res, err
 }
 
 // drain runs act on each matching message, up to limit, and counts.

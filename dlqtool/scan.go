@@ -2,6 +2,7 @@ package dlqtool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -59,6 +60,13 @@ type visitFunc func(d *amqp.Delivery, m *Message) (more bool, err error)
 // unacknowledged until the end, so they hold on to their prefetch slots;
 // see prefetchFor.
 func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress func(Progress), visit visitFunc) error {
+	return q.scanThen(ctx, prefetch, p, progress, visit, nil)
+}
+
+// scanThen is scan with end, if set, called with the scan's error once the
+// last visit is over but before the channel closes, while the deliveries
+// it saw can still be acked; what end returns is the scan's error.
+func (q *Queue) scanThen(ctx context.Context, prefetch int, p *Progress, progress func(Progress), visit visitFunc, end func(error) error) (err error) {
 	total, err := q.Count(ctx)
 	p.Total = total
 	if err != nil || total == 0 {
@@ -88,12 +96,29 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 		}
 		return nil
 	})
+	acks := &ackCounter{}
 	if ch != nil {
-		// Bounded: a broker that stopped reading (an alarm blocks a
-		// replay's publishing connection) must not hang the way out. The
-		// broker requeues whatever was not acked when the channel, or the
-		// connection under it, closes.
-		defer amqpx.CloseChannel(q.conn, ch)
+		defer func() {
+			if end != nil {
+				err = end(err)
+			}
+			// Bounded: a broker that stopped reading (an alarm blocks a
+			// replay's publishing connection) must not hang the way out.
+			// The broker requeues whatever was not acked when the
+			// channel, or the connection under it, closes.
+			//
+			// The close's answer is also the only proof that the acks
+			// sent before it took effect: an ack is written and
+			// forgotten, and one lost with the connection leaves its
+			// message queued, though counted done.
+			cerr := amqpx.CloseChannelAnswered(q.conn, ch)
+			if cerr == nil || amqpx.WasClosed(cerr) {
+				q.awaitHandBack(ctx, total-acks.n)
+			}
+			if cerr != nil && acks.n > 0 {
+				err = errors.Join(err, fmt.Errorf("%w: the channel failed before the broker confirmed the removal of the %d messages acknowledged; some may still be in %q (count it): %w", ErrUnconfirmed, acks.n, q.name, cerr))
+			}
+		}()
 	}
 	if err != nil {
 		return err
@@ -128,6 +153,7 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 					return fmt.Errorf("reading %q: the broker cancelled the read (was the queue deleted?): %w", q.name, ErrNoQueue)
 				}
 			}
+			acks.inner, d.Acknowledger = d.Acknowledger, acks
 			m := newMessage(seen, publishingOf(&d))
 			m.replayTo = q.consumer
 			seen++
@@ -165,6 +191,57 @@ func (q *Queue) scan(ctx context.Context, prefetch int, p *Progress, progress fu
 		}
 	}
 	return nil
+}
+
+// ackCounter counts the deliveries a scan's visitor acknowledged, which
+// the broker removes; every other one it hands back when the scan's
+// channel closes. All deliveries of a scan share one channel, so one inner
+// acknowledger serves them all.
+type ackCounter struct {
+	inner amqp.Acknowledger
+	n     int
+}
+
+func (a *ackCounter) Ack(tag uint64, multiple bool) error {
+	err := a.inner.Ack(tag, multiple)
+	if err == nil && !multiple {
+		a.n++
+	}
+	return err
+}
+
+func (a *ackCounter) Nack(tag uint64, multiple, requeue bool) error {
+	return a.inner.Nack(tag, multiple, requeue)
+}
+
+func (a *ackCounter) Reject(tag uint64, requeue bool) error { return a.inner.Reject(tag, requeue) }
+
+// handBackWait bounds how long a scan waits, after closing its channel, for
+// the broker to count the messages it handed back as ready again.
+const handBackWait = 5 * time.Second
+
+// awaitHandBack waits until the queue holds at least want ready messages
+// again, for at most handBackWait. The broker answers a channel's close
+// before it has put that channel's unacknowledged messages back: a quorum
+// queue does it through its log, a moment later. A read that returned in
+// that moment would leave the next one, which counts ready messages to
+// know what to read, to find the queue short or empty: `warren dlq ls`
+// and then `warren dlq replay` in a script would replay nothing. Messages
+// another client takes meanwhile keep the count short; the bound ends the
+// wait then.
+func (q *Queue) awaitHandBack(ctx context.Context, want int) {
+	deadline := time.Now().Add(handBackWait)
+	for {
+		n, err := q.Count(ctx)
+		if err != nil || n >= want || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // cancelRead cancels a scan's consumer on ch. Like every round trip of a

@@ -202,3 +202,45 @@ func TestPeekReturnsWhenTheBrokerStopsReadingAsItEnds(t *testing.T) {
 		t.Fatalf("Peek = %v, want an error wrapping ErrNoAnswer", err)
 	}
 }
+
+// The broker stops reading a purge's connection at its first ack, so the
+// acks it sends are never read: the purge counts them done, but cannot
+// know they took effect, and says so (ErrUnconfirmed) rather than report
+// a success while the messages are still queued. They are: the broker
+// puts them back when the connection goes.
+func TestPurgeSaysWhenItsDeletesAreUnconfirmed(t *testing.T) {
+	f := newFixture(t)
+	msgs := mixed(f.top, 3, time.Now())
+	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
+	q, proxy := f.throughProxy(t)
+	proxy.OnClientMethod(func(class, method uint16) {
+		if class == testenv.BasicClass && method == testenv.BasicAck {
+			proxy.StopReading(true)
+		}
+	})
+	res, err := returnsWithin(t, proxy, amqpx.CloseTimeout+20*time.Second, "Purge", func() (dlqtool.Result, error) {
+		return q.Purge(context.Background(), dlqtool.PurgeOptions{})
+	})
+	if !errors.Is(err, dlqtool.ErrUnconfirmed) {
+		t.Fatalf("Purge = %+v, %v; want an error wrapping ErrUnconfirmed", res.Progress, err)
+	}
+	if res.Done == 0 {
+		t.Errorf("purge counts no acks sent; the test did not reach the path it is for")
+	}
+	testenv.WaitFor(t, 20*time.Second, "the unconfirmed deletes to be undone by the connection's end", func() bool {
+		return f.depth(t, f.top.DLQ) == len(msgs)
+	})
+}
+
+// With the broker reading, the close's answer confirms the acks: no error.
+func TestPurgeThroughAProxyIsConfirmed(t *testing.T) {
+	f := newFixture(t)
+	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, mixed(f.top, 3, time.Now()))
+	q, _ := f.throughProxy(t)
+	if res, err := q.Purge(context.Background(), dlqtool.PurgeOptions{}); err != nil || res.Done != 3 {
+		t.Fatalf("Purge = %+v, %v", res.Progress, err)
+	}
+	if n := f.depth(t, f.top.DLQ); n != 0 {
+		t.Errorf("the DLQ holds %d after a confirmed purge", n)
+	}
+}

@@ -23,7 +23,8 @@ type LoggingOptions struct {
 // below it return, with the message's event_id, event_type, consumer,
 // attempt, max_attempts, duration and outcome (as [warren.Classify] names
 // it), plus the error, the requested delay and, after a panic caught by
-// [Recover] below, the stack.
+// [Recover] below, the stack. Durations are text ("1.5ms", "30s"), in the
+// JSON handler too.
 //
 // Levels follow what the outcome asks of a reader: done, skipped and
 // duplicate at opts.SuccessLevel; deferred at Info; a transient failure

@@ -23,11 +23,11 @@ type logLine struct {
 	Consumer    string  `json:"consumer"`
 	Attempt     int     `json:"attempt"`
 	MaxAttempts int     `json:"max_attempts"`
-	Duration    *int64  `json:"duration"`
+	Duration    *string `json:"duration"`
 	Outcome     string  `json:"outcome"`
 	Exhausted   bool    `json:"exhausted"`
 	Error       string  `json:"error"`
-	Delay       *int64  `json:"delay"`
+	Delay       *string `json:"delay"`
 	Stack       *string `json:"stack"`
 }
 
@@ -93,10 +93,11 @@ func TestLoggingOneLinePerOutcome(t *testing.T) {
 			if l.EventID != "evt-9" || l.EventType != "workitem.updated" || l.Consumer != "webhook" || l.Attempt != tc.attempt || l.MaxAttempts != 5 {
 				t.Errorf("line lacks the message's fields: %+v", l)
 			}
-			if l.Duration == nil || *l.Duration < 0 {
-				t.Errorf("duration = %v, want a non-negative number", l.Duration)
+			// Durations read as people write them ("1.5s"), not nanoseconds.
+			if d, err := time.ParseDuration(deref(l.Duration)); err != nil || d < 0 {
+				t.Errorf("duration = %q, want a non-negative duration like 1.5ms", deref(l.Duration))
 			}
-			if (l.Delay == nil) != (tc.delay == 0) || (l.Delay != nil && time.Duration(*l.Delay) != tc.delay) {
+			if (l.Delay == nil) != (tc.delay == 0) || (l.Delay != nil && *l.Delay != tc.delay.String()) {
 				t.Errorf("delay = %v, want %v", l.Delay, tc.delay)
 			}
 			if (l.Stack != nil) != (tc.name == "panic") || (l.Stack != nil && !strings.Contains(*l.Stack, "panicking")) {
@@ -152,4 +153,11 @@ func TestLoggingRedactsSecrets(t *testing.T) {
 			t.Errorf("%s: logged error %q is not redacted as expected", name, lines[0].Error)
 		}
 	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

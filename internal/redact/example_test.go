@@ -13,3 +13,14 @@ func ExampleSecrets() {
 	// POST https://bob:xxxxx@hooks.example/x?token=xxxxx&v=1: 500
 	// parse "amqp://guest:xxxxx@mq/": invalid URL escape "xxxxx"
 }
+
+func ExampleSecretName() {
+	for _, name := range []string{"x-api-password", "X-Auth-Token", "x-warren-error", "content-type"} {
+		fmt.Println(name, redact.SecretName(name))
+	}
+	// Output:
+	// x-api-password true
+	// X-Auth-Token true
+	// x-warren-error false
+	// content-type false
+}

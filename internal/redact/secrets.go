@@ -61,6 +61,12 @@ var (
 	urlErrorDetail = regexp.MustCompile(`invalid (?:port|URL escape) "([^"]*)"`)
 )
 
+// SecretName reports whether a header, field or parameter called name
+// probably holds a secret, by the rule [Secrets] applies to name=value
+// pairs (see secretName): for code that shows named values (a message's
+// headers) and must mask the whole value, whatever characters it holds.
+func SecretName(name string) bool { return secretName(name) }
+
 // secretName reports whether a parameter named name probably holds a
 // secret: percent-decoded, and ignoring case and the separators '-', '_'
 // and '.', a name that contains token, secret, password, passwd,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 )
 
 // Logger returns a logger that writes to logger's handler with every line
@@ -14,7 +15,11 @@ import (
 //
 // Applied once where a package takes its logger, it covers every line the
 // package writes, future ones included, so no call site has to remember to
-// redact. Numbers, durations, times and booleans pass unchanged. Any other
+// redact. Durations are written as text a person reads ("1.5s", "250ms",
+// see [Duration]): a JSON handler would write them as integer nanoseconds,
+// which nobody reading a log wants to count digits of, and since every
+// package's logger passes here this is the one place that fixes all of
+// them. Numbers, times and booleans pass unchanged. Any other
 // value is logged unchanged unless its %+v text holds something Secrets
 // masks, in which case it is logged as that masked text. Keys are not
 // redacted: they are chosen by code, not by the data.
@@ -67,12 +72,27 @@ func attr(a slog.Attr) slog.Attr {
 	switch v.Kind() {
 	case slog.KindString:
 		v = slog.StringValue(Secrets(v.String()))
+	case slog.KindDuration:
+		v = slog.StringValue(Duration(v.Duration()))
 	case slog.KindGroup:
 		v = slog.GroupValue(attrs(v.Group())...)
 	case slog.KindAny:
 		v = anyValue(v.Any())
 	}
 	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// Duration renders d for a log line, to a precision a person cares about:
+// milliseconds from a second up (1.235s, 2m3.4s), microseconds below
+// (250ms, 1.5ms), and as it is under a millisecond (250µs).
+func Duration(d time.Duration) string {
+	switch a := d.Abs(); {
+	case a >= time.Second:
+		d = d.Round(time.Millisecond)
+	case a >= time.Millisecond:
+		d = d.Round(time.Microsecond)
+	}
+	return d.String()
 }
 
 func anyValue(x any) slog.Value {

@@ -26,7 +26,8 @@ type endpoint struct{ URL string }
 // Every place a value can sit in a record is redacted: the message, plain
 // attributes, errors, LogValuers, groups nested in groups, and attributes
 // and groups added with With and WithGroup before the record exists.
-// Values of other kinds keep their kind.
+// Values of other kinds keep their kind, but a duration reads like "1.5s",
+// not as the nanoseconds the JSON handler would write.
 func TestLoggerRedactsEveryValue(t *testing.T) {
 	var buf bytes.Buffer
 	base := slog.New(slog.NewJSONHandler(&buf, nil))
@@ -38,7 +39,7 @@ func TestLoggerRedactsEveryValue(t *testing.T) {
 		"valuer", secretValue{},
 		"any", endpoint{URL: "https://bob:any-secret@h/"},
 		slog.Group("inner", "deep", slog.GroupValue(slog.String("auth", "Authorization: Bearer deep-secret-1234"))),
-		"n", 42, "took", time.Second, "ok", true, "clean", "v=1")
+		"n", 42, "took", 1500*time.Millisecond, "ok", true, "clean", "v=1")
 
 	out := buf.String()
 	for _, secret := range []string{"with-secret", "group-secret", "msg-secret", "plain-secret", "err-secret", "lv-secret", "any-secret", "deep-secret-1234"} {
@@ -53,7 +54,7 @@ func TestLoggerRedactsEveryValue(t *testing.T) {
 			Token string  `json:"token_in_group"`
 			Err   string  `json:"err"`
 			N     float64 `json:"n"`
-			Took  float64 `json:"took"`
+			Took  string  `json:"took"`
 			OK    bool    `json:"ok"`
 			Clean string  `json:"clean"`
 			Inner struct {
@@ -70,7 +71,7 @@ func TestLoggerRedactsEveryValue(t *testing.T) {
 		line.G.Inner.Deep.Auth != "Authorization: Bearer xxxxx" || !strings.HasPrefix(line.G.Err, "POST https://bob:xxxxx@hooks.example/x: 500") {
 		t.Errorf("redacted values not where they belong: %s", out)
 	}
-	if line.G.N != 42 || line.G.Took != float64(time.Second) || !line.G.OK || line.G.Clean != "v=1" {
+	if line.G.N != 42 || line.G.Took != "1.5s" || !line.G.OK || line.G.Clean != "v=1" {
 		t.Errorf("values without secrets changed: %s", out)
 	}
 }
@@ -135,4 +136,36 @@ func ExampleLogger() {
 	log.Warn("webhook failed", "error", errors.New("POST https://bob:s3cr3t@hooks.example/x?token=abc: 500"))
 	// Output:
 	// level=WARN msg="webhook failed" error="POST https://bob:xxxxx@hooks.example/x?token=xxxxx: 500"
+}
+
+// A duration logged through Logger reads as a person writes it, in the
+// JSON and the text handler alike, to a sensible precision.
+func TestLoggerWritesDurationsForPeople(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{1500 * time.Millisecond, "1.5s"},
+		{1234567891 * time.Nanosecond, "1.235s"},
+		{2*time.Minute + 3400*time.Millisecond, "2m3.4s"},
+		{250*time.Millisecond + 40*time.Nanosecond, "250ms"},
+		{250 * time.Microsecond, "250µs"},
+		{-1500 * time.Millisecond, "-1.5s"},
+	} {
+		var js, text bytes.Buffer
+		redact.Logger(slog.New(slog.NewJSONHandler(&js, nil))).Info("m", "retry_in", tc.d, slog.Group("g", slog.Duration("delay", tc.d)))
+		redact.Logger(slog.New(slog.NewTextHandler(&text, nil))).With("took", tc.d).Info("m")
+		var line struct {
+			RetryIn string `json:"retry_in"`
+			G       struct {
+				Delay string `json:"delay"`
+			} `json:"g"`
+		}
+		if err := json.Unmarshal(js.Bytes(), &line); err != nil || line.RetryIn != tc.want || line.G.Delay != tc.want {
+			t.Errorf("%d ns: JSON line %s (%v), want %q", int64(tc.d), js.String(), err, tc.want)
+		}
+		if !strings.Contains(text.String(), " took="+tc.want+"\n") {
+			t.Errorf("%d ns: text line %q, want took=%s", int64(tc.d), text.String(), tc.want)
+		}
+	}
 }
