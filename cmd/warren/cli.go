@@ -222,6 +222,28 @@ func (s *sizeFlag) Set(v string) error {
 	return nil
 }
 
+// confirm asks question on env.stderr and reads the answer from stdin: an
+// error unless it is y or yes. Every verb that changes things (dlq's,
+// outbox's) asks through it.
+func confirm(ctx context.Context, env *cliEnv, stdin io.Reader, question string) error {
+	fmt.Fprintf(env.stderr, "%s [y/N] ", question)
+	// Ctrl-C at the prompt reaches the process as SIGINT, which ends ctx;
+	// the read of the terminal cannot be cancelled and would wait for
+	// Enter, so the answer races ctx. Nothing has been changed yet.
+	answer, err := interruptible(ctx, func() (string, error) { return readAnswer(stdin) })
+	if ctx.Err() != nil {
+		fmt.Fprintln(env.stderr) // end the prompt's line
+		return errInterrupted
+	}
+	if err != nil {
+		return fmt.Errorf("reading the answer: %w", err)
+	}
+	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+		return errors.New("cancelled; nothing was changed")
+	}
+	return nil
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

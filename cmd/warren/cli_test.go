@@ -3,6 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"debug/buildinfo"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -47,6 +52,72 @@ func TestCommandsWithVerbsBehaveAlike(t *testing.T) {
 			if code, _, stderr := call(cmd, name, "--no-such-flag"); code != 2 || !strings.Contains(stderr, name+": flag provided but not defined: --no-such-flag") {
 				t.Errorf("warren %s %s --no-such-flag: exit %d, stderr %q", cmd, name, code, stderr)
 			}
+		}
+	}
+}
+
+// Built with VCS stamping (go build's default in a clone; off on some
+// machines through GOFLAGS=-buildvcs=false, and go does not stamp a build
+// in a git worktree), the version names the revision the build recorded.
+func TestVersionNamesTheRevision(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "warren")
+	if out, err := exec.Command(goTool, "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var revision string
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			revision = s.Value
+		}
+	}
+	if revision == "" {
+		t.Skip("go build recorded no revision here (a source tree without .git, or a git worktree)")
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := " revision " + revision; !strings.Contains(string(out), want) {
+		t.Errorf("warren --version printed %q, want it to contain %q", out, want)
+	}
+}
+
+// The CDC relay's own flags are refused in the polling mode, where they
+// would be ignored.
+func TestRelayCDCFlagsNeedCDCMode(t *testing.T) {
+	for _, flag := range [][]string{{"--slot", "s"}, {"--drop-slot"}, {"--nack-timeout", "10s"}} {
+		var out, errOut bytes.Buffer
+		env := &cliEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+		args := append([]string{"relay", "run", "--database-url", "postgres://127.0.0.1:1/x"}, flag...)
+		if code := run(context.Background(), env, args); code != 2 || !strings.Contains(errOut.String(), "need --mode cdc") {
+			t.Errorf("warren %s: exit %d, stderr %q; want 2 saying it needs --mode cdc", strings.Join(args, " "), code, errOut.String())
+		}
+	}
+}
+
+// 'warren --version' and 'warren version' print the module version (or
+// "(devel)"), the revision the binary was built from, and the Go version.
+// The revision shows only when the build stamped it (not under
+// -buildvcs=false; this worktree's builds were not stamped either); then it is the
+// checkout's.
+func TestVersion(t *testing.T) {
+	want := regexp.MustCompile(`^warren (v\S+|\(devel\))( revision [0-9a-f]{40}( \(modified\))?)? ` + regexp.QuoteMeta(runtime.Version()) + ` \S+/\S+\n$`)
+	for _, arg := range []string{"--version", "version"} {
+		r := ok(t, arg)
+		if !want.MatchString(r.stdout) {
+			t.Errorf("warren %s printed %q, want it to match %s", arg, r.stdout, want)
+		}
+		head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+		if strings.Contains(r.stdout, " revision ") && err == nil && !strings.Contains(r.stdout, " revision "+strings.TrimSpace(string(head))) {
+			t.Errorf("warren %s printed %q, not the checkout's revision %s", arg, r.stdout, head)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/amqpx"
@@ -28,18 +30,20 @@ var dlqVerbs = &subcommands[dlqOptions, *dlqCall]{
 var dlqSubs = []dlqSub{
 	{
 		name: "ls", summary: "list dead messages, head of the queue first",
-		about: "List dead messages with what killed them, head of the queue first. The queue is left as it was.",
+		about: "List dead messages with what killed them, head of the queue first. The queue is left as it was.\n\n" +
+			"When --limit cuts the list, the output says so (showing N of M). Columns are cut to fit only on a terminal; piped, every text is whole. " +
+			"--json prints one object: {\"queue\": the DLQ, \"total\": how many messages match the filters, \"messages\": [the first --limit of them, each as 'warren dlq export' writes it]}; total > len(messages) when --limit cut the list.",
 		examples: []string{
 			"warren dlq ls --queue webhook",
 			"warren dlq ls --queue webhook --class permanent --newer-than 1h --limit 0",
-			"warren dlq ls --queue webhook --json | jq -r '.[].event_id'",
+			"warren dlq ls --queue webhook --limit 0 --json | jq -r '.messages[].event_id'",
 		},
 		flags: func(fs *flagSet, o *dlqOptions) { o.filterFlags(fs); o.limitFlag(fs, 20); o.jsonFlag(fs) },
 		run:   runDLQList,
 	},
 	{
 		name: "show", args: "[EVENT_ID...]", summary: "print dead messages in full: metadata, properties, headers, body",
-		about: "Print dead messages in full: the decoded failure record (error, class, attempts, failure times, origin, RabbitMQ's x-death), every property and header, and the body. With EVENT_IDs, shows those events; otherwise the first --limit messages that match the filters. The queue is left as it was.",
+		about: "Print dead messages in full: the decoded failure record (error, class, attempts, failure times, origin, RabbitMQ's x-death), every property and header, and the body. With EVENT_IDs, shows those events; otherwise the first --limit messages that match the filters, saying so (showing N of M) when more match. The queue is left as it was. --json prints the object 'warren dlq ls --json' prints: {\"queue\", \"total\", \"messages\"}.",
 		examples: []string{
 			"warren dlq show --queue webhook 0b7c5e2a-9f7d-4c1e-8a53-2f0f4f1c9d11",
 			"warren dlq show --queue webhook --class undecodable --limit 3",
@@ -48,17 +52,21 @@ var dlqSubs = []dlqSub{
 		run:   runDLQShow,
 	},
 	{
-		name: "stats", summary: "count dead messages by error class, event type and error",
-		about: "Count the dead messages by error class, by event type and by error text, largest group first: what broke, and how much. The queue is left as it was.",
+		name: "stats", summary: "count dead messages by error class, event type and error signature",
+		about: "Count the dead messages by error class, by event type and by error signature, largest group first: what broke, and how much. The queue is left as it was.\n\n" +
+			"An error signature is the class and the error text with what varies from one message to the next (ids, UUIDs, numbers, hosts, URLs, durations, quoted values; not HTTP status codes) replaced by placeholders, so one failure met by 4,000 different work items is one row, shown with one of its errors as an example. --json gives each group's signature as key and an example error as example.\n\n" +
+			"Without --queue it counts every warren dead-letter queue of the vhost (every queue named NAME.dlq), found through RabbitMQ's management API (the rabbitmq_management plugin, which scripts/services.sh enables): a table of every DLQ's depth, then the groups of each one that holds messages. --json then prints {\"total\": N, \"queues\": [the stats of each DLQ]}.",
 		examples: []string{
 			"warren dlq stats --queue webhook",
 			"warren dlq stats --queue webhook --by error --top 0",
 			"warren dlq stats --queue webhook --type workitem. --json",
+			"warren dlq stats    # every consumer's dead-letter queue on the broker",
 		},
 		flags: func(fs *flagSet, o *dlqOptions) {
 			o.filterFlags(fs)
-			fs.String(&o.by, "by", "LIST", "which groupings to print: class, type, error (comma-separated)", "class,type,error")
+			fs.String(&o.by, "by", "LIST", "which groupings to print: class, type, error (by signature; comma-separated)", "class,type,error")
 			fs.Int(&o.top, "top", "N", "rows per grouping; 0 prints all", 10)
+			fs.String(&o.managementURL, "management-url", "URL", "without --queue: RabbitMQ's management API, which lists the queues; default http://HOST:15672/ of the broker, with its user and password", "")
 			o.jsonFlag(fs)
 		},
 		run: runDLQStats,
@@ -83,13 +91,19 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "purge", summary: "delete dead messages", changes: true,
-		about: "Delete the dead messages that match the filters, leaving the others in place and in order. Deleted messages are gone: export them first to keep a copy.",
+		about: "Delete the dead messages that match the filters, leaving the others in place and in order. Deleted messages are gone: keep a copy with --archive.\n\n" +
+			"With --archive FILE, every message to delete is first written to FILE, a new file, as 'warren dlq export' writes it, and FILE is synced to disk; only then are the messages deleted. If writing or syncing fails, or the purge is interrupted before that, nothing is deleted. 'warren dlq import FILE' puts them back. Until they are deleted the messages are held by the command, as a filtered read holds the queue.",
 		examples: []string{
 			"warren dlq purge --queue webhook --class undecodable --older-than 7d --dry-run",
-			"warren dlq export --queue webhook --class undecodable --output undecodable.jsonl && warren dlq purge --queue webhook --class undecodable --yes",
+			"warren dlq purge --queue webhook --class undecodable --archive undecodable.jsonl --yes",
 		},
-		flags: func(fs *flagSet, o *dlqOptions) { o.filterFlags(fs); o.limitFlag(fs, 0); o.changeFlags(fs) },
-		run:   runDLQPurge,
+		flags: func(fs *flagSet, o *dlqOptions) {
+			o.filterFlags(fs)
+			o.limitFlag(fs, 0)
+			fs.String(&o.archive, "archive", "FILE", "first write the messages to delete to FILE (a new file) as export does, and sync it; delete nothing if that fails (--dry-run writes no file)", "")
+			o.changeFlags(fs)
+		},
+		run: runDLQPurge,
 	},
 	{
 		name: "export", summary: "write dead messages to a JSON Lines file",
@@ -107,7 +121,8 @@ var dlqSubs = []dlqSub{
 	},
 	{
 		name: "import", args: "FILE", summary: "publish messages from a JSON Lines file into a queue", changes: true,
-		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), each message goes as 'warren dlq replay' sends it: its failure record reset (error, class, attempts, failure times) so the consumer gives it a full set of attempts, its replay count raised, and RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published (without --to, a message whose headers name an origin queue other than the one the dead-letter queue belongs to is refused; name the target with --to to import it anyway): it is read twice, first to check every line, then to publish one message at a time, so memory holds one line (about twice its size), never the file. FILE '-' reads standard input (then --yes is required). Standard input, a FIFO or a process substitution such as <(warren dlq export ...) cannot be read twice, so it is copied first to a temporary file in $TMPDIR, at most --max-spool-bytes, whose name is removed at once; a regular file is read where it is. Lines are at most 16 MiB unless --max-line-bytes says otherwise: enough for a text body of nearly 16 MiB or a binary one of 12 MiB (base64 adds a third).",
+		about: "Publish the messages of a JSON Lines file written by 'warren dlq export' into the dead-letter queue (or --to QUEUE), in order and exactly as exported, each with publisher confirms. Into a queue that is not a dead-letter queue (its name does not end in .dlq), each message goes as 'warren dlq replay' sends it: its failure record reset (error, class, attempts, failure times) so the consumer gives it a full set of attempts, its replay count raised, and RabbitMQ's death headers (x-death, x-first-death-*, x-last-death-*) left out, or the broker would drop the message as a dead-letter cycle on its first retry; what they said is kept in x-warren-first-death-*. The whole file is checked before anything is published (without --to, a message whose headers name an origin queue other than the one the dead-letter queue belongs to is refused; name the target with --to to import it anyway): it is read twice, first to check every line, then to publish one message at a time, so memory holds one line (about twice its size), never the file. FILE '-' reads standard input (then --yes is required). Standard input, a FIFO or a process substitution such as <(warren dlq export ...) cannot be read twice, so it is copied first to a temporary file in $TMPDIR, at most --max-spool-bytes, whose name is removed at once; a regular file is read where it is. Lines are at most 16 MiB unless --max-line-bytes says otherwise: enough for a text body of nearly 16 MiB or a binary one of 12 MiB (base64 adds a third).\n\n" +
+			"Importing the same file twice would double its messages: each imported message carries the import's id, a hash of the file, in the header x-warren-import-id, and an import into a dead-letter queue is refused while that queue still holds messages with its id (it is read first, without removing anything). An import --to a consumer's queue is not checked (it says so): reading the queue would hold its backlog from the consumer, which takes an import's messages as they come anyway; there the consumer's idempotency keeps a second copy from being applied twice. --allow-duplicates imports anyway.",
 		examples: []string{
 			"warren dlq import --queue webhook webhook-dead.jsonl",
 			"warren dlq export --queue webhook --amqp-url \"$OLD\" | warren dlq import --queue webhook --amqp-url \"$NEW\" --yes -",
@@ -116,6 +131,7 @@ var dlqSubs = []dlqSub{
 			fs.String(&o.to, "to", "QUEUE", "publish into QUEUE instead of the dead-letter queue; needed for messages whose headers name another origin queue", "")
 			o.maxLineBytes = dlqtool.MaxLineBytes
 			fs.Var(&o.maxLineBytes, "max-line-bytes", "SIZE", "refuse a file with a line longer than SIZE (bytes, or with KiB, MiB, GiB); reading a line holds about twice the line in memory (default 16MiB)")
+			fs.Bool(&o.allowDuplicates, "allow-duplicates", "import the file even if its messages from an earlier import are still in the target queue")
 			o.maxSpoolBytes = defaultMaxSpoolBytes
 			fs.Var(&o.maxSpoolBytes, "max-spool-bytes", "SIZE", "refuse standard input, a FIFO or a process substitution longer than SIZE, which is copied to a temporary file in $TMPDIR (a tmpfs holds it in memory) to be read twice; a regular file is read where it is (default 1GiB)")
 			fs.Bool(&o.yes, "yes", "do not ask for confirmation")
@@ -134,6 +150,7 @@ const defaultMaxSpoolBytes = 1 << 30
 // dlqOptions holds every flag of every subcommand; each registers its own.
 type dlqOptions struct {
 	queue, amqpURL string
+	managementURL  string
 	json           bool
 
 	types, classes, ids  listFlag
@@ -142,14 +159,16 @@ type dlqOptions struct {
 	limit, top           int
 	rate                 float64
 	to, output, by       string
+	archive              string
 	dryRun, yes          bool
+	allowDuplicates      bool
 	maxLineBytes         sizeFlag
 	maxSpoolBytes        sizeFlag
 }
 
 func (o *dlqOptions) commonFlags(fs *flagSet) {
-	fs.String(&o.queue, "queue", "NAME", "the consumer's name (its dead-letter queue is NAME.dlq), or the queue's full name; required", "")
-	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
+	fs.String(&o.queue, "queue", "NAME", "the consumer's name (its dead-letter queue is NAME.dlq), or the queue's full name; required, except by stats", "")
+	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker, or a cluster's nodes separated by commas; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
 }
 
 func (o *dlqOptions) filterFlags(fs *flagSet) {
@@ -210,6 +229,7 @@ type dlqCall struct {
 	fs     *flagSet
 	filter dlqtool.Filter
 	args   []string
+	conn   *amqp.Connection
 	queue  *dlqtool.Queue
 }
 
@@ -224,14 +244,24 @@ func runDLQ(ctx context.Context, env *cliEnv, args []string) error {
 		return err
 	}
 	rawURL := cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL)
+	// A malformed URL is a usage error (exit 2), whether it came from
+	// --amqp-url or $AMQP_URL: the rule of every warren command, so a
+	// script tells "fix the configuration" from "the broker failed" (1).
+	if err := amqpx.CheckURL(rawURL); err != nil {
+		src := "--amqp-url"
+		if o.amqpURL == "" {
+			src = "$AMQP_URL"
+		}
+		return usagef("%s: %v", src, err)
+	}
 	err = call.connectAndRun(ctx, rawURL)
-	return redact.Error(err, rawURL)
+	return redact.Error(err, amqpx.SplitURLs(rawURL)...)
 }
 
 // validate checks the command line before anything touches the broker.
 func (c *dlqCall) validate() error {
 	o := c.opts
-	if o.queue == "" {
+	if o.queue == "" && c.sub.name != "stats" {
 		return usagef("%s: --queue is required", c.sub.name)
 	}
 	var err error
@@ -277,6 +307,17 @@ func (c *dlqCall) validate() error {
 }
 
 func (c *dlqCall) connectAndRun(ctx context.Context, rawURL string) error {
+	// Human output says first which broker it acts on, password masked:
+	// with a test and a production broker, output that does not say
+	// misleads, and an operator must know before answering a prompt.
+	// Export's standard output is the data, so it says it on stderr.
+	if !c.opts.json {
+		w := c.env.stdout
+		if c.sub.name == "export" {
+			w = c.env.stderr
+		}
+		printBroker(w, rawURL)
+	}
 	conn, err := amqpx.Dial(ctx, rawURL, amqpx.DialOptions{Name: "warren dlq " + c.sub.name})
 	if err != nil {
 		return err
@@ -296,27 +337,53 @@ func (c *dlqCall) connectAndRun(ctx context.Context, rawURL string) error {
 	}))
 	// Bounded: a broker that stopped reading must not hang the exit.
 	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
+	c.conn = conn
+	if c.opts.queue == "" { // stats of every DLQ, which validate allows
+		return runDLQStatsAll(ctx, c, rawURL)
+	}
 	if c.queue, err = dlqtool.Open(ctx, conn, c.opts.queue); err != nil {
 		return err
 	}
 	return c.sub.run(ctx, c)
 }
 
+// checkTarget fails unless the queue --to names exists, before a replay or
+// an import reads, asks or publishes anything: found only at the first
+// publish, a missing target was reported after a summary of nothing done.
+// The passive declare runs on a channel of its own, which the broker
+// closes when the queue is missing.
+func (c *dlqCall) checkTarget(ctx context.Context) error {
+	if c.opts.to == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	defer cancel()
+	err := amqpx.Bound(ctx, c.conn, func() error {
+		ch, err := c.conn.Channel()
+		if err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		defer ch.Close() // within the bound
+		_, err = ch.QueueDeclarePassive(c.opts.to, false, false, false, false, nil)
+		return err
+	})
+	var amqpErr *amqp.Error
+	if errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound {
+		return fmt.Errorf("--to %s: %w on this broker; nothing was changed", clean(c.opts.to), dlqtool.ErrNoQueue)
+	}
+	if err != nil {
+		return fmt.Errorf("--to %s: %w", clean(c.opts.to), err)
+	}
+	return nil
+}
+
 // confirm asks the question on the terminal unless --yes was given (validate
 // made sure there is a terminal otherwise).
-func (c *dlqCall) confirm(question string) error {
+func (c *dlqCall) confirm(ctx context.Context, question string) error {
 	if c.opts.yes {
 		return nil
 	}
-	fmt.Fprintf(c.env.stderr, "%s [y/N] ", question)
-	answer, err := readAnswer(dlqStdin)
-	if err != nil {
-		return fmt.Errorf("reading the answer: %w", err)
-	}
-	if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
-		return errors.New("cancelled; nothing was changed")
-	}
-	return nil
+	return confirm(ctx, c.env, dlqStdin, question)
 }
 
 func readAnswer(r io.Reader) (string, error) {

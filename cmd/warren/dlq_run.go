@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,18 +21,16 @@ import (
 	"time"
 	"unicode/utf8"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
+	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/dlqtool"
+	"github.com/warrenmq/warren/internal/archivefile"
+	"github.com/warrenmq/warren/internal/inventory"
 )
 
 func runDLQList(ctx context.Context, c *dlqCall) error {
-	msgs, err := c.peek(ctx)
-	if err != nil {
+	msgs, total, err := c.list(ctx)
+	if err != nil || c.opts.json {
 		return err
-	}
-	if c.opts.json {
-		return writeJSON(c.env.stdout, msgs)
 	}
 	depth, err := c.queue.Count(ctx)
 	if err != nil {
@@ -44,14 +45,73 @@ func runDLQList(ctx context.Context, c *dlqCall) error {
 	fmt.Fprintln(tw, "POS\tEVENT ID\tTYPE\tCLASS\tATTEMPTS\tDIED\tERROR")
 	for _, m := range msgs {
 		md := m.Metadata
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Position, cell(m.EventID, 40), cell(m.EventType, 32),
-			cell(string(md.Class), 12), md.Attempts, age(md.LastFailure, now), cell(md.Error, 70))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", m.Position, c.cell(m.EventID, 40), c.cell(m.EventType, 32),
+			c.cell(string(md.Class), 12), md.Attempts, age(md.LastFailure, now), c.cell(md.Error, 70))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.env.stdout, "\n%d shown; %d messages in %s\n", len(msgs), depth, c.queue.Name())
+	fmt.Fprintln(c.env.stdout)
+	if len(msgs) < total {
+		showing(c.env.stdout, len(msgs), total, fmt.Sprintf("%d messages in %s; --limit 0 shows all", depth, c.queue.Name()))
+	} else {
+		fmt.Fprintf(c.env.stdout, "%d shown; %d messages in %s\n", len(msgs), depth, c.queue.Name())
+	}
 	return nil
+}
+
+// listing is the --json of ls and show: an object, not a bare array, so
+// that it can say how many messages match when --limit cut the list.
+type listing struct {
+	Queue string `json:"queue"`
+	// Total is how many messages match the filters, listed or not.
+	Total    int               `json:"total"`
+	Messages []dlqtool.Message `json:"messages"`
+}
+
+// list reads the messages ls and show print, and how many match in all;
+// with --json it prints them.
+func (c *dlqCall) list(ctx context.Context) ([]dlqtool.Message, int, error) {
+	msgs, err := c.peek(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := c.matching(ctx, len(msgs))
+	if err != nil {
+		return nil, 0, err
+	}
+	if c.opts.json {
+		return msgs, total, writeJSON(c.env.stdout, listing{Queue: c.queue.Name(), Total: total, Messages: msgs})
+	}
+	return msgs, total, nil
+}
+
+// matching is how many messages match the filters in all, given that a
+// read with --limit returned shown of them. When the limit may have cut the
+// list that is the queue's depth without filters, else a second read that
+// counts them (the first stopped at the limit).
+func (c *dlqCall) matching(ctx context.Context, shown int) (int, error) {
+	if c.opts.limit == 0 || shown < c.opts.limit {
+		return shown, nil
+	}
+	if c.filter.IsZero() {
+		n, err := c.queue.Count(ctx)
+		return max(n, shown), err
+	}
+	prog, done := c.progress("counting", "matched")
+	st, err := c.queue.Stats(ctx, dlqtool.StatsOptions{Filter: c.filter, Progress: prog})
+	done()
+	return max(st.Total, shown), err
+}
+
+// cell is the package's cell for a table column of human output, cut to
+// max runes only on a terminal, where a long error would wrap the table:
+// output piped to grep or a file gets the whole text.
+func (c *dlqCall) cell(s string, max int) string {
+	if !isTerminal(c.env.stdout) {
+		max = math.MaxInt
+	}
+	return cell(s, max)
 }
 
 func (c *dlqCall) peek(ctx context.Context) ([]dlqtool.Message, error) {
@@ -65,12 +125,9 @@ func (c *dlqCall) peek(ctx context.Context) ([]dlqtool.Message, error) {
 }
 
 func runDLQShow(ctx context.Context, c *dlqCall) error {
-	msgs, err := c.peek(ctx)
-	if err != nil {
+	msgs, total, err := c.list(ctx)
+	if err != nil || c.opts.json {
 		return err
-	}
-	if c.opts.json {
-		return writeJSON(c.env.stdout, msgs)
 	}
 	if len(msgs) == 0 {
 		return fmt.Errorf("no matching message in %s", c.queue.Name())
@@ -82,6 +139,10 @@ func runDLQShow(ctx context.Context, c *dlqCall) error {
 		if err := printMessage(c.env.stdout, &m, c.queue.Consumer(), time.Now()); err != nil {
 			return err
 		}
+	}
+	if len(msgs) < total {
+		fmt.Fprintln(c.env.stdout)
+		showing(c.env.stdout, len(msgs), total, "--limit N shows more, --limit 0 all")
 	}
 	return nil
 }
@@ -164,7 +225,7 @@ func printMessage(w io.Writer, m *dlqtool.Message, home string, now time.Time) e
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(tw, "    %s\t%s\n", clean(k), clean(headerText(m.Headers[k])))
+			fmt.Fprintf(tw, "    %s\t%s\n", clean(k), clean(dlqtool.HeaderText(m.Headers[k])))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -173,25 +234,6 @@ func printMessage(w io.Writer, m *dlqtool.Message, home string, now time.Time) e
 	fmt.Fprintf(w, "  body (%d bytes):\n", len(m.Body))
 	fmt.Fprintln(w, indent(bodyText(m.Body), "    "))
 	return nil
-}
-
-// headerText shows a header value with its AMQP type where a plain
-// rendering would hide it.
-func headerText(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return fmt.Sprintf("bytes %x", x)
-	case time.Time:
-		return x.UTC().Format(time.RFC3339)
-	case amqp.Table, []any:
-		b, err := json.Marshal(x)
-		if err == nil {
-			return string(b)
-		}
-	}
-	return fmt.Sprintf("%v (%T)", v, v)
 }
 
 func bodyText(body []byte) string {
@@ -215,6 +257,80 @@ func runDLQStats(ctx context.Context, c *dlqCall) error {
 	if c.opts.json {
 		return writeJSON(c.env.stdout, st)
 	}
+	return c.printStats(st)
+}
+
+// runDLQStatsAll is stats without --queue: every warren DLQ of the vhost,
+// as the management API lists them, each counted exactly by reading it.
+func runDLQStatsAll(ctx context.Context, c *dlqCall, rawURL string) error {
+	inv, err := inventory.New(rawURL, c.opts.managementURL)
+	if err != nil {
+		return err
+	}
+	consumers, err := inv.Consumers(ctx)
+	if err != nil {
+		return err
+	}
+	all := struct {
+		Total  int             `json:"total"`
+		Queues []dlqtool.Stats `json:"queues"`
+	}{Queues: []dlqtool.Stats{}}
+	for _, consumer := range consumers {
+		// A DLQ deleted since the management API listed it holds no dead
+		// letters: skipped, rather than failing the count of all the others.
+		q, err := dlqtool.Open(ctx, c.conn, consumer.DLQ.Name)
+		if errors.Is(err, dlqtool.ErrNoQueue) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		st, err := q.Stats(ctx, dlqtool.StatsOptions{Filter: c.filter})
+		if errors.Is(err, dlqtool.ErrNoQueue) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", consumer.DLQ.Name, err)
+		}
+		all.Total += st.Total
+		all.Queues = append(all.Queues, st)
+	}
+	if c.opts.json {
+		return writeJSON(c.env.stdout, all)
+	}
+	w := c.env.stdout
+	fmt.Fprintf(w, "%d dead messages in %d dead-letter queues of vhost %s", all.Total, len(all.Queues), inv.Vhost())
+	if !c.filter.IsZero() {
+		fmt.Fprint(w, " matching the filters")
+	}
+	fmt.Fprintln(w)
+	if len(all.Queues) == 0 {
+		fmt.Fprintln(w, "(no queue named NAME.dlq: no warren consumer has run on this vhost)")
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEAD-LETTER QUEUE\tDEAD")
+	for _, st := range all.Queues {
+		fmt.Fprintf(tw, "%s\t%d\n", c.cell(st.Queue, 60), st.Total)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, st := range all.Queues {
+		if st.Total == 0 {
+			continue
+		}
+		fmt.Fprintln(w)
+		if err := c.printStats(st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printStats prints one DLQ's groups for a human.
+func (c *dlqCall) printStats(st dlqtool.Stats) error {
 	w := c.env.stdout
 	fmt.Fprintf(w, "%s: %d dead messages", st.Queue, st.Total)
 	if !c.filter.IsZero() {
@@ -231,21 +347,31 @@ func runDLQStats(ctx context.Context, c *dlqCall) error {
 		case "type":
 			title, groups = "EVENT TYPE", st.ByType
 		case "error":
-			title, groups = "ERROR", st.ByError
+			title, groups = "ERROR SIGNATURE", st.ByError
 		}
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "%s\tCOUNT\tOLDEST\tNEWEST\n", title)
+		fmt.Fprintf(tw, "%s\tCOUNT\tOLDEST\tNEWEST", title)
+		if title == "ERROR SIGNATURE" {
+			// The signature hides the particulars (which id, which
+			// host); one real error of the group shows them.
+			fmt.Fprint(tw, "\tEXAMPLE")
+		}
+		fmt.Fprintln(tw)
 		shown := groups
 		if c.opts.top > 0 && len(shown) > c.opts.top {
 			shown = shown[:c.opts.top]
 		}
 		for _, g := range shown {
-			key := cell(g.Key, 70)
+			key := c.cell(g.Key, 60)
 			if g.Key == "" {
 				key = "(none)"
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", key, g.Count, age(g.Oldest, now), age(g.Newest, now))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s", key, g.Count, age(g.Oldest, now), age(g.Newest, now))
+			if title == "ERROR SIGNATURE" {
+				fmt.Fprintf(tw, "\t%s", c.cell(g.Example, 60))
+			}
+			fmt.Fprintln(tw)
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -258,48 +384,87 @@ func runDLQStats(ctx context.Context, c *dlqCall) error {
 }
 
 func runDLQReplay(ctx context.Context, c *dlqCall) error {
-	opts := dlqtool.ReplayOptions{Filter: c.filter, Limit: c.opts.limit, Rate: c.opts.rate, To: c.opts.to}
-	return c.change("replay", func(dry dlqtool.Result) string {
+	if err := c.checkTarget(ctx); err != nil {
+		return err
+	}
+	opts := dlqtool.ReplayOptions{Filter: c.filter, Rate: c.opts.rate, To: c.opts.to}
+	return c.change(ctx, "replay", func(dry dlqtool.Result) string {
 		q := fmt.Sprintf("Replay %d of %d messages in %s to %s?", dry.Matched, dry.Total, c.queue.Name(), queueList(dry.Queues))
 		if dry.ForeignOrigin > 0 {
 			q += fmt.Sprintf(" (%d of them name another origin queue in their headers, which the replay ignores)", dry.ForeignOrigin)
 		}
 		return q
-	}, func(dryRun bool, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
-		opts.DryRun, opts.Progress = dryRun, progress
+	}, func(dryRun bool, limit int, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
+		opts.DryRun, opts.Limit, opts.Progress = dryRun, limit, progress
 		return c.queue.Replay(ctx, opts)
 	})
 }
 
-func runDLQPurge(ctx context.Context, c *dlqCall) error {
-	opts := dlqtool.PurgeOptions{Filter: c.filter, Limit: c.opts.limit}
-	return c.change("purge", func(dry dlqtool.Result) string {
-		return fmt.Sprintf("Delete %d of %d messages in %s for good?", dry.Matched, dry.Total, c.queue.Name())
-	}, func(dryRun bool, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
-		opts.DryRun, opts.Progress = dryRun, progress
-		return c.queue.Purge(ctx, opts)
+func runDLQPurge(ctx context.Context, c *dlqCall) (err error) {
+	opts := dlqtool.PurgeOptions{Filter: c.filter}
+	var res dlqtool.Result
+	path := c.opts.archive
+	if path != "" && !c.opts.dryRun {
+		// Created before the question, so a path that cannot be written
+		// fails before anything is asked or read.
+		archive, err := archivefile.Create(path)
+		if err != nil {
+			return fmt.Errorf("--archive: %w; nothing was purged", err)
+		}
+		defer func() {
+			archive.Close()
+			if err != nil && res.Done == 0 { // the archive holds nothing purged
+				os.Remove(path)
+			}
+		}()
+		opts.Archive = archive
+	}
+	question := func(dry dlqtool.Result) string {
+		q := fmt.Sprintf("Delete %d of %d messages in %s for good?", dry.Matched, dry.Total, c.queue.Name())
+		if path != "" {
+			q = fmt.Sprintf("Archive to %s, then delete %d of %d messages in %s?", path, dry.Matched, dry.Total, c.queue.Name())
+		}
+		return q
+	}
+	err = c.change(ctx, "purge", question, func(dryRun bool, limit int, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
+		opts.DryRun, opts.Limit, opts.Progress = dryRun, limit, progress
+		res, err = c.queue.Purge(ctx, opts)
+		return res, err
 	})
+	if err == nil && opts.Archive != nil && !c.opts.json {
+		fmt.Fprintf(c.env.stdout, "archived %d messages to %s before purging them\n", res.Done, path)
+	}
+	return err
 }
 
 // change runs a replay or a purge. Asked on a terminal (no --yes, no
 // --dry-run), it first runs do as a dry run so the question can give the
-// real numbers.
-func (c *dlqCall) change(op string, question func(dlqtool.Result) string, do func(dryRun bool, progress func(dlqtool.Progress)) (dlqtool.Result, error)) error {
+// real numbers, and then acts on at most the number the operator said yes
+// to: messages that matched while the question waited are left alone, as
+// the console does. do runs with limit as its Limit.
+func (c *dlqCall) change(ctx context.Context, op string, question func(dlqtool.Result) string, do func(dryRun bool, limit int, progress func(dlqtool.Progress)) (dlqtool.Result, error)) error {
 	var res dlqtool.Result
 	var err error
+	limit := c.opts.limit
 	if !c.opts.dryRun && !c.opts.yes {
-		c.withProgress("checking", "matched", func(p func(dlqtool.Progress)) { res, err = do(true, p) })
+		c.withProgress("checking", "matched", func(p func(dlqtool.Progress)) { res, err = do(true, limit, p) })
+		if err != nil && ctx.Err() != nil {
+			// Ctrl-C while counting: a dry run changes nothing, so this
+			// is the same stop as Ctrl-C at the question.
+			return errInterrupted
+		}
 		if err != nil {
 			return err
 		}
 		if res.Matched == 0 {
 			return c.report(op, res, nil)
 		}
-		if err := c.confirm(question(res)); err != nil {
+		if err := c.confirm(ctx, question(res)); err != nil {
 			return err
 		}
+		limit = res.Matched // never more than the limit, which the dry run had
 	}
-	c.withProgress(verbs[op].doing, verbs[op].did, func(p func(dlqtool.Progress)) { res, err = do(c.opts.dryRun, p) })
+	c.withProgress(verbs[op].doing, verbs[op].did, func(p func(dlqtool.Progress)) { res, err = do(c.opts.dryRun, limit, p) })
 	return c.report(op, res, err)
 }
 
@@ -342,18 +507,46 @@ func runDLQExport(ctx context.Context, c *dlqCall) (err error) {
 }
 
 func runDLQImport(ctx context.Context, c *dlqCall) error {
+	if err := c.checkTarget(ctx); err != nil {
+		return err
+	}
 	file, name, err := openImport(ctx, c.args[0], int64(c.opts.maxSpoolBytes))
 	if err != nil {
 		return err
 	}
 	defer file.Close()
 	target := cmp.Or(c.opts.to, c.queue.Name())
+	id, err := importID(file)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	switch {
+	case c.opts.allowDuplicates:
+	case !dlq.IsQueueName(target):
+		// A consumer's queue is not read for an earlier import: the read
+		// would hold its whole backlog from the consumer until it ended,
+		// and the consumer takes an import's messages as they come, so it
+		// could not tell anyway. There the consumer's idempotency must.
+		fmt.Fprintf(c.env.stderr, "warren: %s is not a dead-letter queue: not checked for an earlier import of this file\n", clean(target))
+	default:
+		// The same file imported twice would double every message in the
+		// dead-letter queue, silently. Each import marks its messages with
+		// a hash of the file; while they are there, a second import is
+		// refused.
+		switch found, err := c.queue.Imported(ctx, target, id); {
+		case err != nil:
+			return err
+		case found:
+			return fmt.Errorf("%s was already imported into %s: its messages there carry %s %s; importing it again would double them (--allow-duplicates imports it anyway)",
+				name, target, dlqtool.HeaderImportID, id)
+		}
+	}
 	var (
 		res       dlqtool.Result
 		confirmed bool
 	)
-	opts := dlqtool.ImportOptions{To: c.opts.to, MaxLineBytes: int(c.opts.maxLineBytes), Checked: func(n int) error {
-		err := c.confirm(fmt.Sprintf("Publish %d messages from %s into %s?", n, name, target))
+	opts := dlqtool.ImportOptions{To: c.opts.to, ImportID: id, MaxLineBytes: int(c.opts.maxLineBytes), Checked: func(n int) error {
+		err := c.confirm(ctx, fmt.Sprintf("Publish %d messages from %s into %s?", n, name, target))
 		confirmed = err == nil
 		return err
 	}}
@@ -371,6 +564,23 @@ func runDLQImport(ctx context.Context, c *dlqCall) error {
 		return err
 	}
 	return c.report("import", res, err)
+}
+
+// importID names an import by its file's content: the first 128 bits of
+// its SHA-256, hex. It reads f from where it stands and seeks back there.
+func importID(f io.ReadSeeker) (string, error) {
+	start, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 
 // openImport opens what an import reads, named by arg ("-" for standard

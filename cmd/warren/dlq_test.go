@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -165,7 +167,7 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 		md := dlq.ParseMetadata(p.Headers)
 		want["class"][string(md.Class)]++
 		want["type"][p.Type]++
-		want["error"][md.Error]++
+		want["error"][dlq.Signature(md.Class, md.Error)]++
 		if strings.HasPrefix(p.Type, "workitem.") && (md.Class == dlq.ClassPermanent || md.Class == dlq.ClassExhausted) {
 			matching[p.MessageId] = true
 		}
@@ -173,7 +175,7 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 	for _, p := range expiredMessages(200) {
 		want["class"]["expired"]++
 		want["type"][p.Type]++
-		want["error"]["dead-lettered by the broker (expired) from queue "+top.Consumer]++
+		want["error"][dlq.Signature(dlq.ClassExpired, "dead-lettered by the broker (expired) from queue "+top.Consumer)]++
 	}
 
 	start = time.Now()
@@ -191,8 +193,10 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 			t.Errorf("stats by %s:\n got %v\nwant %v", name, got, want[name])
 		}
 	}
+	// The example is the error of the group's first message in queue
+	// order, and PublishConfirmed does not keep the order: any of #0-#2.
 	human := ok(t, "dlq", "stats", "--queue", top.Consumer).stdout
-	for _, s := range []string{top.DLQ + `: 10000 dead messages`, `\nCLASS +COUNT +OLDEST +NEWEST\n`, `\nexpired +200 `, `\nEVENT TYPE +COUNT`, `\nworkitem\.created +2000 `, `\nERROR +COUNT`, `… and 3 more`} {
+	for _, s := range []string{top.DLQ + `: 10000 dead messages`, `\nCLASS +COUNT +OLDEST +NEWEST\n`, `\nexpired +200 `, `\nEVENT TYPE +COUNT`, `\nworkitem\.created +2000 `, `\nERROR SIGNATURE +COUNT +OLDEST +NEWEST +EXAMPLE\n`, `\npermanent: permanent failure #<n> +2450 .* permanent failure #[0-2]\n`} {
 		if !regexp.MustCompile(s).MatchString(human) {
 			t.Errorf("stats output lacks %s:\n%s", s, human)
 		}
@@ -370,6 +374,11 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 	}
 	for i := range orig {
 		a, b := testenv.AsPublishing(orig[i]), testenv.AsPublishing(copied[i])
+		// The one header an import adds: which import it came from.
+		if id, _ := b.Headers[dlqtool.HeaderImportID].(string); len(id) != 32 {
+			t.Fatalf("message %d: import id %q, want 32 hex digits", i, id)
+		}
+		delete(b.Headers, dlqtool.HeaderImportID)
 		if !reflect.DeepEqual(a, b) {
 			t.Fatalf("message %d differs after export and import:\n got %#v\nwant %#v", i, b, a)
 		}
@@ -416,10 +425,10 @@ func TestCLIReadsLeaveQueueUnchanged(t *testing.T) {
 	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
 
 	ls := ok(t, "dlq", "ls", "--queue", top.Consumer).stdout
-	if !strings.Contains(ls, "POS") || !strings.Contains(ls, "ev-00019") || strings.Contains(ls, "ev-00020") || !strings.Contains(ls, "20 shown; 200 messages") {
+	if !strings.Contains(ls, "POS") || !strings.Contains(ls, "ev-00019") || strings.Contains(ls, "ev-00020") || !strings.Contains(ls, "showing 20 of 200; 200 messages") {
 		t.Fatalf("ls output:\n%s", ls)
 	}
-	listed := decodeJSON[[]json.RawMessage](t, ok(t, "dlq", "ls", "--queue", top.Consumer, "--limit", "0", "--type", "cycle.", "--json").stdout)
+	listed := decodeJSON[struct{ Messages []json.RawMessage }](t, ok(t, "dlq", "ls", "--queue", top.Consumer, "--limit", "0", "--type", "cycle.", "--json").stdout).Messages
 	if len(listed) != 40 {
 		t.Fatalf("ls --type cycle. --limit 0 listed %d, want 40", len(listed))
 	}
@@ -496,7 +505,7 @@ func TestCLIBadInput(t *testing.T) {
 		{"negative limit", []string{"dlq", "ls", "--queue", top.Consumer, "--limit", "-1"}, 2, "--limit"},
 		{"negative rate", []string{"dlq", "replay", "--queue", top.Consumer, "--rate", "-5", "--yes"}, 2, "--rate"},
 		{"unknown flag", []string{"dlq", "ls", "--queue", top.Consumer, "--colour"}, 2, "--colour"},
-		{"missing queue", []string{"dlq", "stats"}, 2, "--queue is required"},
+		{"missing queue", []string{"dlq", "ls"}, 2, "--queue is required"},
 		{"unknown subcommand", []string{"dlq", "list"}, 2, `unknown subcommand "list"`},
 		{"unknown command", []string{"dlx"}, 2, `unknown command "dlx"`},
 		{"stray argument", []string{"dlq", "ls", "--queue", top.Consumer, "extra"}, 2, `unexpected argument "extra"`},
@@ -605,6 +614,59 @@ func TestDLQConfirmsOnATerminal(t *testing.T) {
 	}
 }
 
+// answerAfter is a terminal whose operator answers only after arrive has
+// run: messages that die while the question waits.
+type answerAfter struct {
+	arrive func()
+	answer io.Reader
+}
+
+func (a *answerAfter) Read(b []byte) (int, error) {
+	if a.arrive != nil {
+		a.arrive()
+		a.arrive = nil
+	}
+	return a.answer.Read(b)
+}
+
+// A confirmed purge or replay acts on at most the messages the question
+// counted: the operator said yes to that number, not to whatever matches
+// by the time the answer comes.
+func TestDLQActsOnAtMostWhatWasConfirmed(t *testing.T) {
+	conn, _, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
+
+	oldStdin, oldIsTerminal := dlqStdin, isTerminal
+	t.Cleanup(func() { dlqStdin, isTerminal = oldStdin, oldIsTerminal })
+	isTerminal = func(any) bool { return true }
+	var later []amqp.Publishing
+	for _, m := range deadMessages(top, 3) {
+		m.MessageId = "later-" + m.MessageId
+		later = append(later, m)
+	}
+	dlqStdin = &answerAfter{arrive: func() { testenv.PublishInOrder(t, conn, top.DLQ, later) }, answer: strings.NewReader("y\n")}
+	var stdout, stderr bytes.Buffer
+	env := &cliEnv{stdout: &stdout, stderr: &stderr, getenv: func(k string) string {
+		if k == "AMQP_URL" {
+			return testenv.AMQPURL(t)
+		}
+		return ""
+	}}
+	if code := run(context.Background(), env, []string{"dlq", "purge", "--queue", top.Consumer}); code != 0 ||
+		!strings.Contains(stderr.String(), fmt.Sprintf("Delete 5 of 5 messages in %s for good?", top.DLQ)) {
+		t.Fatalf("confirmed purge: exit %d\nstdout %s\nstderr %s", code, stdout.String(), stderr.String())
+	}
+	left := testenv.Drain(t, conn, top.DLQ)
+	if len(left) != 3 {
+		t.Fatalf("the DLQ holds %d messages after purging the 5 confirmed, want the 3 that arrived meanwhile", len(left))
+	}
+	for _, d := range left {
+		if !strings.HasPrefix(d.MessageId, "later-") {
+			t.Errorf("message %q was left and one that arrived later purged", d.MessageId)
+		}
+	}
+}
+
 func TestProgressBar(t *testing.T) {
 	var out bytes.Buffer
 	bar := &progressBar{w: &out, verb: "replaying", doneWord: "replayed", start: time.Now()}
@@ -687,5 +749,384 @@ func TestCLIShowFindsByBodyEventID(t *testing.T) {
 		if r.code != 0 || !strings.Contains(r.stdout, tc.wantErr) || strings.Count(r.stdout, "── message at position") != 1 {
 			t.Errorf("dlq show --id %s: exit %d\nstdout: %s\nstderr: %s", tc.id, r.code, r.stdout, r.stderr)
 		}
+	}
+}
+
+// A malformed AMQP URL is a wrong command line, exit 2, as in every warren
+// command, whether it was given with --amqp-url or in $AMQP_URL; the error
+// says which, and never shows the password.
+func TestCLIMalformedURLIsAUsageError(t *testing.T) {
+	const bad = "amqp://guest:s3cret@127.0.0.1:notaport/"
+	check := func(t *testing.T, r result, want string) {
+		t.Helper()
+		if r.code != 2 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr+r.stdout, "s3cret") {
+			t.Fatalf("exit %d, want 2 and an error naming %s without the password\nstdout: %s\nstderr: %s", r.code, want, r.stdout, r.stderr)
+		}
+	}
+	for _, args := range [][]string{{"ls"}, {"stats"}, {"replay", "--yes"}, {"purge", "--yes"}, {"export"}} {
+		check(t, runWarren(t, nil, append([]string{"dlq", args[0], "--queue", "q", "--amqp-url", bad}, args[1:]...)...), "--amqp-url")
+	}
+	cmd := warrenCmd(t, nil, "dlq", "ls", "--queue", "q")
+	cmd.Env = append(cmd.Env, "AMQP_URL="+bad) // the last value of a name wins
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Run()
+	check(t, result{stdout.String(), stderr.String(), cmd.ProcessState.ExitCode()}, "$AMQP_URL")
+}
+
+// Human output starts with the broker and vhost acted on, password masked
+// (on stderr for export, whose standard output is the data); --json output
+// stays pure JSON.
+func TestCLIPrintsTheBroker(t *testing.T) {
+	conn, _, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 3))
+	rawURL := testenv.AMQPURL(t)
+	var want bytes.Buffer
+	printBroker(&want, rawURL)
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	password, _ := u.User.Password()
+	file := filepath.Join(t.TempDir(), "dead.jsonl")
+	noPassword := func(t *testing.T, out string) {
+		t.Helper()
+		if password != "" && strings.Contains(out, ":"+password+"@") {
+			t.Fatalf("output shows the password:\n%s", out)
+		}
+	}
+
+	for _, args := range [][]string{
+		{"ls"}, {"show"}, {"stats"}, {"replay", "--dry-run"}, {"purge", "--dry-run"},
+	} {
+		r := ok(t, append([]string{"dlq", args[0], "--queue", top.Consumer}, args[1:]...)...)
+		if !strings.HasPrefix(r.stdout, want.String()) {
+			t.Errorf("dlq %s: stdout does not start with %q:\n%s", args[0], want.String(), r.stdout)
+		}
+		noPassword(t, r.stdout+r.stderr)
+
+		r = ok(t, append([]string{"dlq", args[0], "--queue", top.Consumer, "--json"}, args[1:]...)...)
+		if !json.Valid([]byte(r.stdout)) || strings.Contains(r.stdout, "broker ") {
+			t.Errorf("dlq %s --json: not pure JSON:\n%s", args[0], r.stdout)
+		}
+	}
+	r := ok(t, "dlq", "export", "--queue", top.Consumer, "--output", file)
+	if !strings.HasPrefix(r.stderr, want.String()) || r.stdout != "" {
+		t.Errorf("dlq export: stderr does not start with %q, or stdout is not empty:\nstdout: %s\nstderr: %s", want.String(), r.stdout, r.stderr)
+	}
+	if data := ok(t, "dlq", "export", "--queue", top.Consumer).stdout; strings.Contains(data, "broker ") {
+		t.Errorf("dlq export to stdout mixes the broker line into the data:\n%s", data)
+	}
+	r = ok(t, "dlq", "import", "--queue", top.Consumer, "--to", top.Consumer, "--yes", file)
+	if !strings.HasPrefix(r.stdout, want.String()) {
+		t.Errorf("dlq import: stdout does not start with %q:\n%s", want.String(), r.stdout)
+	}
+	noPassword(t, r.stdout+r.stderr)
+	r = ok(t, "dlq", "import", "--queue", top.Consumer, "--to", top.Consumer, "--yes", "--allow-duplicates", "--json", file)
+	if !json.Valid([]byte(r.stdout)) {
+		t.Errorf("dlq import --json: not pure JSON:\n%s", r.stdout)
+	}
+}
+
+// A list cut by --limit says so, with how many match in all (--json too);
+// output that is not a terminal has every text whole.
+func TestCLIListSaysWhenCut(t *testing.T) {
+	conn, _, top := testenv.NewDeadLetterTopology(t)
+	msgs := deadMessages(top, 30)
+	long := "upstream said: " + strings.Repeat("a very long reason ", 12) + "(the end)"
+	msgs[8] = top.Message(testenv.Dead{ID: "long", Type: "module.deleted", Class: dlq.ClassPermanent, Err: long, Attempts: 1})
+	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
+
+	if out := ok(t, "dlq", "ls", "--queue", top.Consumer, "--limit", "5").stdout; !strings.Contains(out, "showing 5 of 30; 30 messages in "+top.DLQ) {
+		t.Errorf("ls --limit 5 does not say it cut the list:\n%s", out)
+	}
+	// cycle.created is every fifth message: 6 of 30.
+	if out := ok(t, "dlq", "ls", "--queue", top.Consumer, "--type", "cycle.", "--limit", "2").stdout; !strings.Contains(out, "showing 2 of 6;") {
+		t.Errorf("ls --type cycle. --limit 2 does not say it cut the list:\n%s", out)
+	}
+	out := ok(t, "dlq", "ls", "--queue", top.Consumer, "--limit", "0").stdout
+	if strings.Contains(out, "showing") || !strings.Contains(out, "30 shown") {
+		t.Errorf("ls --limit 0 says it cut the list:\n%s", out)
+	}
+	if !strings.Contains(out, long) {
+		t.Errorf("ls into a pipe cut the error text %q:\n%s", long, out)
+	}
+	if out := ok(t, "dlq", "stats", "--queue", top.Consumer, "--by", "error", "--top", "0").stdout; !strings.Contains(out, long) {
+		t.Errorf("stats into a pipe cut the error:\n%s", out)
+	}
+	if out := ok(t, "dlq", "show", "--queue", top.Consumer, "--type", "cycle.").stdout; !strings.Contains(out, "showing 1 of 6;") {
+		t.Errorf("show of the first match does not say how many match:\n%s", out)
+	}
+
+	type listing struct {
+		Queue    string
+		Total    int
+		Messages []json.RawMessage
+	}
+	for _, c := range []struct {
+		args        []string
+		total, msgs int
+	}{
+		{[]string{"ls", "--limit", "5"}, 30, 5},
+		{[]string{"ls", "--type", "cycle.", "--limit", "2"}, 6, 2},
+		{[]string{"ls", "--limit", "0"}, 30, 30},
+		{[]string{"ls", "--limit", "50"}, 30, 30},
+		{[]string{"show", "--type", "cycle."}, 6, 1},
+	} {
+		l := decodeJSON[listing](t, ok(t, append([]string{"dlq", c.args[0], "--queue", top.Consumer, "--json"}, c.args[1:]...)...).stdout)
+		if l.Queue != top.DLQ || l.Total != c.total || len(l.Messages) != c.msgs {
+			t.Errorf("dlq %v --json: queue %q, total %d, %d messages; want %s, %d, %d", c.args, l.Queue, l.Total, len(l.Messages), top.DLQ, c.total, c.msgs)
+		}
+	}
+}
+
+// A replay or import to a queue that does not exist fails before it reads,
+// asks or publishes anything, with one clear line and exit 1; it used to
+// print "replayed 0 of 0" first.
+func TestCLIReplayToMissingQueue(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
+	file := filepath.Join(t.TempDir(), "dead.jsonl")
+	ok(t, "dlq", "export", "--queue", top.Consumer, "--output", file)
+	missing := top.Consumer + "-nosuchqueue"
+
+	for _, args := range [][]string{
+		{"replay", "--yes"}, {"replay", "--dry-run"}, {"replay", "--yes", "--json"}, {"import", "--yes", file},
+	} {
+		r := runWarren(t, nil, append([]string{"dlq", args[0], "--queue", top.Consumer, "--to", missing}, args[1:]...)...)
+		want := "warren dlq: --to " + missing + ": no such queue on this broker; nothing was changed\n"
+		if r.code != 1 || r.stderr != want || strings.Contains(r.stdout, "replayed") || strings.Contains(r.stdout, "imported") || strings.Contains(r.stdout, "{") {
+			t.Errorf("dlq %v --to %s: exit %d, want 1 and only %q\nstdout: %s\nstderr: %s", args, missing, r.code, want, r.stdout, r.stderr)
+		}
+	}
+	if n := testenv.QueueDepth(t, ch, top.DLQ); n != 5 {
+		t.Fatalf("the DLQ holds %d messages, want 5", n)
+	}
+}
+
+// stats --by error groups by failure signature: 12 dead letters whose
+// errors differ only by an id are one row of 12, with an example error.
+func TestCLIStatsGroupsBySignature(t *testing.T) {
+	conn, _, top := testenv.NewDeadLetterTopology(t)
+	var msgs []amqp.Publishing
+	for i := range 12 {
+		msgs = append(msgs, top.Message(testenv.Dead{ID: fmt.Sprintf("sig-%d", i), Type: "workitem.updated", Class: dlq.ClassPermanent,
+			Err: fmt.Sprintf("work item %d not found (request 7f3a%04x9c)", 1000+i, i*7919), Attempts: 1}))
+	}
+	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
+
+	st := decodeJSON[dlqtool.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
+	want := dlqtool.Group{Key: dlq.Signature(dlq.ClassPermanent, "work item 1000 not found (request 7f3a00009c)"), Count: 12,
+		Example: "work item 1000 not found (request 7f3a00009c)"}
+	if len(st.ByError) != 1 || st.ByError[0].Key != want.Key || st.ByError[0].Count != 12 || st.ByError[0].Example != want.Example {
+		t.Fatalf("stats --json by_error: %+v\nwant one group %+v", st.ByError, want)
+	}
+	out := ok(t, "dlq", "stats", "--queue", top.Consumer, "--by", "error").stdout
+	rows := regexp.MustCompile(`(?m)^permanent: .*$`).FindAllString(out, -1)
+	if len(rows) != 1 || !regexp.MustCompile(`^`+regexp.QuoteMeta(want.Key)+` +12 .* `+regexp.QuoteMeta(want.Example)+`$`).MatchString(rows[0]) {
+		t.Fatalf("stats --by error printed %d rows, want one of 12 with its example:\n%s", len(rows), out)
+	}
+}
+
+// purge --archive writes exactly the messages it purges to a new file, as
+// export does, before purging them, and the file imports back; an archive
+// that cannot be written purges nothing.
+func TestCLIPurgeArchive(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	msgs := deadMessages(top, 20) // permanent: ev-00000 to ev-00004
+	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
+	dir := t.TempDir()
+
+	for _, bad := range []string{filepath.Join(dir, "no-such-dir", "a.jsonl"), dir} {
+		r := runWarren(t, nil, "dlq", "purge", "--queue", top.Consumer, "--class", "permanent", "--archive", bad, "--yes")
+		if r.code != 1 || !strings.Contains(r.stderr, "--archive") || !strings.Contains(r.stderr, "nothing was purged") {
+			t.Errorf("purge --archive %s: exit %d, want 1 and a word that nothing was purged\nstderr: %s", bad, r.code, r.stderr)
+		}
+	}
+	if n := testenv.QueueDepth(t, ch, top.DLQ); n != 20 {
+		t.Fatalf("a purge whose archive failed left %d of 20 messages", n)
+	}
+
+	archive := filepath.Join(dir, "permanent.jsonl")
+	r := ok(t, "dlq", "purge", "--queue", top.Consumer, "--class", "permanent", "--archive", archive, "--yes")
+	if !strings.Contains(r.stdout, "purged 5 of 20") || !strings.Contains(r.stdout, "archived 5 messages to "+archive) {
+		t.Errorf("purge --archive said:\n%s", r.stdout)
+	}
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archived, err := dlqtool.ReadMessages(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range archived {
+		ids = append(ids, m.MessageId)
+	}
+	if want := []string{"ev-00000", "ev-00001", "ev-00002", "ev-00003", "ev-00004"}; !slices.Equal(ids, want) {
+		t.Fatalf("archive holds %v, want the purged %v", ids, want)
+	}
+	for i, m := range archived {
+		if !reflect.DeepEqual(m.Publishing, msgs[i]) {
+			t.Fatalf("archived message %d differs from what was purged:\n got %#v\nwant %#v", i, m.Publishing, msgs[i])
+		}
+	}
+	if left := testenv.MessageIDs(testenv.Drain(t, conn, top.DLQ)); len(left) != 15 || slices.Contains(left, "ev-00000") {
+		t.Fatalf("DLQ holds %v after the purge, want the 15 others", left)
+	}
+
+	// An archive is never overwritten.
+	r = runWarren(t, nil, "dlq", "purge", "--queue", top.Consumer, "--archive", archive, "--yes")
+	if r.code != 1 || !strings.Contains(r.stderr, "exists") {
+		t.Errorf("purge --archive onto an existing file: exit %d\nstderr: %s", r.code, r.stderr)
+	}
+	ok(t, "dlq", "import", "--queue", top.Consumer, "--yes", archive)
+	back := testenv.Drain(t, conn, top.DLQ)
+	if len(back) != 5 {
+		t.Fatalf("importing the archive gave back %d messages, want the 5 purged", len(back))
+	}
+	for i, d := range back {
+		p := testenv.AsPublishing(d)
+		delete(p.Headers, dlqtool.HeaderImportID)
+		if !reflect.DeepEqual(p, msgs[i]) {
+			t.Fatalf("message %d imported from the archive differs from the one purged:\n got %#v\nwant %#v", i, p, msgs[i])
+		}
+	}
+}
+
+// Importing the same file twice is refused while the first import's
+// messages are in the target queue, with any name for the file; with
+// --allow-duplicates it goes ahead.
+func TestCLIImportTwice(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 6))
+	dir := t.TempDir()
+	file := filepath.Join(dir, "dead.jsonl")
+	ok(t, "dlq", "export", "--queue", top.Consumer, "--output", file)
+	testenv.Drain(t, conn, top.DLQ)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renamed := filepath.Join(dir, "copy.jsonl")
+	if err := os.WriteFile(renamed, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ok(t, "dlq", "import", "--queue", top.Consumer, "--yes", file)
+	for _, again := range []result{
+		runWarren(t, nil, "dlq", "import", "--queue", top.Consumer, "--yes", renamed),
+		runWarren(t, data, "dlq", "import", "--queue", top.Consumer, "--yes", "-"),
+	} {
+		if again.code != 1 || !strings.Contains(again.stderr, "already imported into "+top.DLQ) || !strings.Contains(again.stderr, "--allow-duplicates") {
+			t.Errorf("second import of the same file: exit %d, want 1 and a refusal naming --allow-duplicates\nstdout: %s\nstderr: %s", again.code, again.stdout, again.stderr)
+		}
+	}
+	if n := testenv.QueueDepth(t, ch, top.DLQ); n != 6 {
+		t.Fatalf("the DLQ holds %d messages after a refused second import, want 6", n)
+	}
+	// Another file is another import.
+	other := filepath.Join(dir, "other.jsonl")
+	if err := os.WriteFile(other, exportLine(t, amqp.Publishing{MessageId: "other", Body: []byte(`{"event_id":"other"}`)}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ok(t, "dlq", "import", "--queue", top.Consumer, "--yes", other)
+
+	if r := ok(t, "dlq", "import", "--queue", top.Consumer, "--yes", "--allow-duplicates", file); !strings.Contains(r.stdout, "imported 6 of 6") {
+		t.Fatalf("import --allow-duplicates said:\n%s", r.stdout)
+	}
+	if n := len(testenv.Drain(t, conn, top.DLQ)); n != 13 {
+		t.Fatalf("the DLQ holds %d messages, want 6 + 1 + 6 with --allow-duplicates", n)
+	}
+}
+
+// stats without --queue finds every warren DLQ of the vhost through the
+// management API and counts each exactly, in JSON and for a human.
+func TestCLIStatsOfEveryDLQ(t *testing.T) {
+	testenv.RequireManagement(t)
+	conn, _, full := testenv.NewDeadLetterTopology(t)
+	_, _, empty := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, full.DLQ, deadMessages(full, 7))
+
+	type all struct {
+		Total  int             `json:"total"`
+		Queues []dlqtool.Stats `json:"queues"`
+	}
+	find := func(a all, queue string) (dlqtool.Stats, bool) {
+		for _, st := range a.Queues {
+			if st.Queue == queue {
+				return st, true
+			}
+		}
+		return dlqtool.Stats{}, false
+	}
+	// The management API lists a new queue within its refresh interval
+	// (5 s by default): ask again until both appear.
+	var got all
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got = decodeJSON[all](t, ok(t, "dlq", "stats", "--json").stdout)
+		_, a := find(got, full.DLQ)
+		_, b := find(got, empty.DLQ)
+		if a && b {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats --json without --queue does not list %s and %s: %+v", full.DLQ, empty.DLQ, got)
+		}
+		time.Sleep(200 * time.Millisecond) // another process's refresh; nothing to wait on
+	}
+	if st, _ := find(got, full.DLQ); st.Total != 7 || len(st.ByClass) == 0 {
+		t.Fatalf("%s: %+v, want 7 dead messages with their groups", full.DLQ, st)
+	}
+	if st, _ := find(got, empty.DLQ); st.Total != 0 {
+		t.Fatalf("%s: %+v, want 0", empty.DLQ, st)
+	}
+	sum := 0
+	for _, st := range got.Queues {
+		sum += st.Total
+	}
+	if got.Total != sum {
+		t.Fatalf("total %d is not the sum of the queues' totals %d", got.Total, sum)
+	}
+
+	out := ok(t, "dlq", "stats").stdout
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^broker amqp://`),
+		regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(full.DLQ) + ` +7$`),
+		regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(empty.DLQ) + ` +0$`),
+		regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(full.DLQ) + `: 7 dead messages$`),
+	} {
+		if !want.MatchString(out) {
+			t.Fatalf("stats without --queue: no line matching %s in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, empty.DLQ+": 0 dead messages") {
+		t.Fatalf("stats printed the groups of an empty DLQ:\n%s", out)
+	}
+
+	r := runWarren(t, nil, "dlq", "stats", "--management-url", "http://127.0.0.1:1/")
+	if r.code != 1 || !strings.Contains(r.stderr, "rabbitmq_management") {
+		t.Fatalf("stats with no management API: exit %d, want 1 and how to enable it\nstderr: %s", r.code, r.stderr)
+	}
+}
+
+// An import --to a consumer's queue does not read that queue for an
+// earlier import (it would hold the consumer's backlog), and says so.
+func TestCLIImportToAConsumerQueueIsNotChecked(t *testing.T) {
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 3))
+	file := filepath.Join(t.TempDir(), "dead.jsonl")
+	ok(t, "dlq", "export", "--queue", top.Consumer, "--output", file)
+	for range 2 {
+		r := ok(t, "dlq", "import", "--queue", top.Consumer, "--to", top.Consumer, "--yes", file)
+		if !strings.Contains(r.stderr, "not a dead-letter queue: not checked for an earlier import") {
+			t.Fatalf("import --to the consumer's queue did not say it was not checked:\n%s", r.stderr)
+		}
+	}
+	if n := testenv.QueueDepth(t, ch, top.Consumer); n != 6 {
+		t.Fatalf("the consumer's queue holds %d, want both imports' 3", n)
 	}
 }

@@ -24,11 +24,14 @@ Subcommands:
 Reading (ls, show, stats, export) removes nothing: every message read is handed
 back to the broker in its place (RabbitMQ marks it redelivered). Replay, purge
 and import change queues: they ask first on a terminal and need --yes
-otherwise; replay and purge take --dry-run.
+otherwise; replay and purge take --dry-run. Output for people starts with the
+broker and vhost acted on, password masked (export says it on stderr, its
+standard output being the data); --json prints JSON only.
 
 Common flags:
   --queue NAME       the consumer's name (its DLQ is NAME.dlq) or the DLQ's full name
-  --amqp-url URL     the broker; default $AMQP_URL, else %s
+  --amqp-url URL     the broker, or a cluster's nodes separated by commas;
+                     default $AMQP_URL, else %s
   --json             print JSON for scripts (ls, show, stats, replay, purge, import)
 
 Filters (ls, show, stats, replay, purge, export; all must match):
@@ -48,8 +51,9 @@ Examples:
   warren dlq export --queue webhook --output webhook-dead.jsonl
   warren dlq purge --queue webhook --class undecodable --older-than 7d --dry-run
 
-Exit status: 0 success; 1 the operation failed or was interrupted; 2 the
-command line was wrong.
+Exit status: 0 success; 1 the operation failed or was interrupted while it
+changed queues; 2 the command line was wrong (a malformed --amqp-url or
+$AMQP_URL included); 130 Ctrl-C at a confirmation prompt, nothing changed.
 Run 'warren dlq <subcommand> --help' for a subcommand's flags.
 `, redact.URL(amqpx.DefaultURL), classNames())
 }

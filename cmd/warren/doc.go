@@ -5,8 +5,12 @@
 //	warren dlq ls|show|stats|replay|purge|export|import   dead-letter queues
 //	warren relay run                                     the outbox relay
 //	warren outbox migrate|stats|dead|redrive|purge       the outbox table
+//	warren console                                       the web console
+//	warren --version
 //
 // Connections come from flags or the environment: AMQP_URL, DATABASE_URL,
-// with local defaults. Exit status: 0 success, 1 the operation
-// failed, 2 the command line was wrong.
+// with local defaults. Human output names the broker or database first,
+// passwords masked. Exit status: 0 success, 1 the operation failed, 2 the
+// command line was wrong (a malformed URL included), 130 Ctrl-C stopped a
+// command before it changed anything.
 package main

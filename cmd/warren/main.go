@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -26,6 +28,7 @@ var commands = []command{
 	{name: "dlq", summary: "inspect, replay, purge, export and import dead letters", run: runDLQ},
 	relayCommand,
 	outboxCommand,
+	consoleCommand,
 }
 
 // cliEnv is what every command reads and writes, so tests can run commands
@@ -41,6 +44,16 @@ type usageError struct{ msg string }
 func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// interruptedError marks a command that Ctrl-C stopped before it changed
+// anything (at a confirmation prompt): exit status 130, what a shell
+// reports for a process ended by SIGINT, so a script can tell "the
+// operator stopped it" from "it failed".
+type interruptedError struct{ msg string }
+
+func (e *interruptedError) Error() string { return e.msg }
+
+var errInterrupted error = &interruptedError{"interrupted; nothing was changed"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -58,6 +71,10 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "version" {
+		printVersion(env.stdout)
+		return 0
+	}
 	for _, c := range commands {
 		if c.name != args[0] {
 			continue
@@ -66,11 +83,15 @@ func run(ctx context.Context, env *cliEnv, args []string) int {
 		// URL from a flag or the environment, or a broker's message.
 		err := redact.Error(c.run(ctx, env, args[1:]))
 		var usage *usageError
+		var interrupted *interruptedError
 		switch {
 		case err == nil:
 			return 0
 		case errors.Is(err, flag.ErrHelp):
 			return 0
+		case errors.As(err, &interrupted):
+			fmt.Fprintf(env.stderr, "warren %s: %v\n", c.name, err)
+			return 130
 		case errors.As(err, &usage):
 			fmt.Fprintf(env.stderr, "warren %s: %v\nRun 'warren %s --help' for usage.\n", c.name, err, c.name)
 			return 2
@@ -91,6 +112,34 @@ func oneLine(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
+// printVersion prints what a bug report needs: the module version (a
+// tagged 'go install' gives one; a build from a checkout says "(devel)"),
+// the VCS revision the binary was built from, and the Go toolchain.
+func printVersion(w io.Writer) {
+	version, revision, modified := "(devel)", "", false
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				revision = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
+			}
+		}
+	}
+	fmt.Fprintf(w, "warren %s", version)
+	if revision != "" {
+		fmt.Fprintf(w, " revision %s", revision)
+		if modified {
+			fmt.Fprint(w, " (modified)")
+		}
+	}
+	fmt.Fprintf(w, " %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 func printUsage(w io.Writer) {
 	fmt.Fprintln(w, "warren operates event-driven services on RabbitMQ: dead letters, the outbox relay and its table.")
 	fmt.Fprintln(w)
@@ -103,5 +152,5 @@ func printUsage(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Environment: AMQP_URL, DATABASE_URL (local defaults).")
-	fmt.Fprintln(w, "Run 'warren <command> --help' for a command's usage.")
+	fmt.Fprintln(w, "Run 'warren <command> --help' for a command's usage, 'warren --version' for the version.")
 }

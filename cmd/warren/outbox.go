@@ -7,13 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/warrenmq/warren/internal/archivefile"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/outbox/capture"
@@ -64,7 +66,7 @@ var outboxSubs = []outboxSub{
 	},
 	{
 		name: "dead", summary: "list dead rows and why they died",
-		about: "List the rows the relay gave up on, oldest first, with their attempts and last error. --json prints each whole row, event included.",
+		about: "List the rows the relay gave up on, oldest first, with their attempts and last error; a list cut by --limit says how many rows match. Columns are cut to fit only on a terminal. --json prints each whole row, event included, and every matching row unless --limit is given.",
 		examples: []string{
 			"warren outbox dead",
 			"warren outbox dead --type workitem. --limit 0 --json",
@@ -73,24 +75,26 @@ var outboxSubs = []outboxSub{
 		run:   runOutboxDead,
 	},
 	{
-		name: "redrive", summary: "make dead rows pending again",
-		about: "Make the dead rows that match the filters pending again with their attempts reset, so the relay publishes them at once. Without a filter, --all is required.",
+		name: "redrive", summary: "make dead rows pending again", changes: true,
+		about: "Make the dead rows that match the filters pending again with their attempts reset, so the relay publishes them at once. Without a filter, --all is required. It says how many rows match and asks before changing them, unless --yes is given; without a terminal to ask on, --yes (or --dry-run) is required.",
 		examples: []string{
-			"warren outbox redrive --type workitem.",
+			"warren outbox redrive --type workitem. --dry-run",
 			"warren outbox redrive --id 0b7c5e2a-9f7d-4c1e-8a53-2f0f4f1c9d11",
-			"warren outbox redrive --all",
+			"warren outbox redrive --all --yes --json",
 		},
 		flags: func(fs *flagSet, o *outboxOptions) {
 			o.filterFlags(fs)
 			o.limitFlag(fs, 0)
 			fs.Bool(&o.all, "all", "redrive every dead row (needed when no filter is given)")
+			o.changeFlags(fs)
 		},
 		run: runOutboxRedrive,
 	},
 	{
-		name: "purge", summary: "delete delivered and dead rows older than a cutoff",
-		about: "Delete finished rows (delivered rows kept by --keep-delivered, and dead rows) that finished more than --older-than ago, in batches, one transaction each. With --archive FILE each batch is first appended to FILE as JSON Lines and synced to disk; if that fails, the batch is not deleted and purge stops. Pending rows are never purged. Needs --yes.",
+		name: "purge", summary: "delete delivered and dead rows older than a cutoff", changes: true,
+		about: "Delete finished rows (delivered rows kept by --keep-delivered, and dead rows) that finished more than --older-than ago, in batches, one transaction each. With --archive FILE each batch is first appended to FILE as JSON Lines and synced to disk; if that fails, the batch is not deleted and purge stops. Pending rows are never purged. It says how many rows match and asks before deleting them, unless --yes is given; without a terminal to ask on, --yes (or --dry-run) is required.",
 		examples: []string{
+			"warren outbox purge --older-than 7d --dry-run",
 			"warren outbox purge --older-than 7d --yes",
 			"warren outbox purge --older-than 2d --state dead --archive dead-rows.jsonl --yes",
 		},
@@ -99,7 +103,7 @@ var outboxSubs = []outboxSub{
 			fs.String(&o.state, "state", "STATE", "which rows: delivered, dead or all", "all")
 			fs.Int(&o.batch, "batch", "N", "rows per transaction", outbox.DefaultPurgeBatchSize)
 			fs.String(&o.archive, "archive", "FILE", "append each batch to FILE (JSON Lines) before deleting it", "")
-			fs.Bool(&o.yes, "yes", "confirm the deletion")
+			o.changeFlags(fs)
 		},
 		run: runOutboxPurge,
 	},
@@ -139,12 +143,12 @@ type outboxOptions struct {
 	db                 outboxDBFlags
 	lease, lockTimeout ageFlag
 
-	json, all, yes bool
-	types, ids     listFlag
-	entity         string
-	limit, batch   int
-	olderThan      ageFlag
-	state, archive string
+	json, all, yes, dryRun bool
+	types, ids             listFlag
+	entity                 string
+	limit, batch           int
+	olderThan              ageFlag
+	state, archive         string
 
 	capture                        capture.Spec
 	captureColumns, captureExclude listFlag
@@ -217,6 +221,12 @@ func (o *outboxOptions) jsonFlag(fs *flagSet) {
 	fs.Bool(&o.json, "json", "print JSON for scripts instead of text")
 }
 
+func (o *outboxOptions) changeFlags(fs *flagSet) {
+	fs.Bool(&o.dryRun, "dry-run", "say how many rows would be changed and change nothing")
+	fs.Bool(&o.yes, "yes", "do not ask for confirmation")
+	o.jsonFlag(fs)
+}
+
 func (o *outboxOptions) limitFlag(fs *flagSet, def int) {
 	fs.Int(&o.limit, "limit", "N", "at most N rows, oldest first; 0 means no limit", def)
 }
@@ -228,16 +238,22 @@ func (o *outboxOptions) filterFlags(fs *flagSet) {
 }
 
 // filters turns the filter flags into one outbox.Filter per --type prefix
-// (a row matches any of them).
+// (a row matches any of them). A prefix that extends another one given is
+// left out: the filters then select disjoint rows, so their counts add up.
 func (o *outboxOptions) filters() []outbox.Filter {
 	base := outbox.Filter{EntityID: o.entity, EventIDs: o.ids, Limit: o.limit}
 	if len(o.types) == 0 {
 		return []outbox.Filter{base}
 	}
-	out := make([]outbox.Filter, len(o.types))
+	var out []outbox.Filter
 	for i, prefix := range o.types {
-		out[i] = base
-		out[i].EventTypePrefix = prefix
+		subsumed := slices.ContainsFunc(o.types, func(p string) bool { return p != prefix && strings.HasPrefix(prefix, p) }) ||
+			slices.Index(o.types, prefix) < i
+		if !subsumed {
+			f := base
+			f.EventTypePrefix = prefix
+			out = append(out, f)
+		}
 	}
 	return out
 }
@@ -263,11 +279,14 @@ func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
 	if len(p.args) > 0 {
 		return usagef("%s: unexpected argument %q", sub.name, p.args[0])
 	}
-	if err := o.validate(sub.name); err != nil {
+	if err := o.validate(sub); err != nil {
 		return err
 	}
 	if err := o.db.resolve(env); err != nil {
 		return err
+	}
+	if o.json && sub.name == "dead" && !p.fs.isSet("limit") {
+		o.limit = 0 // scripts get every row unless they ask for fewer
 	}
 	switch plane := o.db.schema == string(outbox.SchemaPlane); {
 	case plane && sub.name == "purge":
@@ -278,17 +297,41 @@ func runOutbox(ctx context.Context, env *cliEnv, args []string) error {
 			"(--schema or $WARREN_SCHEMA); pass --schema warren, and --table too if $WARREN_OUTBOX_TABLE names Plane's table")
 	}
 	o.db.lease, o.db.lockTimeout = time.Duration(o.lease), time.Duration(o.lockTimeout)
+	// Human output names the database first: with several environments a
+	// count that does not say where it came from misleads. (--print's SQL
+	// goes to psql, and --json to scripts, as they are.)
+	if !o.json && !o.print {
+		printDatabase(env.stdout, o.db.databaseURL, o.db.table)
+	}
 	ob, pool, err := o.db.open(ctx)
 	if err != nil {
 		return o.db.redact(err)
 	}
 	defer pool.Close()
-	return o.db.redact(sub.run(ctx, &outboxCall{env: env, opts: o, outbox: ob, pool: pool}))
+	err = sub.run(ctx, &outboxCall{env: env, opts: o, outbox: ob, pool: pool})
+	if sub.name != "capture" && sub.name != "migrate" && isUndefinedTable(err) {
+		// The raw error names a relation; say what to run.
+		if ob.Schema() == outbox.SchemaPlane {
+			return fmt.Errorf("table %s does not exist in %s: check --table or $WARREN_OUTBOX_TABLE (Plane's migrations create it)", ob.Name(), redact.URL(o.db.databaseURL))
+		}
+		return fmt.Errorf("table %s does not exist in %s: run 'warren outbox migrate'", ob.Name(), redact.URL(o.db.databaseURL))
+	}
+	return o.db.redact(err)
+}
+
+// isUndefinedTable reports whether err is Postgres's undefined_table
+// (SQLSTATE 42P01).
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
 }
 
 // validate checks the command line before anything touches the database.
-func (o *outboxOptions) validate(sub string) error {
+func (o *outboxOptions) validate(verb *outboxSub) error {
+	sub := verb.name
 	switch {
+	case verb.changes && !o.dryRun && !o.yes && !isTerminal(dlqStdin):
+		return usagef("%s changes rows: pass --yes to confirm, or --dry-run to see what it would change (there is no terminal to ask on)", sub)
 	case o.limit < 0:
 		return usagef("--limit must not be negative")
 	case sub == "redrive" && !o.hasFilter() && !o.all:
@@ -301,8 +344,6 @@ func (o *outboxOptions) validate(sub string) error {
 		return usagef("purge: --batch must be positive")
 	case sub == "purge" && o.state != "all" && o.state != string(outbox.Delivered) && o.state != string(outbox.Dead):
 		return usagef("purge: --state must be delivered, dead or all, not %q", o.state)
-	case sub == "purge" && !o.yes:
-		return usagef("purge deletes rows: pass --yes to confirm")
 	case sub == "capture" && o.capture.Table == "":
 		return usagef("capture: --source is required")
 	case sub == "capture" && o.onFailure != string(capture.Fail) && o.onFailure != string(capture.Record):
@@ -502,10 +543,40 @@ func (c *outboxCall) deadRows(ctx context.Context) ([]outbox.Row, error) {
 	return out, nil
 }
 
+// countDead counts the dead rows the filters match, --limit aside.
+func (c *outboxCall) countDead(ctx context.Context) (int, error) {
+	counts, err := c.countDeadEach(ctx)
+	var total int64
+	for _, n := range counts {
+		total += n
+	}
+	return int(total), err
+}
+
+// countDeadEach counts the dead rows of each of the command's filters.
+func (c *outboxCall) countDeadEach(ctx context.Context) ([]int64, error) {
+	filters := c.opts.filters()
+	counts := make([]int64, len(filters))
+	for i, f := range filters {
+		n, err := c.outbox.CountDead(ctx, c.pool, f)
+		if err != nil {
+			return nil, err
+		}
+		counts[i] = n
+	}
+	return counts, nil
+}
+
 func runOutboxDead(ctx context.Context, c *outboxCall) error {
 	rows, err := c.deadRows(ctx)
 	if err != nil {
 		return err
+	}
+	total := len(rows)
+	if c.opts.limit > 0 && len(rows) == c.opts.limit {
+		if total, err = c.countDead(ctx); err != nil {
+			return err
+		}
 	}
 	if c.opts.json {
 		out := make([]outboxRowJSON, len(rows))
@@ -521,28 +592,87 @@ func runOutboxDead(ctx context.Context, c *outboxCall) error {
 		return nil
 	}
 	now := time.Now()
+	width := columnWidth(c.env.stdout)
 	w := tabwriter.NewWriter(c.env.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "ID\tEVENT_ID\tTYPE\tATTEMPTS\tDIED\tERROR")
 	for _, r := range rows {
-		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, cell(r.Event.ID, 40), cell(r.Event.Type, 30), r.Attempts, age(r.FinishedAt, now), cell(r.LastError, 80))
+		fmt.Fprintf(w, "%d\t%s\t%s\t%d\t%s\t%s\n", r.ID, cell(r.Event.ID, width(40)), cell(r.Event.Type, width(30)), r.Attempts, age(r.FinishedAt, now), cell(r.LastError, width(80)))
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	showing(c.env.stdout, len(rows), total, "--limit 0 shows them all")
+	return nil
+}
+
+// outboxChangeJSON is the --json result of redrive and purge.
+type outboxChangeJSON struct {
+	Table   string `json:"table"`
+	DryRun  bool   `json:"dry_run"`
+	Matched int64  `json:"matched"` // rows the command found to change
+	Changed int64  `json:"changed"` // rows it changed: 0 in a dry run
+}
+
+// plan says how many rows a changing verb will touch, and then either
+// stops there (--dry-run), or asks unless --yes was given (validate made
+// sure there is a terminal to ask on). It returns whether to go ahead.
+func (c *outboxCall) plan(ctx context.Context, matched int64, verb, what string) (bool, error) {
+	o := c.opts
+	if o.dryRun {
+		if o.json {
+			return false, writeJSON(c.env.stdout, outboxChangeJSON{Table: c.outbox.Name(), DryRun: true, Matched: matched})
+		}
+		fmt.Fprintf(c.env.stdout, "would %s %d %s of outbox %s (dry run: nothing changed)\n", verb, matched, what, c.outbox.Name())
+		return false, nil
+	}
+	if matched == 0 {
+		if o.json {
+			return false, writeJSON(c.env.stdout, outboxChangeJSON{Table: c.outbox.Name()})
+		}
+		fmt.Fprintf(c.env.stdout, "no %s of outbox %s match; nothing to do\n", what, c.outbox.Name())
+		return false, nil
+	}
+	if !o.yes {
+		if err := confirm(ctx, c.env, dlqStdin, fmt.Sprintf("%s %d %s of outbox %s?", verb, matched, what, c.outbox.Name())); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 func runOutboxRedrive(ctx context.Context, c *outboxCall) error {
-	var total int64
-	for _, f := range c.opts.filters() {
+	// Each filter is planned at the rows it counts now, within --limit;
+	// the redrive then takes at most that many of each, so rows that die
+	// while the question waits are never redriven without being counted
+	// and confirmed.
+	planned, err := c.countDeadEach(ctx)
+	if err != nil {
+		return err
+	}
+	var matched int64
+	for i := range planned {
 		if c.opts.limit > 0 {
-			f.Limit = c.opts.limit - int(total)
-			if f.Limit <= 0 {
-				break
-			}
+			planned[i] = min(planned[i], int64(c.opts.limit)-matched)
 		}
+		matched += planned[i]
+	}
+	if ok, err := c.plan(ctx, matched, "redrive", "dead rows"); !ok || err != nil {
+		return err
+	}
+	var total int64
+	for i, f := range c.opts.filters() {
+		if planned[i] <= 0 {
+			continue
+		}
+		f.Limit = int(planned[i])
 		n, err := c.outbox.Redrive(ctx, c.pool, f)
 		total += n
 		if err != nil {
 			return fmt.Errorf("%w (after redriving %d rows)", err, total)
 		}
+	}
+	if c.opts.json {
+		return writeJSON(c.env.stdout, outboxChangeJSON{Table: c.outbox.Name(), Matched: matched, Changed: total})
 	}
 	fmt.Fprintf(c.env.stdout, "redrove %d dead rows of outbox %s\n", total, c.outbox.Name())
 	return nil
@@ -553,8 +683,15 @@ func runOutboxPurge(ctx context.Context, c *outboxCall) error {
 	if c.opts.state != "all" {
 		opts.States = []outbox.State{outbox.State(c.opts.state)}
 	}
+	matched, err := c.outbox.CountPurgeable(ctx, c.pool, opts)
+	if err != nil {
+		return err
+	}
+	if ok, err := c.plan(ctx, matched, "purge", "finished rows"); !ok || err != nil {
+		return err
+	}
 	if c.opts.archive != "" {
-		f, err := os.OpenFile(c.opts.archive, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		f, err := archivefile.Append(c.opts.archive)
 		if err != nil {
 			return fmt.Errorf("open archive: %w; nothing was deleted", err)
 		}
@@ -562,13 +699,20 @@ func runOutboxPurge(ctx context.Context, c *outboxCall) error {
 		opts.Archive = archiveTo(f)
 	}
 	n, err := c.outbox.Purge(ctx, c.pool, opts)
+	if c.opts.json {
+		if jerr := writeJSON(c.env.stdout, outboxChangeJSON{Table: c.outbox.Name(), Matched: matched, Changed: n}); err == nil {
+			err = jerr
+		}
+		return err
+	}
 	fmt.Fprintf(c.env.stdout, "purged %d rows of outbox %s\n", n, c.outbox.Name())
 	return err
 }
 
-// archiveTo appends each batch to f as JSON Lines and syncs it: the rows are
-// on disk before Purge deletes them.
-func archiveTo(f *os.File) func(context.Context, []outbox.Row) error {
+// archiveTo appends each batch to f as JSON Lines and syncs it, and its
+// directory: the rows, and the file's name, are on disk before Purge
+// deletes them.
+func archiveTo(f *archivefile.File) func(context.Context, []outbox.Row) error {
 	return func(_ context.Context, rows []outbox.Row) error {
 		enc := json.NewEncoder(f)
 		enc.SetEscapeHTML(false)
@@ -581,10 +725,7 @@ func archiveTo(f *os.File) func(context.Context, []outbox.Row) error {
 				return fmt.Errorf("write %s: %w", f.Name(), err)
 			}
 		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("sync %s: %w", f.Name(), err)
-		}
-		return nil
+		return f.Sync()
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/relay/cdc"
 	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
 
@@ -42,11 +43,12 @@ type relayRunOptions struct {
 	publisher                            warren.Publisher
 	mode, slot                           string
 	dropSlot                             bool
+	nackTimeout                          ageFlag
 }
 
 func (o *relayRunOptions) register(fs *flagSet) {
 	o.db.register(fs)
-	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
+	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker, or a cluster's nodes separated by commas; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
 	fs.String(&o.exchange, "exchange", "NAME", "the durable fanout exchange to publish to (declared if missing); default $WARREN_EXCHANGE, else "+relay.DefaultExchange, "")
 	fs.String(&o.name, "name", "NAME", "this relay's name in claimed rows, broker connections and pg_stat_activity; default warren-relay@HOST:PID", "")
 	fs.String(&o.format, "format", "warren|plane", "the envelope format of published messages: warren's own, or Plane's for Plane's consumers; default $WARREN_FORMAT, else warren", "")
@@ -70,6 +72,7 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.String(&o.mode, "mode", "poll|cdc", "poll: claim rows from the table (the default); cdc: stream the table's inserts from the write-ahead log through a logical replication slot (needs wal_level = logical; see docs/cdc.md)", "poll")
 	fs.String(&o.slot, "slot", "NAME", "with --mode cdc, the replication slot of this relay group, one streaming and the others standing by; default the table's name with _cdc appended", "")
 	fs.Bool(&o.dropSlot, "drop-slot", "with --mode cdc, retire the group: drop its slot and publication (while no relay streams it) and exit; pending rows stay in the table")
+	fs.Var(&o.nackTimeout, "nack-timeout", "DURATION", fmt.Sprintf("with --mode cdc, how long an event may go on being nacked by the broker before it is dead; the stream waits meanwhile (default %v)", cdc.DefaultNackTimeout))
 	fs.String(&o.healthAddr, "health-addr", "ADDR", "serve /healthz, /readyz and Prometheus /metrics on this address (e.g. 127.0.0.1:9464, or :9464 for every interface); default off", "")
 }
 
@@ -152,8 +155,8 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	default:
 		return usagef("--mode %q: want poll or cdc", o.mode)
 	}
-	if o.slot != "" || o.dropSlot {
-		return usagef("--slot and --drop-slot need --mode cdc")
+	if o.slot != "" || o.dropSlot || o.nackTimeout != 0 {
+		return usagef("--slot, --drop-slot and --nack-timeout need --mode cdc")
 	}
 	cfg, err := o.config(env)
 	if err != nil {

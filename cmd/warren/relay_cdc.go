@@ -39,6 +39,7 @@ func runCDCRelay(ctx context.Context, c *relayRun) error {
 		BatchSize:      o.batchSize,
 		PublishTimeout: pcfg.PublishTimeout,
 		MaxAttempts:    o.cdcMaxAttempts(),
+		NackTimeout:    time.Duration(o.nackTimeout),
 		RetryMin:       pcfg.RetryMin,
 		RetryMax:       pcfg.RetryMax,
 		Logger:         pcfg.Logger,
