@@ -21,7 +21,9 @@ import (
 // QueueDepthOptions configures [NewQueueDepths]. The zero value is ready
 // to use.
 type QueueDepthOptions struct {
-	// URL of the broker. Default amqp://guest:guest@127.0.0.1:5672/.
+	// URL of the broker, or of several nodes of one cluster separated by
+	// commas (see consumer.Config.URL). Default
+	// amqp://guest:guest@127.0.0.1:5672/.
 	// Logged only with the password redacted.
 	URL string
 
@@ -72,7 +74,8 @@ func NewQueueDepths(reg prometheus.Registerer, opts QueueDepthOptions, topologie
 		return nil, fmt.Errorf("warrenprom: NewQueueDepths: negative Interval %v", opts.Interval)
 	}
 	opts.Name = cmp.Or(opts.Name, "warren queue depths@"+amqpx.Hostname())
-	opts.Logger = cmp.Or(opts.Logger, slog.Default())
+	// Redacted and with durations for people, as every warren logger.
+	opts.Logger = redact.Logger(cmp.Or(opts.Logger, slog.Default()))
 	q := &QueueDepths{
 		opts: opts,
 		messages: promreg.GaugeVec("warren_queue_messages",
@@ -97,19 +100,28 @@ func NewQueueDepths(reg prometheus.Registerer, opts QueueDepthOptions, topologie
 }
 
 // Run polls until ctx ends, reconnecting when the broker goes away, and
-// returns nil. It may be called once.
+// returns nil; or it returns the error of a broker that refused the
+// credentials or the vhost, which reconnecting does not mend. It may be
+// called once.
 func (q *QueueDepths) Run(ctx context.Context) error {
 	if !q.started.CompareAndSwap(false, true) {
 		return errors.New("warrenprom: QueueDepths.Run called twice")
 	}
 	log := q.opts.Logger.With("component", "warren queue depths")
-	bo := amqpx.NewBackOff(q.opts.Interval)
+	// DialRetry resets its backoff at every call: the pauses after a lost
+	// connection draw from another, or they would never grow.
+	dial := amqpx.NewBackOff(q.opts.Interval)
+	pause := amqpx.NewBackOff(q.opts.Interval)
 	for {
-		conn, err := amqpx.DialRetry(ctx, q.opts.URL, amqpx.DialOptions{Name: q.opts.Name}, bo, log)
+		conn, err := amqpx.DialRetry(ctx, q.opts.URL, amqpx.DialOptions{Name: q.opts.Name}, dial, log)
 		if err != nil {
-			return nil // ctx ended
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err // the broker refused the credentials or the vhost
 		}
-		log.Debug("polling queue depths", "url", redact.URL(q.opts.URL), "queues", len(q.queues), "interval", q.opts.Interval)
+		log.Debug("polling queue depths", "url", amqpx.RedactURLs(q.opts.URL), "queues", len(q.queues), "interval", q.opts.Interval)
+		started := time.Now()
 		err = q.pollUntilLost(ctx, conn)
 		amqpx.CloseConnection(conn, amqpx.CloseTimeout) // bounded: a silent broker must not hang the stop
 		if ctx.Err() != nil {
@@ -117,10 +129,13 @@ func (q *QueueDepths) Run(ctx context.Context) error {
 		}
 		log.Warn("queue depth polling lost the broker; reconnecting", "error", err)
 		q.forgetAll()
+		if time.Since(started) > q.opts.Interval { // it worked for a while: start the pauses over
+			pause.Reset()
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(bo.NextBackOff()):
+		case <-time.After(pause.NextBackOff()):
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/dedup"
 	dedupstore "github.com/warrenmq/warren/dedup/postgres"
 	"github.com/warrenmq/warren/examples/app"
 	"github.com/warrenmq/warren/middleware"
@@ -32,7 +33,14 @@ type Config struct {
 	DedupTable string
 	// HandlerTimeout bounds one event's handling. Default 30s.
 	HandlerTimeout time.Duration
+	// WrapStore, if set, wraps the dedup store the middleware uses, for
+	// the consumer of that name: warrenprom's DedupMetrics.Instrument
+	// counts and times its calls.
+	WrapStore func(store dedup.Store, consumer string) dedup.Store
 }
+
+// DefaultName is the consumer's name (and queue) when Config names none.
+const DefaultName = "automation"
 
 // Rule is "when a work item's state changes to WhenState, set its priority
 // to SetPriority".
@@ -59,7 +67,7 @@ var Actor = app.Actor{ID: "automation", Type: warren.InitiatorSystemAutomation}
 // New builds the service on pool. Changes go through a, so each writes its
 // follow-up event to a's outbox in the handler's transaction.
 func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
-	cfg.Consumer.Name = cmp.Or(cfg.Consumer.Name, "automation")
+	cfg.Consumer.Name = cmp.Or(cfg.Consumer.Name, DefaultName)
 	// The dedup store's state shows in readiness; while it is down,
 	// events are deferred without spending attempts.
 	storeUp := warren.NewDependency("dedup")
@@ -80,6 +88,10 @@ func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 		rules:        pgx.Identifier{cmp.Or(cfg.RulesTable, "automation_rules")}.Sanitize(),
 		runs:         pgx.Identifier{cmp.Or(cfg.RunsTable, "automation_runs")}.Sanitize(),
 	}
+	var used dedup.Store = store
+	if cfg.WrapStore != nil {
+		used = cfg.WrapStore(store, cfg.Consumer.Name)
+	}
 	log := base.Config().Logger
 	timeout := cmp.Or(cfg.HandlerTimeout, 30*time.Second)
 	s.Use(
@@ -92,7 +104,7 @@ func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 		// The lease outlives the handler's timeout, so a slow handler's
 		// event is never taken over; a crashed worker's event waits only
 		// that long.
-		middleware.Dedup(store, middleware.DedupOptions{Transactional: true, Lease: 2 * timeout, Health: storeUp}),
+		middleware.Dedup(used, middleware.DedupOptions{Transactional: true, Lease: 2 * timeout, Health: storeUp}),
 		middleware.Timeout(timeout),
 	)
 	s.HandleFunc("", s.apply)

@@ -19,7 +19,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -123,7 +125,10 @@ func run(ctx context.Context, stdout, stderr io.Writer, getenv func(string) stri
 		Answer:      pipeline.FlakyAnswer,
 		Logger:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	}
-	err := demo(ctx, stdout, cfg, pipeline.Workload{
+	self, _ := os.Executable()
+	hint := warrenHint(o.amqpURL, self, exec.LookPath, fileExists)
+	hint.withOutbox(cfg.DatabaseURL, cfg.Names.Outbox)
+	err := demo(ctx, stdout, cfg, hint, pipeline.Workload{
 		UserItems: o.items, ImportedItems: max(1, o.items/6), Poison: true, Every: o.every,
 	})
 	if err != nil {
@@ -139,7 +144,75 @@ const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
 var demoPrefixRE = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,29}$`)
 
-func demo(ctx context.Context, out io.Writer, cfg pipeline.Config, w pipeline.Workload) error {
+// hint is how the closing lines tell the user to run warren: the command
+// (what runs it from where they are) and the flags it needs to reach the
+// broker the demo used.
+type hint struct {
+	command, flags string
+	// outbox is what the console needs to show the demo's outbox: the
+	// database (password masked) and the table.
+	outbox string
+	masked bool // flags or outbox hold a URL whose password was masked
+}
+
+// warrenHint builds the hint; self is the demo's own executable. The
+// command is the way the user runs things here: a warren built beside the
+// demo (bin/demo, bin/warren), 'go run ./cmd/warren' when the demo itself
+// came from 'go run' in a checkout, warren when it is on PATH, else
+// 'go run' from a checkout or of the module path. An -amqp-url given to
+// the demo is passed on as --amqp-url, its password masked (the hint is
+// printed, and may be pasted into a ticket); AMQP_URL from the environment
+// reaches warren by itself.
+func warrenHint(amqpURL, self string, lookPath func(string) (string, error), exists func(string) bool) hint {
+	goRun := strings.Contains(filepath.ToSlash(self), "/go-build")
+	checkout := exists(filepath.Join("cmd", "warren", "main.go"))
+	sibling := filepath.Join(filepath.Dir(self), "warren")
+	_, pathErr := lookPath("warren")
+	h := hint{command: "go run github.com/warrenmq/warren/cmd/warren@latest"}
+	switch {
+	case self != "" && !goRun && exists(sibling):
+		h.command = sibling
+		if wd, err := os.Getwd(); err == nil {
+			if rel, err := filepath.Rel(wd, sibling); err == nil && !strings.HasPrefix(rel, "..") {
+				h.command = "./" + rel
+			}
+		}
+	case goRun && checkout:
+		h.command = "go run ./cmd/warren"
+	case pathErr == nil:
+		h.command = "warren"
+	case checkout:
+		h.command = "go run ./cmd/warren"
+	}
+	if amqpURL != "" {
+		masked := amqpx.RedactURLs(amqpURL)
+		h.flags, h.masked = " --amqp-url "+shellQuote(masked), masked != amqpURL
+	}
+	return h
+}
+
+// withOutbox adds the console's flags for the demo's outbox table in the
+// database at dbURL, its password masked.
+func (h *hint) withOutbox(dbURL, table string) {
+	masked := redact.URL(dbURL)
+	h.outbox = " --database-url " + shellQuote(masked) + " --table " + table
+	h.masked = h.masked || masked != dbURL
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if regexp.MustCompile(`^[A-Za-z0-9@%_+=:,./-]+$`).MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func fileExists(name string) bool {
+	_, err := os.Stat(name)
+	return err == nil
+}
+
+func demo(ctx context.Context, out io.Writer, cfg pipeline.Config, h hint, w pipeline.Workload) error {
 	begin := time.Now()
 	fmt.Fprintf(out, "Clearing what an earlier demo left (%s*)…\n", strings.TrimSuffix(cfg.Names.Exchange, ".events"))
 	if err := pipeline.Destroy(ctx, cfg); err != nil {
@@ -215,7 +288,7 @@ func demo(ctx context.Context, out io.Writer, cfg pipeline.Config, w pipeline.Wo
 	if err := p.Stop(); err != nil {
 		return fmt.Errorf("stopping the pipeline: %w", err)
 	}
-	return demoSummary(out, sum, exp, len(copies), p.Webhook.Config().Name, time.Since(begin))
+	return demoSummary(out, sum, exp, len(copies), p.Webhook.Config().Name, h, time.Since(begin))
 }
 
 // demoResult is what the pipeline did, read once everything settled.
@@ -237,7 +310,7 @@ func summarize(ctx context.Context, p *pipeline.Pipeline) (demoResult, error) {
 
 // demoSummary prints what happened, checking each line against what the
 // workload must lead to, and fails if anything does not add up.
-func demoSummary(out io.Writer, r demoResult, exp pipeline.Expect, copies int, webhookQueue string, took time.Duration) error {
+func demoSummary(out io.Writer, r demoResult, exp pipeline.Expect, copies int, webhookQueue string, h hint, took time.Duration) error {
 	twice := 0
 	for _, n := range r.accepted {
 		if n != 1 {
@@ -286,8 +359,13 @@ func demoSummary(out io.Writer, r demoResult, exp pipeline.Expect, copies int, w
 	}
 	fmt.Fprintln(out, "Nothing lost, nothing applied twice.")
 	fmt.Fprintf(out, "\nThe poison event is waiting in %s. Look at it:\n\n", dlq.QueueName(webhookQueue))
-	fmt.Fprintf(out, "  go run ./cmd/warren dlq show --queue %s\n", webhookQueue)
-	fmt.Fprintf(out, "  go run ./cmd/warren dlq replay --queue %s --dry-run\n", webhookQueue)
+	fmt.Fprintf(out, "  %s dlq show --queue %s%s\n", h.command, webhookQueue, h.flags)
+	fmt.Fprintf(out, "  %s dlq replay --queue %s --dry-run%s\n", h.command, webhookQueue, h.flags)
+	fmt.Fprint(out, "\nOr in the web console, at http://127.0.0.1:8089/ (its default address):\n\n")
+	fmt.Fprintf(out, "  %s console%s%s\n", h.command, h.flags, h.outbox)
+	if h.masked {
+		fmt.Fprintln(out, "\n(passwords masked: put yours back in the URLs, or export AMQP_URL and DATABASE_URL and leave the flags out)")
+	}
 	return nil
 }
 

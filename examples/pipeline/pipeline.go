@@ -177,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (_ *Pipeline, err error) {
 	for !p.Webhook.Health().Ready || !p.Automation.Health().Ready {
 		select {
 		case <-deadline:
-			return nil, fmt.Errorf("consumers not ready after 30s (is RabbitMQ at %s?): %w", redact.URL(cfg.AMQPURL), p.Err())
+			return nil, fmt.Errorf("consumers not ready after 30s (is RabbitMQ at %s?): %w", amqpx.RedactURLs(cfg.AMQPURL), p.Err())
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(10 * time.Millisecond):

@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
@@ -35,6 +36,7 @@ import (
 	"github.com/warrenmq/warren/examples/pipeline"
 	"github.com/warrenmq/warren/examples/webhook"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/warrenprom"
 )
 
 // The AMQP properties plane_publisher.py puts on a message.
@@ -246,8 +248,10 @@ type examples struct {
 	items *app.App
 	hook  *webhook.Service
 	auto  *automation.Service
-	recv  *receiver
-	logs  *logLines
+	// autoDedup has the automation's dedup store metrics (WrapStore).
+	autoDedup *prometheus.Registry
+	recv      *receiver
+	logs      *logLines
 }
 
 // startExamples starts both services, consuming, with names of their own,
@@ -305,9 +309,15 @@ func startExamples(t *testing.T) *examples {
 	}, store); err != nil {
 		t.Fatal(err)
 	}
+	e.autoDedup = prometheus.NewRegistry()
+	dedupMetrics, err := warrenprom.NewDedupMetrics(e.autoDedup, warrenprom.DedupOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if e.auto, err = automation.New(automation.Config{
 		Consumer:   consumerConfig(names.AutomationQueue),
 		RulesTable: names.Rules, RunsTable: names.Runs, DedupTable: names.Dedup,
+		WrapStore: dedupMetrics.Instrument,
 	}, e.pool, e.items); err != nil {
 		t.Fatal(err)
 	}
@@ -436,7 +446,8 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 				want.DeliveryMode, want.ContentType, want.ContentEncoding = amqp.Persistent, "application/json", "utf-8"
 			case propsFull: // what warren's relay sets (internal/amqpx)
 				want.DeliveryMode, want.ContentType, want.MessageId, want.Type = amqp.Persistent, "application/json", s.eventID, s.eventType
-				want.Headers = amqp.Table{warren.HeaderInitiatorType: s.row.Event["initiator_type"]}
+				entityID, _ := s.row.Event["entity_id"].(string) // the relay sets "" for an event without one
+				want.Headers = amqp.Table{warren.HeaderInitiatorType: s.row.Event["initiator_type"], warren.HeaderEntityID: entityID}
 			}
 			if s.props != propsNone {
 				// The publisher's clock, read while it ran.
@@ -518,6 +529,10 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 		want := consumer.Stats{Received: uint64(len(all)), Done: wantRuleRuns, Skipped: wantDelivered - wantRuleRuns, DeadLettered: wantDead}
 		if got := settled(e.auto.Stats()); got != want {
 			t.Errorf("automation stats\n %+v\nwant\n %+v", got, want)
+		}
+		// Every event handled was claimed through WrapStore's store.
+		if acquired := counterSum(t, e.autoDedup, "warren_dedup_claims_total", "result", "acquired"); acquired < float64(want.Done) {
+			t.Errorf("the dedup metrics count %v acquired claims, want at least the %d events handled", acquired, want.Done)
 		}
 	})
 
@@ -653,3 +668,27 @@ var (
 	rowColumns        = planeBodyKeys[slices.Index(planeBodyKeys, "event_id"):]
 	publisherInstance = regexp.MustCompile(`^poller-[0-9]+$`)
 )
+
+// counterSum is the sum of the counters of family name in reg whose
+// label is value.
+func counterSum(t *testing.T, reg *prometheus.Registry, name, label, value string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == label && l.GetValue() == value {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}

@@ -95,9 +95,13 @@ func ParseEndpoints(s string) ([]Endpoint, error) {
 	return out, nil
 }
 
+// DefaultName is the consumer's name (and queue) when Config names none.
+const DefaultName = "webhook"
+
 // Config configures the service. Zero values mean the documented defaults.
 type Config struct {
-	// Consumer is the consumer's configuration; Name defaults to "webhook".
+	// Consumer is the consumer's configuration; Name defaults to
+	// DefaultName.
 	Consumer  consumer.Config
 	Endpoints []Endpoint
 	// Secret signs the deliveries to endpoints without their own
@@ -139,7 +143,7 @@ func New(cfg Config, store dedup.Store) (*Service, error) {
 	if store == nil {
 		return nil, errors.New("webhook: a dedup store is required")
 	}
-	cfg.Consumer.Name = cmp.Or(cfg.Consumer.Name, "webhook")
+	cfg.Consumer.Name = cmp.Or(cfg.Consumer.Name, DefaultName)
 	cfg.Timeout = cmp.Or(cfg.Timeout, 10*time.Second)
 	cfg.Lease = cmp.Or(cfg.Lease, time.Minute)
 	if cfg.Lease <= cfg.Timeout {

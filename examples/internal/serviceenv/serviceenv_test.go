@@ -24,6 +24,7 @@ func TestConsumerReadsTheEnvironment(t *testing.T) {
 		"WARREN_ADOPT_QUEUE": "true",
 		"WARREN_DLQ":         "webhook.dlq",
 		"WARREN_DLX":         "plane.event_stream.dlq",
+		"WARREN_QUEUE_TYPE":  "quorum",
 	}), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -33,8 +34,8 @@ func TestConsumerReadsTheEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, topo := c.Config(), c.Topology()
-	if got.URL != "amqp://u:p@broker:5672/" || !got.AdoptQueue {
-		t.Errorf("config %+v: want the URL and AdoptQueue", got)
+	if got.URL != "amqp://u:p@broker:5672/" || !got.AdoptQueue || got.QueueType != consumer.Quorum {
+		t.Errorf("config %+v: want the URL, AdoptQueue and quorum queues", got)
 	}
 	if topo.Queue != "plane.event_stream.webhook" || topo.Exchange != "plane.event_stream" || topo.DLQ != "webhook.dlq" || topo.DLX != "plane.event_stream.dlq" {
 		t.Errorf("topology %+v: want the names from the environment", topo)
@@ -47,7 +48,7 @@ func TestConsumerDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.URL != "" || cfg.Name != "" || cfg.Exchange != "" || cfg.AdoptQueue || cfg.DeadLetterQueue != "" || cfg.DeadLetterExchange != "" {
+	if cfg.URL != "" || cfg.Name != "" || cfg.Exchange != "" || cfg.AdoptQueue || cfg.DeadLetterQueue != "" || cfg.DeadLetterExchange != "" || cfg.QueueType != "" {
 		t.Errorf("config %+v, want zero values", cfg)
 	}
 }

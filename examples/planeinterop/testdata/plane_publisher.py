@@ -34,7 +34,9 @@ properties KIND names:
   plane  Plane's, exactly as above
   full   what warren's relay sets: delivery_mode=2,
          content_type="application/json", message_id (= event_id), type
-         (= event_type), timestamp and the x-warren-initiator-type header
+         (= event_type), timestamp and the x-warren-initiator-type and
+         x-warren-entity-id headers (the latest "" when the event has no
+         entity_id)
   none   no BasicProperties at all: no content type, no message id, no
          type, not persistent
 
@@ -93,7 +95,8 @@ def properties(kind, body, now):
         return pika.BasicProperties(delivery_mode=2, content_type="application/json",
                                     message_id=body.get("event_id"), type=body.get("event_type"),
                                     timestamp=now,
-                                    headers={"x-warren-initiator-type": body.get("initiator_type")})
+                                    headers={"x-warren-initiator-type": body.get("initiator_type"),
+                                             "x-warren-entity-id": body.get("entity_id") or ""})
     raise ValueError("unknown properties kind %r: want plane, full or none" % kind)
 
 

@@ -7,8 +7,11 @@
 // Environment: AMQP_URL, DATABASE_URL, WARREN_EXCHANGE, WARREN_QUEUE
 // (default "automation"), WARREN_ADOPT_QUEUE (true: consume a queue Plane
 // declared as it is), WARREN_DLQ and WARREN_DLX (the dead-letter queue and
-// exchange; default <queue>.dlq and <queue>.dlx), WARREN_OUTBOX_TABLE,
-// HEALTH_ADDR (e.g. 127.0.0.1:8082, for /healthz and /readyz). Add a rule
+// exchange; default <queue>.dlq and <queue>.dlx), WARREN_QUEUE_TYPE
+// (classic or quorum), WARREN_OUTBOX_TABLE,
+// HEALTH_ADDR (e.g. 127.0.0.1:8082, for /healthz, /readyz and Prometheus
+// /metrics: the consumer's metrics and its queues' depths, which
+// docs/grafana-dashboard.json charts). Add a rule
 // with SQL:
 //
 //	INSERT INTO automation_rules (name, when_state, set_priority) VALUES ('done is not urgent', 'done', 'none');
@@ -17,6 +20,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -25,7 +29,6 @@ import (
 	"github.com/warrenmq/warren/examples/app"
 	"github.com/warrenmq/warren/examples/automation"
 	"github.com/warrenmq/warren/examples/internal/serviceenv"
-	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 )
 
@@ -45,6 +48,10 @@ func run(log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	metrics, err := serviceenv.NewMetrics(&consumerCfg)
+	if err != nil {
+		return err
+	}
 	dbURL := cmp.Or(os.Getenv("DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/test?sslmode=disable")
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
@@ -56,7 +63,8 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	svc, err := automation.New(automation.Config{
-		Consumer: consumerCfg,
+		Consumer:  consumerCfg,
+		WrapStore: metrics.Dedup,
 	}, pool, a)
 	if err != nil {
 		return err
@@ -68,9 +76,15 @@ func run(log *slog.Logger) error {
 		return redact.Error(err, dbURL)
 	}
 	if addr := os.Getenv("HEALTH_ADDR"); addr != "" {
-		go func() {
-			log.Error("health server stopped", "error", httpserver.New(addr, svc.HealthHandler()).ListenAndServe())
-		}()
+		// Stops with run: a test calls run more than once.
+		serveCtx, stop := context.WithCancel(context.Background())
+		defer stop()
+		if err := metrics.Serve(serveCtx, addr, svc.HealthHandler(), log); err != nil {
+			return fmt.Errorf("HEALTH_ADDR: %w", err)
+		}
+		if err := metrics.WatchQueues(serveCtx, consumerCfg.URL, log, svc.Topology()); err != nil {
+			return err
+		}
 	}
 	return svc.RunUntilSignal(ctx)
 }

@@ -6,11 +6,14 @@
 // Environment: AMQP_URL, REDIS_URL, WARREN_EXCHANGE, WARREN_QUEUE (default
 // "webhook"), WARREN_ADOPT_QUEUE (true: consume a queue Plane declared as
 // it is), WARREN_DLQ and WARREN_DLX (the dead-letter queue and exchange;
-// default <queue>.dlq and <queue>.dlx), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
+// default <queue>.dlq and <queue>.dlx), WARREN_QUEUE_TYPE (classic or
+// quorum), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
 // endpoint to event types), WEBHOOK_SECRET (signs for every endpoint
 // without its own), WEBHOOK_SECRET_1, WEBHOOK_SECRET_2, … (the secret of
 // the first, second, … endpoint of WEBHOOK_URL), HEALTH_ADDR (e.g.
-// 127.0.0.1:8081, for /healthz and /readyz).
+// 127.0.0.1:8081, for /healthz, /readyz and Prometheus
+// /metrics: the consumer's metrics and its queues' depths, which
+// docs/grafana-dashboard.json charts).
 package main
 
 import (
@@ -25,7 +28,6 @@ import (
 	dedupredis "github.com/warrenmq/warren/dedup/redis"
 	"github.com/warrenmq/warren/examples/internal/serviceenv"
 	"github.com/warrenmq/warren/examples/webhook"
-	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
 )
 
@@ -41,6 +43,10 @@ func main() {
 
 func run(log *slog.Logger) error {
 	consumerCfg, err := serviceenv.Consumer(os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	metrics, err := serviceenv.NewMetrics(&consumerCfg)
 	if err != nil {
 		return err
 	}
@@ -66,14 +72,20 @@ func run(log *slog.Logger) error {
 		Consumer:  consumerCfg,
 		Endpoints: endpoints,
 		Secret:    []byte(os.Getenv("WEBHOOK_SECRET")),
-	}, store)
+	}, metrics.Dedup(store, cmp.Or(consumerCfg.Name, webhook.DefaultName)))
 	if err != nil {
 		return err
 	}
 	if addr := os.Getenv("HEALTH_ADDR"); addr != "" {
-		go func() {
-			log.Error("health server stopped", "error", httpserver.New(addr, svc.HealthHandler()).ListenAndServe())
-		}()
+		// Stops with run: a test calls run more than once.
+		serveCtx, stop := context.WithCancel(context.Background())
+		defer stop()
+		if err := metrics.Serve(serveCtx, addr, svc.HealthHandler(), log); err != nil {
+			return fmt.Errorf("HEALTH_ADDR: %w", err)
+		}
+		if err := metrics.WatchQueues(serveCtx, consumerCfg.URL, log, svc.Topology()); err != nil {
+			return err
+		}
 	}
 	return svc.RunUntilSignal(context.Background())
 }

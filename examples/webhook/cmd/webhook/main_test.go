@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/examples/internal/serviceenv/serviceenvtest"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
@@ -54,4 +55,30 @@ func TestRunAdoptsTheQueueOfTheEnvironment(t *testing.T) {
 		<-done
 		t.Fatalf("run still running after 60s: its consumer is not adopting %s", queue)
 	}
+}
+
+// With HEALTH_ADDR the service serves Prometheus /metrics beside its
+// probes: warren's consumer metrics and its queues' depths, which
+// docs/grafana-dashboard.json charts.
+func TestRunServesMetrics(t *testing.T) {
+	queue := testenv.Name(t, "q")
+	testenv.CleanupQueues(t, consumer.TopologyFor(consumer.Config{Name: queue}).Queues()...)
+	testenv.CleanupExchanges(t, consumer.TopologyFor(consumer.Config{Name: queue}).DLX)
+	addr := serviceenvtest.FreeAddr(t)
+	t.Setenv("AMQP_URL", testenv.AMQPURL(t))
+	t.Setenv("REDIS_URL", testenv.RedisURL(t))
+	t.Setenv("WARREN_QUEUE", queue)
+	t.Setenv("WEBHOOK_URL", "http://127.0.0.1:1/hook")
+	t.Setenv("WEBHOOK_SECRET", "s3cret")
+	t.Setenv("HEALTH_ADDR", addr)
+	done := make(chan error, 1)
+	go func() { done <- run(slog.New(slog.DiscardHandler)) }()
+	t.Cleanup(func() { serviceenvtest.Stop(t, done) })
+	// The queue depths' series exist from the start (their first poll may
+	// precede the queue, and the next is 15s later).
+	serviceenvtest.WaitForMetrics(t, "http://"+addr+"/metrics", done,
+		`warren_consumer_connected{consumer="`+queue+`"} 1`,
+		`warren_queue_poll_errors_total{consumer="`+queue+`"}`,
+		`warren_dedup_claims_total{consumer="`+queue+`",result="acquired"}`,
+		"go_goroutines ")
 }
