@@ -7,13 +7,16 @@ GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 VULNDB := https://vuln.go.dev
 PKGS := ./...
 
-.PHONY: test lint vulncheck bench services fuzz reliability reliability-cdc cdc-kill
+.PHONY: test lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
 
 # devtools/bench is a module of its own; its tests check the report's arithmetic.
 # The race detector changes allocation counts, so the tests that pin the hot
 # path's allocations run again in a normal build.
+# The timeout bounds one package's binary: consumer's, with three clusters
+# of three RabbitMQ nodes started by its tests, took 18 minutes on two
+# cores kept busy (busy.sh) beside a reliability run, and 6 without busy.sh.
 test:
-	go test -race -count=1 -timeout 20m $(PKGS)
+	go test -race -count=1 -timeout 30m $(PKGS)
 	go test -count=1 -run 'Allocates' . ./consumer
 	cd devtools/bench && go test -count=1 ./...
 
@@ -54,6 +57,19 @@ bench:
 services:
 	scripts/services.sh
 
+# A local three-node RabbitMQ cluster on 127.0.0.1:5701-5703 (see README,
+# "A local cluster"); cluster-down stops it and deletes its data.
+cluster:
+	scripts/cluster.sh up
+
+cluster-down:
+	scripts/cluster.sh down
+
+# Screenshots of every page of `warren console`, taken by its browser test
+# in headless Chromium, into docs/console (the README shows them).
+screenshots:
+	WARREN_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console go test -count=1 -run '^TestBrowserReplayGroup$$' ./internal/console/
+
 # Short fuzzing of the decoders that read hostile input, and of the
 # redactor that keeps passwords out of error text.
 fuzz:
@@ -75,6 +91,15 @@ reliability:
 # also checks the slot's lag through a broker outage and a Postgres restart.
 reliability-cdc:
 	go run ./devtools/reliability -mode short -relay-mode cdc
+
+# The same short run on a private three-node RabbitMQ cluster: every
+# process given the three nodes' URLs, quorum queues, and among the faults
+# kill -9 of the node leading the queues, its restart, and another node's
+# stop_app / start_app, each timed until events flow again; fails on any
+# process that exits on a node's loss instead of reconnecting. About
+# 4 minutes. `-mode long -broker cluster` writes RELIABILITY-cluster.md.
+reliability-cluster:
+	go run ./devtools/reliability -mode short -broker cluster
 
 # The kill -9 proof of the CDC relay (issue 18) at full size: 100,000 events
 # committed by 8 writers while the streaming relay is killed with SIGKILL

@@ -30,8 +30,8 @@ func ratioBars(results []result) []bar {
 	var bars []bar
 	for _, r := range results {
 		ms := r.scenario.metricList()
-		if len(ms) != 1 || ms[0].lowerBetter || r.scenario.growth != nil {
-			continue // growth has charts of its own (growth_chart.go)
+		if len(ms) != 1 || ms[0].lowerBetter || r.scenario.growth != nil || r.scenario.cluster != nil || r.scenario.ratioTo != "" {
+			continue // growth has charts of its own (growth_chart.go); cluster and sizing, tables
 		}
 		best, bestPeer := r.best(0), r.bestPeer(0)
 		for i, v := range r.scenario.variants {

@@ -59,7 +59,7 @@ func newBacklog(ctx context.Context, e *env, queue string, args amqp.Table) (*ba
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ch.QueueDeclare(queue, true, false, false, false, args); err != nil {
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, e.queueArgs(args)); err != nil {
 		return nil, err
 	}
 	ch.Close()
@@ -331,29 +331,41 @@ type warrenLoad struct {
 	n              int
 	before, during func(ctx context.Context, conn *amqp.Connection, queue string) error
 	handled        func(m *warren.Message) // called by the handler, which does nothing else
+	// replicas is how many BaseConsumers of the same Config share the
+	// queue, as replicas of one service would (0 means 1).
+	replicas int
 }
 
 // runWarrenConsumer runs a BaseConsumer at its defaults, as tweak changes
 // them, behind what setup installs, on a topology of its own, until it has
 // handled load's n messages, and returns the time from its start to the
-// last of them.
+// last of them. With load.replicas, that many run on the queue at once,
+// each with what setup installs, and the time is to the last message any
+// of them handles.
 func runWarrenConsumer(ctx context.Context, e *env, tweak func(*consumer.Config), setup warrenSetup, load warrenLoad) (time.Duration, error) {
 	name := uniqueName("warren")
 	exchange := name + ".ex"
 	cfg := consumer.Config{URL: e.amqpURL, Name: name, Exchange: exchange, Logger: discardLogger}
+	if e.quorum {
+		cfg.QueueType = consumer.Quorum
+	}
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	c, err := consumer.New(cfg)
-	if err != nil {
-		return 0, err
-	}
-	if setup != nil {
-		cleanup, err := setup(ctx, e, c)
+	cs := make([]*consumer.BaseConsumer, max(load.replicas, 1))
+	for i := range cs {
+		c, err := consumer.New(cfg)
 		if err != nil {
 			return 0, err
 		}
-		defer cleanup()
+		if setup != nil {
+			cleanup, err := setup(ctx, e, c)
+			if err != nil {
+				return 0, err
+			}
+			defer cleanup()
+		}
+		cs[i] = c
 	}
 	if err := declareOnly(ctx, cfg); err != nil {
 		return 0, err
@@ -364,11 +376,11 @@ func runWarrenConsumer(ctx context.Context, e *env, tweak func(*consumer.Config)
 	}
 	defer func() {
 		if ch, err := conn.Channel(); err == nil {
-			for _, q := range c.Topology().Queues() {
+			for _, q := range cs[0].Topology().Queues() {
 				ch.QueueDelete(q, false, false, false)
 			}
 			ch.ExchangeDelete(exchange, false, false)
-			ch.ExchangeDelete(c.Topology().DLX, false, false)
+			ch.ExchangeDelete(cs[0].Topology().DLX, false, false)
 		}
 		conn.Close()
 	}()
@@ -380,26 +392,32 @@ func runWarrenConsumer(ctx context.Context, e *env, tweak func(*consumer.Config)
 
 	var handled atomic.Int64
 	done := make(chan struct{})
-	c.HandleFunc("", func(_ context.Context, m *warren.Message) error {
-		if load.handled != nil {
-			load.handled(m)
-		}
-		if handled.Add(1) == int64(load.n) {
-			close(done)
-		}
-		return nil
-	})
+	for _, c := range cs {
+		c.HandleFunc("", func(_ context.Context, m *warren.Message) error {
+			if load.handled != nil {
+				load.handled(m)
+			}
+			if handled.Add(1) == int64(load.n) {
+				close(done)
+			}
+			return nil
+		})
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 1)
+	errc := make(chan error, len(cs))
 	begin := time.Now()
-	go func() { errc <- c.Run(runCtx) }()
+	for _, c := range cs {
+		go func() { errc <- c.Run(runCtx) }()
+	}
 	fed := make(chan error, 1)
 	if load.during != nil {
 		go func() {
-			if err := waitReady(runCtx, c, errc); err != nil {
-				fed <- err
-				return
+			for _, c := range cs {
+				if err := waitReady(runCtx, c, errc); err != nil {
+					fed <- err
+					return
+				}
 			}
 			fed <- load.during(runCtx, conn, name)
 		}()
@@ -421,13 +439,19 @@ wait:
 	}
 	elapsed := time.Since(begin)
 	cancel()
-	if err := <-errc; err != nil {
-		return 0, err
+	for range cs {
+		if err := <-errc; err != nil {
+			return 0, err
+		}
 	}
-	if st := c.Stats(); st.Done != uint64(load.n) {
+	var settled uint64
+	for _, c := range cs {
+		settled += c.Stats().Done
+	}
+	if settled != uint64(load.n) {
 		// A deferred or retried message was handled again later, or
 		// not at all: the measurement is not of the work it claims.
-		return 0, fmt.Errorf("consumer settled %d messages as done, want %d (stats %+v)", st.Done, load.n, st)
+		return 0, fmt.Errorf("%d consumers settled %d messages as done, want %d (stats of the first %+v)", len(cs), settled, load.n, cs[0].Stats())
 	}
 	return elapsed, nil
 }

@@ -29,7 +29,18 @@
 //     workers 1 to 64, payloads of 300 B to 64 KiB, 1 to 4 relays on one
 //     table, an outbox backlog of 10k and 1M rows — each point a scenario
 //     of raw against warren, drawn as one chart per dimension
-//     (growth-*.png) and reported under "How cost grows".
+//     (growth-*.png) and reported under "How cost grows";
+//   - cluster (cluster.go): consume, consume + redis dedup and relay on the
+//     shared single node with classic queues and on a private three-node
+//     cluster with quorum queues (localrabbit.StartCluster, started for
+//     the run in a temporary directory and stopped at its end), raw and
+//     warren on each, reported as one table of cluster ÷ single and
+//     warren ÷ raw ratios (CLUSTER-RESULTS.md);
+//   - sizing (sizing.go): what one unit carries, for docs/scaling.md —
+//     1, 2 and 4 queues drained at once on one node (classic and quorum)
+//     and on the cluster, 1 and 2 consumer replicas on one queue, and
+//     relays: 1 and 2 on one table, one process draining two tables, one
+//     relay publishing to quorum queues (SIZING-RESULTS.md).
 //
 // Consume, consume + redis dedup and relay also have peer variants:
 // Watermill, what a Go team would pick instead of warren (watermill-amqp's
@@ -48,6 +59,8 @@
 //	go run . -run relay -messages 5000 -rounds 3    one scenario, smaller
 //	go run . -run memory -rss-messages 1000000      the memory run
 //	go run . -run cdc                               the CDC relay's scenarios
+//	go run . -run cluster -rounds 3                 single node vs three-node cluster (about 4 minutes)
+//	go run . -run sizing -rounds 3                  the sizing guide's figures (about 7 minutes)
 //
 // Where the time goes per message is measured apart, with go test's
 // benchmarks: BenchmarkConsume and BenchmarkRelay drain a backlog with

@@ -80,6 +80,14 @@ type scenario struct {
 	// of one dimension, reported in "How cost grows" instead of a section
 	// of its own.
 	growth *growthPoint
+	// cluster marks a scenario of the single node against the cluster
+	// (cluster.go), reported in a table of its own instead of a section.
+	cluster *clusterPoint
+	// ratioTo names the ratio column when the scenario's baseline is not
+	// a raw client but a point of its own (the sizing scenarios' one
+	// queue, one replica, one relay): "÷ 1 queue". Such ratios stay out
+	// of the ratio chart.
+	ratioTo string
 	// done, when set, removes what the scenario's variants share between
 	// rounds (growth's backlog tables) once its last round has run.
 	done func()
@@ -117,6 +125,10 @@ type env struct {
 	messages    int           // backlog size of the throughput scenarios
 	rssMessages int           // messages of the memory scenario
 	latencyRun  time.Duration // how long the latency and cdc producers scenarios produce
+	// quorum makes every queue a measurement declares a quorum queue
+	// (cluster.go): the raw variants' with x-queue-type, warren's with
+	// consumer.Config.QueueType.
+	quorum bool
 
 	// Set by growth variants on their own copy of the env (growth.go):
 	payloadData []byte          // every event's payload.data, when set (env.event)
@@ -213,6 +225,7 @@ func main() {
 		}
 		results = append(results, r)
 	}
+	stopCluster()
 	run.finished, run.loadAfter = time.Now(), loadAverage()
 	report := renderReport(results, run)
 	fmt.Print(report)
@@ -236,7 +249,9 @@ func scenarios(latencyRates []int) []scenario {
 	out = append(out, latencyScenarios(latencyRates)...)
 	out = append(out, cdcScenarios()...)
 	out = append(out, memoryScenario(), captureScenario())
-	return append(out, growthScenarios()...)
+	out = append(out, growthScenarios()...)
+	out = append(out, clusterScenarios()...)
+	return append(out, sizingScenarios()...)
 }
 
 // parseRates reads -latency-rate: positive integers separated by commas.
@@ -292,6 +307,7 @@ func envOr(name, fallback string) string {
 }
 
 func fatal(err error) {
+	stopCluster()
 	fmt.Fprintln(os.Stderr, "bench:", err)
 	os.Exit(1)
 }

@@ -95,6 +95,7 @@ func newOutboxBench(ctx context.Context, e *env, maxLength int) (*outboxBench, e
 	if maxLength <= 0 {
 		args = nil
 	}
+	args = e.queueArgs(args)
 	err = errors.Join(
 		ch.ExchangeDeclare(ob.exchange, amqp.ExchangeFanout, true, false, false, false, nil),
 		declareAndBind(ch, ob.queue, ob.exchange, args))

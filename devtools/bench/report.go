@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -251,8 +252,8 @@ func renderReport(results []result, run runInfo) string {
 	}
 
 	for _, r := range results {
-		if r.scenario.growth != nil {
-			continue // in "How cost grows", below
+		if r.scenario.growth != nil || r.scenario.cluster != nil {
+			continue // in "How cost grows" and the cluster's table, below
 		}
 		ms := r.scenario.metricList()
 		fmt.Fprintf(&b, "\n## %s\n\n%s\n\nOne measurement: %s. Rounds: %d.\n\n", r.scenario.name, r.scenario.about, r.size, r.rounds)
@@ -261,7 +262,7 @@ func renderReport(results []result, run runInfo) string {
 			header += fmt.Sprintf(" %s median | spread |", m.name)
 			rule += "---:|---:|"
 			if r.hasBaseline() {
-				ratio := "ratio to best raw"
+				ratio := cmp.Or(r.scenario.ratioTo, "ratio to best raw")
 				if m.lowerBetter {
 					ratio += " (lower is better)"
 				}
@@ -294,6 +295,7 @@ func renderReport(results []result, run runInfo) string {
 		}
 	}
 	renderGrowth(&b, results)
+	renderCluster(&b, results)
 	return b.String()
 }
 

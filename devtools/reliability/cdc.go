@@ -27,15 +27,6 @@ const (
 // outbox table.
 const cdcSlot = outboxTable + "_cdc"
 
-// reportName is the long mode's report at the checkout's root: the CDC
-// relays' evidence does not overwrite the polling relays'.
-func reportName(rm relayMode) string {
-	if rm == relayCDC {
-		return "RELIABILITY-cdc.md"
-	}
-	return "RELIABILITY.md"
-}
-
 func (h *harness) cdc() bool { return h.relays == relayCDC }
 
 // postgresSettings are the private cluster's settings for the relay mode.

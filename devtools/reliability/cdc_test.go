@@ -95,7 +95,7 @@ func TestOutageAndRestartFaults(t *testing.T) {
 	if modes["long"].brokerOutage != time.Minute || modes["short"].brokerOutage <= modes["short"].brokerDown {
 		t.Errorf("outages: long %v (want a minute), short %v", modes["long"].brokerOutage, modes["short"].brokerOutage)
 	}
-	if reportName(relayCDC) == reportName(relayPoll) {
+	if reportName(relayCDC, brokerSingle) == reportName(relayPoll, brokerSingle) {
 		t.Error("a long cdc run would overwrite the polling relays' RELIABILITY.md")
 	}
 }

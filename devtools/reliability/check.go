@@ -111,7 +111,7 @@ func (h *harness) drained(ctx context.Context) bool {
 }
 
 func (h *harness) queueDepths(ctx context.Context) (map[string]int, error) {
-	conn, err := amqpx.Dial(ctx, h.rabbit.URL(), amqpx.DialOptions{Name: "reliability checker", Timeout: 5 * time.Second})
+	conn, err := amqpx.Dial(ctx, h.amqpURL(), amqpx.DialOptions{Name: "reliability checker", Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ type heldEvent struct {
 // check reads every effect from the services and compares it with what
 // the workload committed.
 func (h *harness) check(ctx context.Context) (*result, error) {
-	res := &result{mode: h.mode, relays: h.relays, timings: h.timings, faults: h.faults, stats: map[string]consumerStats{}}
+	res := &result{mode: h.mode, relays: h.relays, broker: h.broker, timings: h.timings, faults: h.faults, stats: map[string]consumerStats{}}
 	res.committedTx, res.rolledBackTx = h.wl.countOf(statusCommitted), h.wl.countOf(statusRolledBack)
 	res.failedTx, res.ambiguousTx = h.wl.countOf(statusFailed), h.wl.countOf(statusAmbiguous)
 	h.wl.txErrors.Range(func(k, v any) bool {
@@ -362,7 +362,7 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 		case len(acc) == 0:
 			res.webhookLost = append(res.webhookLost, id+" ("+what+")")
 		case len(acc) > 1:
-			cause, detail := explainDuplicate(acc, kills, h.stalls, redisRestarts, redisStalls)
+			cause, detail := explainDuplicate(acc, kills, h.stalls, redisRestarts, redisStalls, h.nodeLosses())
 			res.webhookDups = append(res.webhookDups, duplicate{id: id, count: len(acc), cause: cause, detail: detail})
 		}
 	}
@@ -538,12 +538,13 @@ const (
 	causeSenderTimeout = "the slow receiver accepted just as the sender's timeout fired; the sender saw a failure and retried"
 	causePosterFrozen  = "the replica was frozen past its lease after the receiver's 200; another replica took the event over"
 	causeRedisStalled  = "Redis was stalled or down when the done-mark was due after the receiver's 200"
+	causeNodeLost      = "the cluster node holding the replica's connection was lost (kill -9 or stop_app) while the event was in flight; the broker redelivered it"
 )
 
 // explainDuplicate finds, for each repeated acceptance, a fault that
 // explains it; cause is "" when one is unexplained. detail lists the
 // acceptances either way.
-func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []stall, redisRestarts []time.Time, redisStalls []stall) (cause, detail string) {
+func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []stall, redisRestarts []time.Time, redisStalls []stall, losses []nodeLoss) (cause, detail string) {
 	acc = slices.Clone(acc)
 	slices.SortFunc(acc, func(a, b acceptance) int { return a.at.Compare(b.at) })
 	var parts []string
@@ -590,6 +591,20 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 				break
 			}
 		}
+		for _, l := range losses {
+			// The replica was connected to the node, and the node went
+			// while the event was in flight there: from the delivery (at
+			// most the sender's timeout before the 200) to the done-mark
+			// and the ack, which follow the 200 within milliseconds. The
+			// dedup should absorb the redelivery (the done-mark is in
+			// Redis, which the node's loss does not touch), so this cause
+			// alone explaining a duplicate deserves a look.
+			onNode := prev.poster == "unknown" || slices.Contains(l.procs, prev.poster)
+			if onNode && !l.from.Before(prev.at.Add(-senderTimeout-time.Second)) && l.from.Before(prev.at.Add(2*time.Second)) && l.from.Before(next.at) {
+				found = append(found, causeNodeLost)
+				break
+			}
+		}
 		if len(found) == 0 {
 			return "", detail
 		}
@@ -620,7 +635,7 @@ func killsOf(kills map[string][]time.Time, poster string) []time.Time {
 // checkDeadLetters reads both DLQs: every hostile message that must die is
 // there with the right metadata, and nothing else is.
 func (h *harness) checkDeadLetters(ctx context.Context, res *result) error {
-	conn, err := amqpx.Dial(ctx, h.rabbit.URL(), amqpx.DialOptions{Name: "reliability dlq reader"})
+	conn, err := amqpx.Dial(ctx, h.amqpURL(), amqpx.DialOptions{Name: "reliability dlq reader"})
 	if err != nil {
 		return err
 	}
@@ -743,6 +758,13 @@ func (h *harness) explainDeadLetterCopies(hm hostileMessage, consumerName string
 		case f.kind == faultCloseConns, f.kind == faultBrokerRestart, f.kind == faultBrokerOutage, f.kind == faultMemoryAlarm,
 			strings.HasPrefix(f.target, consumerName+"-"):
 			return fmt.Sprintf("%s at %s, between the dead-letter publish and its ack", f.kind, f.start.Format("15:04:05"))
+		case f.kind == faultNodeKill || f.kind == faultNodeStopApp:
+			// Only a replica connected to the node lost its channel.
+			for _, p := range f.onNode {
+				if strings.HasPrefix(p, consumerName+"-") {
+					return fmt.Sprintf("%s (node %d) at %s: %s lost its channel between the dead-letter publish and its ack", f.kind, f.node, f.start.Format("15:04:05"), p)
+				}
+			}
 		}
 	}
 	return ""
@@ -803,6 +825,15 @@ func (h *harness) scanLogs(res *result) {
 				p.spec.name, counts["second rule run caught by the runs table's key"])
 		}
 		for _, e := range p.unexpectedExits() {
+			// On a cluster, a process must ride out a node's loss by
+			// reconnecting to another node: an exit while a cluster fault
+			// is the latest fault is named as such.
+			if f := h.nodeFaultBefore(e.at); f != nil {
+				res.nodeLossExits = append(res.nodeLossExits, fmt.Sprintf("%s at %s (%s, node %d)", p.spec.name, e.at.Format("15:04:05"), f.kind, f.node))
+				res.fail("%s exited at %s, %v after %s (node %d), instead of reconnecting to another node: %s (log: %s)",
+					p.spec.name, e.at.Format("15:04:05"), e.at.Sub(f.start).Round(time.Millisecond), f.kind, f.node, e.err, p.logPath)
+				continue
+			}
 			res.fail("%s exited without being killed at %s: %s (log: %s)", p.spec.name, e.at.Format("15:04:05"), e.err, p.logPath)
 		}
 		if p.spec.kind != "relay" {

@@ -42,7 +42,7 @@ func TestExplainDuplicate(t *testing.T) {
 			if c.unnamed {
 				acc[0].poster = "unknown"
 			}
-			got, detail := explainDuplicate(acc, c.kills, c.stalls, c.redis, nil)
+			got, detail := explainDuplicate(acc, c.kills, c.stalls, c.redis, nil, nil)
 			if got != c.want {
 				t.Fatalf("cause %q, want %q", got, c.want)
 			}
@@ -62,7 +62,7 @@ func TestExplainDuplicateOfAnAnswerHeldToTheSendersTimeout(t *testing.T) {
 		want string
 	}{{10*time.Second + 40*time.Millisecond, causeSenderTimeout}, {9500 * time.Millisecond, causeSenderTimeout}, {3 * time.Second, ""}} {
 		twice := []acceptance{{at: at(10), poster: "webhook-a", held: c.held}, {at: at(11), poster: "webhook-b"}}
-		if got, _ := explainDuplicate(twice, nil, nil, nil, nil); got != c.want {
+		if got, _ := explainDuplicate(twice, nil, nil, nil, nil, nil); got != c.want {
 			t.Errorf("held %v: cause %q, want %q", c.held, got, c.want)
 		}
 	}
@@ -71,10 +71,10 @@ func TestExplainDuplicateOfAnAnswerHeldToTheSendersTimeout(t *testing.T) {
 func TestExplainDuplicateNeedsEveryRepeatExplained(t *testing.T) {
 	thrice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}, {at: at(80), poster: "webhook-a"}}
 	kills := map[string][]time.Time{"webhook-a": {at(10.01)}}
-	if got, _ := explainDuplicate(thrice, kills, nil, nil, nil); got != "" {
+	if got, _ := explainDuplicate(thrice, kills, nil, nil, nil, nil); got != "" {
 		t.Fatalf("the third delivery has no fault behind it, yet the duplicate was explained: %q", got)
 	}
-	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}, nil); got == "" {
+	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}, nil, nil); got == "" {
 		t.Fatal("a kill and a Redis restart explain both repeats, yet the duplicate was not explained")
 	}
 }
@@ -210,10 +210,10 @@ func TestRedisStallExplainsDuplicate(t *testing.T) {
 	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
 	twice := []acceptance{{at: at(0), poster: "webhook-a"}, {at: at(70), poster: "webhook-b"}}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(1), to: at(66)}}); got != causeRedisStalled {
+	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(1), to: at(66)}}, nil); got != causeRedisStalled {
 		t.Errorf("stall right after the 200: cause %q", got)
 	}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(30), to: at(40)}}); got != "" {
+	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(30), to: at(40)}}, nil); got != "" {
 		t.Errorf("stall long after the done-mark: cause %q, want none", got)
 	}
 }

@@ -10,6 +10,7 @@
 //	make reliability                            # the short mode
 //	go run ./devtools/reliability -faults memory-alarm,dlq-shovel=2   # only these kinds
 //	go run ./devtools/reliability -relay-mode cdc   # the CDC relays (make reliability-cdc); long: RELIABILITY-cdc.md
+//	go run ./devtools/reliability -broker cluster   # a three-node cluster (make reliability-cluster); long: RELIABILITY-cluster.md
 //
 // # What it runs
 //
@@ -26,6 +27,30 @@
 // subprocesses, configured by environment variables and restarted after
 // every exit. The webhook's HTTP receiver runs inside the harness: it is the
 // ledger of the webhook's effect.
+//
+// # On a cluster
+//
+// With -broker cluster the harness starts a private three-node RabbitMQ
+// cluster (localrabbit.StartCluster) instead of one node. Every process is
+// given the three nodes' URLs in AMQP_URL, comma-separated (each dial
+// starts from a random node, so the processes spread over the nodes), and
+// the consumers WARREN_QUEUE_TYPE=quorum: their queues, retry tiers and
+// DLQs are quorum queues, dead-lettering at least once. Among the faults,
+// each injected with the one that brings its node back right after it:
+// kill -9 of the node leading the webhook queue, then its restart (it
+// rejoins), and stop_app of a node leading neither consumer's queue, then
+// its start_app. Each half is measured like any fault (the time until a
+// probe reaches both consumers' effects), plus the time until every
+// process that was connected to the lost node is connected to another and
+// ready again; the report lists every cluster fault with its figures. No
+// process may exit on a node's loss: it must reconnect by itself, and an
+// exit then fails the run by name. The connection close runs on every
+// node; the memory alarm is raised on the queue leader only (an alarm on
+// any node blocks publishers on all of them); the single node's stop_app
+// and its outage are left out, and the report says why. A duplicate
+// webhook delivery is laid to a node's loss only if the replica that
+// posted first was connected to that node and the node went while the
+// event was in flight there.
 //
 // # How it checks
 //

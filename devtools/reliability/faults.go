@@ -32,6 +32,7 @@ const (
 	faultRedisDown      faultKind = "Redis down (connections refused), marks lost"
 	faultBrokerOutage   faultKind = "broker stopped for an outage (stop_app … start_app)"
 	faultPGRestart      faultKind = "Postgres restarted under load (fast shutdown, start)"
+	// The cluster's faults are in cluster.go.
 )
 
 // faultIDs are the short names -faults selects kinds by.
@@ -43,6 +44,8 @@ var faultIDs = map[string]faultKind{
 	"memory-alarm": faultMemoryAlarm, "dlq-import": faultDLQImport, "dlq-shovel": faultDLQShovel,
 	"pg-stall": faultPGStall, "redis-stall": faultRedisStall, "redis-down": faultRedisDown,
 	"broker-outage": faultBrokerOutage, "pg-restart": faultPGRestart,
+	// -broker cluster only; each brings its node back right after.
+	"node-kill": faultNodeKill, "node-stop-app": faultNodeStopApp,
 }
 
 // faultOrder is the order of the report's rows.
@@ -52,6 +55,7 @@ var faultOrder = []faultKind{
 	faultReceiver5xx, faultReceiverSlow, faultHostile,
 	faultMemoryAlarm, faultDLQImport, faultDLQShovel, faultPGStall, faultRedisStall, faultRedisDown,
 	faultBrokerOutage, faultPGRestart,
+	faultNodeKill, faultNodeRestart, faultNodeStopApp, faultNodeStartApp,
 }
 
 // faultRecord is one injected fault and how the system came back from it.
@@ -87,13 +91,19 @@ type faultRecord struct {
 	stops  []stopRecord
 	killed map[string]time.Time
 
+	// node: for the cluster faults, the node's index; onNode: the
+	// processes that held a connection to it when it went.
+	node   int
+	onNode []string
+
 	// slot: in cdc mode, what the replication slot did around the fault.
 	slot *slotRecord
 	// problems: the fault's own checks that failed (each fails the run).
 	problems []string
 }
 
-// schedule returns the faults of a run in random order.
+// schedule returns the faults of a run in random order, each cluster
+// fault followed at once by the one that undoes it.
 func schedule(rng *rand.Rand, counts map[faultKind]int) []faultKind {
 	var out []faultKind
 	for _, k := range faultOrder {
@@ -102,7 +112,14 @@ func schedule(rng *rand.Rand, counts map[faultKind]int) []faultKind {
 		}
 	}
 	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out
+	var plan []faultKind
+	for _, k := range out {
+		plan = append(plan, k)
+		if undo, ok := undoFault[k]; ok {
+			plan = append(plan, undo)
+		}
+	}
+	return plan
 }
 
 // inject applies one fault and returns when it has been lifted.
@@ -167,7 +184,10 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 			h.stalls[len(h.stalls)-1].to = time.Now()
 		}
 	case faultCloseConns:
-		err = h.rabbit.ctl(ctx, "close_all_connections", "reliability fault")
+		if h.clustered() {
+			f.target = "on every node"
+		}
+		err = h.eachNode(ctx, "close_all_connections", "reliability fault")
 	case faultBrokerRestart:
 		f.target = fmt.Sprintf("down %v", h.mode.brokerDown)
 		if err = h.rabbit.ctl(ctx, "stop_app"); err == nil {
@@ -230,10 +250,12 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 		h.redis.Crash()
 		pause(h.mode.redisOutage)
 		err = h.redis.Restart(ctx)
+	case faultNodeKill, faultNodeRestart, faultNodeStopApp, faultNodeStartApp:
+		err = h.injectNodeFault(ctx, f)
 	case faultHostile:
 		h.hostileBursts++
 		var sent []hostileMessage
-		sent, err = sendHostile(ctx, h.rabbit.URL(), exchange, h.runID, h.hostileBursts, h.recv.failOnce)
+		sent, err = sendHostile(ctx, h.amqpURL(), exchange, h.runID, h.hostileBursts, h.recv.failOnce)
 		h.hostile = append(h.hostile, sent...)
 		f.target = fmt.Sprintf("%d messages", len(sent))
 	}

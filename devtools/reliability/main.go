@@ -23,6 +23,7 @@ import (
 
 	"github.com/warrenmq/warren/examples/app"
 	"github.com/warrenmq/warren/internal/httpserver"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
 
 // Names on the private services. Nothing else uses these services, so the
@@ -55,14 +56,17 @@ const (
 
 // mode is the size of a run.
 type mode struct {
-	name            string
-	rate            float64 // application transactions per second
-	workers         int
-	rollbackPct     int
-	warmup          time.Duration
-	faultPhase      time.Duration // faults stop being injected after this
-	gapMin, gapMax  time.Duration // pause between faults
-	counts          map[faultKind]int
+	name           string
+	rate           float64 // application transactions per second
+	workers        int
+	rollbackPct    int
+	warmup         time.Duration
+	faultPhase     time.Duration // faults stop being injected after this
+	gapMin, gapMax time.Duration // pause between faults
+	counts         map[faultKind]int
+	// clusterCounts are the cluster's faults (-broker cluster), each
+	// followed by the fault that brings its node back.
+	clusterCounts   map[faultKind]int
 	recoveryTimeout time.Duration
 	drainTimeout    time.Duration
 	quiet           time.Duration
@@ -89,6 +93,7 @@ var modes = map[string]mode{
 			faultMemoryAlarm: 1, faultDLQImport: 1, faultDLQShovel: 1, faultPGStall: 1, faultRedisStall: 1, faultRedisDown: 1,
 			faultBrokerOutage: 1, faultPGRestart: 2,
 		},
+		clusterCounts:   map[faultKind]int{faultNodeKill: 2, faultNodeStopApp: 1},
 		recoveryTimeout: 90 * time.Second, drainTimeout: 100 * time.Second, quiet: 5 * time.Second,
 		// The outage is 15s, not the long mode's minute: long enough for
 		// the slot's lag to grow well past its steady level, short enough
@@ -110,6 +115,7 @@ var modes = map[string]mode{
 			faultMemoryAlarm: 3, faultDLQImport: 2, faultDLQShovel: 2, faultPGStall: 2, faultRedisStall: 2, faultRedisDown: 1,
 			faultBrokerOutage: 2, faultPGRestart: 4,
 		},
+		clusterCounts:   map[faultKind]int{faultNodeKill: 6, faultNodeStopApp: 4},
 		recoveryTimeout: 3 * time.Minute, drainTimeout: max(automationLease, longestRetryTier) + 2*time.Minute, quiet: 20 * time.Second,
 		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, brokerOutage: time.Minute, redisDown: 3 * time.Second,
 		receiverFail: 25 * time.Second, receiverSlow: 20 * time.Second,
@@ -152,6 +158,7 @@ func selectFaults(spec string, counts map[faultKind]int) (map[faultKind]int, err
 type harness struct {
 	mode    mode
 	relays  relayMode
+	broker  brokerMode
 	runID   string
 	dir     string
 	verbose bool
@@ -159,9 +166,10 @@ type harness struct {
 	rng     *rand.Rand
 	started time.Time
 
-	rabbit *rabbit
-	pg     *postgres
-	redis  *redisServer
+	rabbit  *rabbit              // -broker single
+	cluster *localrabbit.Cluster // -broker cluster
+	pg      *postgres
+	redis   *redisServer
 
 	admin   *pgx.Conn // kept out of pg_terminate_backend's way
 	pool    *pgxpool.Pool
@@ -187,10 +195,15 @@ type harness struct {
 	// stopLSN is the server's WAL position when the workload stopped
 	// (cdc mode): the drain waits for the slot to pass it.
 	stopLSN int64
+	// nodeDown and appStopped: the cluster node a cluster fault killed or
+	// stopped the application of, until the fault after it brings it
+	// back; -1 for none.
+	nodeDown, appStopped int
 }
 
 func main() {
 	modeName := flag.String("mode", "short", "short (CI, under 5 minutes) or long (release checks; writes RELIABILITY.md)")
+	broker := flag.String("broker", string(brokerSingle), "single: one private RabbitMQ node; cluster: a private three-node cluster, every process given all three URLs, quorum queues, and node kills, restarts and stop_apps among the faults (long: RELIABILITY-cluster.md)")
 	relays := flag.String("relay-mode", string(relayPoll), "poll: the relays claim rows from the outbox table; cdc: they stream it from a logical replication slot (warren relay run --mode cdc), one streaming and one standing by")
 	out := flag.String("out", "", "write the report here (default: RELIABILITY.md at the checkout root in long mode, the run directory in short mode)")
 	seed := flag.Uint64("seed", 0, "random seed for the fault schedule and the workload (default: from the clock)")
@@ -210,11 +223,22 @@ func main() {
 		fmt.Fprintf(os.Stderr, "reliability: unknown -relay-mode %q (want poll or cdc)\n", *relays)
 		os.Exit(2)
 	}
+	bm := brokerMode(*broker)
+	if bm != brokerSingle && bm != brokerCluster {
+		fmt.Fprintf(os.Stderr, "reliability: unknown -broker %q (want single or cluster)\n", *broker)
+		os.Exit(2)
+	}
 	if *faultPhase > 0 {
 		m.faultPhase = *faultPhase
 	}
+	if bm == brokerCluster {
+		m.counts = clusterCounts(m)
+	}
 	if *only != "" {
 		counts, err := selectFaults(*only, m.counts)
+		if err == nil {
+			err = checkBrokerFaults(bm, counts)
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "reliability: -faults: %v\n", err)
 			os.Exit(2)
@@ -231,14 +255,14 @@ func main() {
 			fmt.Fprintf(os.Stderr, "reliability: %v\n", err)
 			os.Exit(1)
 		}
-		*out = filepath.Join(root, reportName(rm))
+		*out = filepath.Join(root, reportName(rm, bm))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		<-ctx.Done()
 		stop() // a second signal kills at once
 	}()
-	code := run(ctx, m, rm, *seed, *out, *keep, *race, *verbose)
+	code := run(ctx, m, rm, bm, *seed, *out, *keep, *race, *verbose)
 	stop()
 	os.Exit(code)
 }
@@ -247,13 +271,13 @@ func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "reliability %6.1fs: %s\n", time.Since(h.started).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func run(ctx context.Context, m mode, rm relayMode, seed uint64, out string, keep, race, verbose bool) int {
+func run(ctx context.Context, m mode, rm relayMode, bm brokerMode, seed uint64, out string, keep, race, verbose bool) int {
 	h := &harness{
-		mode: m, relays: rm, verbose: verbose, race: race, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), started: time.Now(),
+		mode: m, relays: rm, broker: bm, nodeDown: -1, appStopped: -1, verbose: verbose, race: race, rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), started: time.Now(),
 		runID: fmt.Sprintf("r%d", time.Now().Unix()%100000), tracker: newTracker(),
 		timings: map[string]time.Duration{}, exitCodes: map[string]string{},
 	}
-	h.logf("mode %s, %s relays, seed %d", m.name, rm, seed)
+	h.logf("mode %s, %s relays, %s broker, seed %d", m.name, rm, bm, seed)
 	if n := reapOrphans(); n > 0 {
 		h.logf("reaped the leftovers of %d earlier runs whose harness was killed", n)
 	}
@@ -370,8 +394,13 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 			break
 		}
 		// After the phase, only kinds not yet injected run: every kind
-		// the mode counts is covered at least once.
-		if time.Now().After(phaseEnd) && injected[kind] {
+		// the mode counts is covered at least once. The fault that brings
+		// a cluster node back runs whenever its fault ran, and only then.
+		if isUndo(kind) {
+			if !h.pendingUndo(kind) {
+				continue
+			}
+		} else if time.Now().After(phaseEnd) && injected[kind] {
 			skipped++
 			continue
 		}
@@ -398,6 +427,9 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if err := h.restoreCluster(ctx); err != nil {
+		return nil, err
 	}
 	stopWorkload()
 	workers.Wait()
@@ -439,18 +471,17 @@ func (h *harness) startServices(ctx context.Context) error {
 		buildErr = h.build(ctx)
 		h.timings["build the binaries"] = time.Since(start)
 	})
-	wg.Go(func() { h.rabbit, rabbitErr = startRabbit(ctx, filepath.Join(h.dir, "rabbitmq")) })
+	wg.Go(func() { rabbitErr = h.startBroker(ctx) })
 	wg.Go(func() { h.pg, pgErr = startPostgres(ctx, filepath.Join(h.dir, "postgres"), h.postgresSettings()) })
 	wg.Go(func() { h.redis, redisErr = startRedis(ctx, filepath.Join(h.dir, "redis")) })
 	wg.Wait()
 	if err := errors.Join(buildErr, rabbitErr, pgErr, redisErr); err != nil {
 		return err
 	}
-	h.timings["start RabbitMQ"] = h.rabbit.Startup
 	h.timings["start PostgreSQL (initdb + start)"] = h.pg.Startup
 	h.timings["start Redis"] = h.redis.Startup
-	h.logf("private services: RabbitMQ %s (%v), PostgreSQL :%d (%v), Redis :%d (%v); binaries built in %v",
-		h.rabbit.node, h.rabbit.Startup.Round(time.Millisecond), h.pg.port, h.pg.Startup.Round(time.Millisecond),
+	h.logf("private services: %s, PostgreSQL :%d (%v), Redis :%d (%v); binaries built in %v",
+		h.brokerText(), h.pg.port, h.pg.Startup.Round(time.Millisecond),
 		h.redis.port, h.redis.Startup.Round(time.Millisecond), h.timings["build the binaries"].Round(time.Millisecond))
 	return nil
 }
@@ -518,7 +549,7 @@ func (h *harness) setup(ctx context.Context) error {
 	}
 
 	bin := func(name string) string { return filepath.Join(h.dir, "bin", name) }
-	common := append(cleanEnv(), "AMQP_URL="+h.rabbit.URL(), "DATABASE_URL="+h.pg.URL(), "REDIS_URL="+h.redis.URL(),
+	common := append(cleanEnv(), "AMQP_URL="+h.amqpURL(), "DATABASE_URL="+h.pg.URL(), "REDIS_URL="+h.redis.URL(),
 		"WARREN_EXCHANGE="+exchange, "WARREN_OUTBOX_TABLE="+outboxTable, "WEBHOOK_SECRET="+webhookSecret)
 	add := func(kind, name, binary string, args []string, env ...string) error {
 		port, err := freePort()
@@ -536,10 +567,10 @@ func (h *harness) setup(ctx context.Context) error {
 		return nil
 	}
 	for _, r := range []string{"a", "b"} {
-		if err := add("webhook", "webhook-"+r, bin("webhook"), nil, "WARREN_QUEUE="+webhookQueue, "WEBHOOK_URL="+h.recvURL+"/hook,"+h.endpoints.webhookURLs()); err != nil {
+		if err := add("webhook", "webhook-"+r, bin("webhook"), nil, h.consumerEnv("WARREN_QUEUE="+webhookQueue, "WEBHOOK_URL="+h.recvURL+"/hook,"+h.endpoints.webhookURLs())...); err != nil {
 			return err
 		}
-		if err := add("automation", "automation-"+r, bin("automation"), nil, "WARREN_QUEUE="+autoQueue); err != nil {
+		if err := add("automation", "automation-"+r, bin("automation"), nil, h.consumerEnv("WARREN_QUEUE="+autoQueue)...); err != nil {
 			return err
 		}
 	}
@@ -585,6 +616,15 @@ func (h *harness) setup(ctx context.Context) error {
 	h.timings["relays ready (2 processes)"] = time.Since(start)
 	h.logf("processes ready: %d consumers, 2 %s relays; receiver at %s", len(h.procs)-2, h.relays, h.recvURL)
 	return nil
+}
+
+// consumerEnv is a consumer's own environment: on a cluster, its queues
+// (main, retry tiers, DLQ) are quorum queues.
+func (h *harness) consumerEnv(env ...string) []string {
+	if h.clustered() {
+		env = append(env, "WARREN_QUEUE_TYPE=quorum")
+	}
+	return env
 }
 
 // relayArgs are a supervised relay's arguments in the run's relay mode
@@ -670,11 +710,7 @@ func (h *harness) shutdown() {
 		h.pool.Close()
 	}
 	for _, stop := range []func(){
-		func() {
-			if h.rabbit != nil {
-				h.rabbit.Stop()
-			}
-		},
+		h.stopBroker,
 		func() {
 			if h.pg != nil {
 				h.pg.Stop()
@@ -693,6 +729,10 @@ func (h *harness) shutdown() {
 // removeServiceData deletes the services' data, keeping logs.
 func (h *harness) removeServiceData() {
 	os.RemoveAll(filepath.Join(h.dir, "rabbitmq", "mnesia"))
+	nodes, _ := filepath.Glob(filepath.Join(h.dir, "rabbitmq", "*", "mnesia")) // a cluster's
+	for _, d := range nodes {
+		os.RemoveAll(d)
+	}
 	os.RemoveAll(filepath.Join(h.dir, "postgres", "data"))
 	os.RemoveAll(filepath.Join(h.dir, "bin"))
 }

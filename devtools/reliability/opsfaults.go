@@ -90,19 +90,26 @@ func (h *harness) memoryAlarm(ctx context.Context, f *faultRecord) (target, note
 		return "", "", ctx.Err()
 	case <-time.After(2 * time.Second):
 	}
-	if err := h.rabbit.ctl(ctx, "set_vm_memory_high_watermark", alarmWatermark); err != nil {
+	where, ctl, err := h.alarmNode(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	if err := ctl(ctx, "set_vm_memory_high_watermark", alarmWatermark); err != nil {
 		return "", "", err
 	}
 	// Lifted whatever happens below: a node left in alarm blocks the rest
 	// of the run.
 	defer func() {
-		if lerr := h.rabbit.ctl(context.WithoutCancel(ctx), "set_vm_memory_high_watermark", defaultWatermark); lerr != nil {
+		if lerr := ctl(context.WithoutCancel(ctx), "set_vm_memory_high_watermark", defaultWatermark); lerr != nil {
 			err = errors.Join(err, fmt.Errorf("lift the alarm: %w", lerr))
 		}
 	}()
 	note, err = h.confirmBlocked(ctx)
 	if err != nil {
 		return "", "", err
+	}
+	if where != "" {
+		note = strings.Replace(note, "alarm confirmed", "alarm raised "+where+" confirmed", 1)
 	}
 	select {
 	case <-ctx.Done():
@@ -156,7 +163,7 @@ func (h *harness) memoryAlarm(ctx context.Context, f *faultRecord) (target, note
 // the fault is known to be in force. Its connection is closed with a
 // deadline: the broker no longer reads it.
 func (h *harness) confirmBlocked(ctx context.Context) (string, error) {
-	conn, err := amqpx.Dial(ctx, h.rabbit.URL(), amqpx.DialOptions{Name: "reliability alarm probe", Timeout: 5 * time.Second})
+	conn, err := amqpx.Dial(ctx, h.amqpURL(), amqpx.DialOptions{Name: "reliability alarm probe", Timeout: 5 * time.Second})
 	if err != nil {
 		return "", err
 	}
@@ -209,7 +216,7 @@ func (h *harness) moveDeadLetters(ctx context.Context, shovel bool) (target stri
 	for n := range 3 {
 		ids = append(ids, fmt.Sprintf("%s-%s-%s-%d-%d", h.runID, movedPrefix, how, h.movedBatches, n))
 	}
-	conn, err := amqpx.Dial(ctx, h.rabbit.URL(), amqpx.DialOptions{Name: "reliability dead-letter mover", Timeout: 5 * time.Second})
+	conn, err := amqpx.Dial(ctx, h.amqpURL(), amqpx.DialOptions{Name: "reliability dead-letter mover", Timeout: 5 * time.Second})
 	if err != nil {
 		return "", nil, err
 	}
@@ -263,7 +270,7 @@ func (h *harness) importBack(ctx context.Context, ids []string) error {
 		{"dlq", "purge", "--queue", webhookQueue, "--id", idList, "--yes"},
 	} {
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
-		cmd := exec.CommandContext(cctx, filepath.Join(h.dir, "bin", "warren"), append(args, "--amqp-url", h.rabbit.URL())...)
+		cmd := exec.CommandContext(cctx, filepath.Join(h.dir, "bin", "warren"), append(args, "--amqp-url", h.amqpURL())...)
 		cmd.Env = cleanEnv()
 		out, err := cmd.CombinedOutput()
 		cancel()
