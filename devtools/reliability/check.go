@@ -118,7 +118,7 @@ func (h *harness) queueDepths(ctx context.Context) (map[string]int, error) {
 	defer conn.Close()
 	out := map[string]int{}
 	for _, name := range []string{webhookQueue, autoQueue} {
-		for _, q := range consumer.TopologyFor(consumer.Config{Name: name, Exchange: exchange}).Queues() {
+		for _, q := range consumer.TopologyFor(h.consumerConfig(name)).Queues() {
 			ch, err := conn.Channel()
 			if err != nil {
 				return nil, err

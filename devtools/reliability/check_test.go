@@ -171,6 +171,36 @@ func TestScheduleHasEveryFaultOnce(t *testing.T) {
 	}
 }
 
+// An event the receiver refuses at four attempts waits in the last retry
+// tier; every mode's drain outlasts that wait (with margin for the
+// redelivery), or an event not lost would count as undelivered, as a CI
+// run's did with the short mode's drain of 100s and a 10m tier.
+func TestDrainOutlastsTheLastRetryTier(t *testing.T) {
+	for name, m := range modes {
+		last := slices.Max(m.retryDelays)
+		if m.drainTimeout < last+30*time.Second {
+			t.Errorf("%s: drain %v, last retry tier %v", name, m.drainTimeout, last)
+		}
+		// The consumers read the tiers the harness expects (it names
+		// their queues after them).
+		var got []time.Duration
+		for _, kv := range (&harness{mode: m}).consumerEnv() {
+			if v, ok := strings.CutPrefix(kv, "WARREN_RETRY_DELAYS="); ok {
+				for part := range strings.SplitSeq(v, ",") {
+					d, err := time.ParseDuration(part)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = append(got, d)
+				}
+			}
+		}
+		if !slices.Equal(got, m.retryDelays) {
+			t.Errorf("%s: the consumers are given tiers %v, want %v", name, got, m.retryDelays)
+		}
+	}
+}
+
 func TestPercentile(t *testing.T) {
 	ds := []time.Duration{5, 1, 4, 2, 3}
 	if p := percentile(ds, 0.5); p != 3 {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/examples/app"
 	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
@@ -43,15 +44,6 @@ const (
 	// senderTimeout is the webhook's timeout for one POST (webhook.Config's
 	// default; the command does not change it).
 	senderTimeout = 10 * time.Second
-	// longestRetryTier is how long an event that failed its first attempts
-	// (a receiver answering 503 through several faults) may wait in the
-	// consumers' last retry tier; the examples keep the default tiers. The
-	// long mode's drain must outlast it, or such events, not lost, would
-	// count as undelivered.
-	longestRetryTier = 10 * time.Minute
-	// allRetryTiers is the consumers' default tiers added up: a message
-	// failing every attempt is dead-lettered as exhausted after it.
-	allRetryTiers = time.Second + 10*time.Second + time.Minute + longestRetryTier
 )
 
 // mode is the size of a run.
@@ -66,7 +58,12 @@ type mode struct {
 	counts         map[faultKind]int
 	// clusterCounts are the cluster's faults (-broker cluster), each
 	// followed by the fault that brings its node back.
-	clusterCounts   map[faultKind]int
+	clusterCounts map[faultKind]int
+	// retryDelays are the consumers' retry tiers (WARREN_RETRY_DELAYS). An
+	// event the receiver refuses at four attempts waits in the last one,
+	// and the drain must outlast it, or such an event, not lost, would
+	// count as undelivered.
+	retryDelays     []time.Duration
 	recoveryTimeout time.Duration
 	drainTimeout    time.Duration
 	quiet           time.Duration
@@ -93,8 +90,15 @@ var modes = map[string]mode{
 			faultMemoryAlarm: 1, faultDLQImport: 1, faultDLQShovel: 1, faultPGStall: 1, faultRedisStall: 1, faultRedisDown: 1,
 			faultBrokerOutage: 1, faultPGRestart: 2,
 		},
-		clusterCounts:   map[faultKind]int{faultNodeKill: 2, faultNodeStopApp: 1},
-		recoveryTimeout: 90 * time.Second, drainTimeout: 100 * time.Second, quiet: 5 * time.Second,
+		clusterCounts: map[faultKind]int{faultNodeKill: 2, faultNodeStopApp: 1},
+		// The default tiers but the last: 2m, not 10m. Forty faults in
+		// 150s put five receiver failure windows close enough that an
+		// event can be refused at four attempts (t, t+1s, t+11s, t+71s; a
+		// CI run saw two), and the drain, 2m30s, outlasts the wait in the
+		// last tier that follows. A fifth refusal (t+191s) would need a
+		// window after the fault phase.
+		retryDelays:     []time.Duration{time.Second, 10 * time.Second, time.Minute, 2 * time.Minute},
+		recoveryTimeout: 90 * time.Second, drainTimeout: 2*time.Minute + 30*time.Second, quiet: 5 * time.Second,
 		// The outage is 15s, not the long mode's minute: long enough for
 		// the slot's lag to grow well past its steady level, short enough
 		// for CI.
@@ -102,7 +106,7 @@ var modes = map[string]mode{
 		receiverFail: 6 * time.Second, receiverSlow: 8 * time.Second,
 		// The short mode's stalls outlast the relay's lease, not the
 		// webhook's (1m) or the automation's (5m); its outage outlasts
-		// the first two retry tiers, not all four (11m11s).
+		// the first two retry tiers, not all four (3m11s).
 		alarmHold: 4 * time.Second, pgStall: 8 * time.Second, redisStall: 8 * time.Second, redisOutage: 15 * time.Second,
 	},
 	"long": {
@@ -116,13 +120,14 @@ var modes = map[string]mode{
 			faultBrokerOutage: 2, faultPGRestart: 4,
 		},
 		clusterCounts:   map[faultKind]int{faultNodeKill: 6, faultNodeStopApp: 4},
-		recoveryTimeout: 3 * time.Minute, drainTimeout: max(automationLease, longestRetryTier) + 2*time.Minute, quiet: 20 * time.Second,
+		retryDelays:     consumer.DefaultRetryDelays,
+		recoveryTimeout: 3 * time.Minute, drainTimeout: max(automationLease, slices.Max(consumer.DefaultRetryDelays)) + 2*time.Minute, quiet: 20 * time.Second,
 		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, brokerOutage: time.Minute, redisDown: 3 * time.Second,
 		receiverFail: 25 * time.Second, receiverSlow: 20 * time.Second,
 		// Stalls outlast every lease (relay 5s, webhook 1m, automation 5m);
 		// the outage outlasts every retry tier together.
 		alarmHold: 10 * time.Second, pgStall: automationLease + 15*time.Second, redisStall: webhookLease + 15*time.Second,
-		redisOutage: allRetryTiers + 20*time.Second,
+		redisOutage: sum(consumer.DefaultRetryDelays) + 20*time.Second,
 	},
 }
 
@@ -618,9 +623,28 @@ func (h *harness) setup(ctx context.Context) error {
 	return nil
 }
 
-// consumerEnv is a consumer's own environment: on a cluster, its queues
-// (main, retry tiers, DLQ) are quorum queues.
+// sum adds durations up.
+func sum(ds []time.Duration) (total time.Duration) {
+	for _, d := range ds {
+		total += d
+	}
+	return total
+}
+
+// consumerConfig is what the harness knows of a consumer's configuration:
+// enough to name its queues.
+func (h *harness) consumerConfig(name string) consumer.Config {
+	return consumer.Config{Name: name, Exchange: exchange, RetryDelays: h.mode.retryDelays}
+}
+
+// consumerEnv is a consumer's own environment: the mode's retry tiers, and
+// on a cluster, its queues (main, retry tiers, DLQ) are quorum queues.
 func (h *harness) consumerEnv(env ...string) []string {
+	var delays []string
+	for _, d := range h.mode.retryDelays {
+		delays = append(delays, d.String())
+	}
+	env = append(env, "WARREN_RETRY_DELAYS="+strings.Join(delays, ","))
 	if h.clustered() {
 		env = append(env, "WARREN_QUEUE_TYPE=quorum")
 	}

@@ -18,13 +18,14 @@ func env(vars map[string]string) func(string) string {
 // result takes the queue as it is and names its DLQ and DLX from them.
 func TestConsumerReadsTheEnvironment(t *testing.T) {
 	cfg, err := serviceenv.Consumer(env(map[string]string{
-		"AMQP_URL":           "amqp://u:p@broker:5672/",
-		"WARREN_QUEUE":       "plane.event_stream.webhook",
-		"WARREN_EXCHANGE":    "plane.event_stream",
-		"WARREN_ADOPT_QUEUE": "true",
-		"WARREN_DLQ":         "webhook.dlq",
-		"WARREN_DLX":         "plane.event_stream.dlq",
-		"WARREN_QUEUE_TYPE":  "quorum",
+		"AMQP_URL":            "amqp://u:p@broker:5672/",
+		"WARREN_QUEUE":        "plane.event_stream.webhook",
+		"WARREN_EXCHANGE":     "plane.event_stream",
+		"WARREN_ADOPT_QUEUE":  "true",
+		"WARREN_DLQ":          "webhook.dlq",
+		"WARREN_DLX":          "plane.event_stream.dlq",
+		"WARREN_QUEUE_TYPE":   "quorum",
+		"WARREN_RETRY_DELAYS": "500ms, 5s,2m",
 	}), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -40,6 +41,22 @@ func TestConsumerReadsTheEnvironment(t *testing.T) {
 	if topo.Queue != "plane.event_stream.webhook" || topo.Exchange != "plane.event_stream" || topo.DLQ != "webhook.dlq" || topo.DLX != "plane.event_stream.dlq" {
 		t.Errorf("topology %+v: want the names from the environment", topo)
 	}
+	var tiers []string
+	for _, r := range topo.Retry {
+		tiers = append(tiers, r.Queue)
+	}
+	if want := "plane.event_stream.webhook.retry.500ms plane.event_stream.webhook.retry.5s plane.event_stream.webhook.retry.2m"; strings.Join(tiers, " ") != want {
+		t.Errorf("retry tiers %v, want %s", tiers, want)
+	}
+}
+
+// Retry delays that do not parse stop the service, naming the variable,
+// rather than leaving the tiers the operator meant to change.
+func TestConsumerRefusesBadRetryDelays(t *testing.T) {
+	_, err := serviceenv.Consumer(env(map[string]string{"WARREN_RETRY_DELAYS": "1s,ten"}), nil)
+	if err == nil || !strings.Contains(err.Error(), "WARREN_RETRY_DELAYS") {
+		t.Fatalf("err = %v, want one naming WARREN_RETRY_DELAYS", err)
+	}
 }
 
 // Unset, every field is left to the defaults; "false" is false.
@@ -48,7 +65,7 @@ func TestConsumerDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.URL != "" || cfg.Name != "" || cfg.Exchange != "" || cfg.AdoptQueue || cfg.DeadLetterQueue != "" || cfg.DeadLetterExchange != "" || cfg.QueueType != "" {
+	if cfg.URL != "" || cfg.Name != "" || cfg.Exchange != "" || cfg.AdoptQueue || cfg.DeadLetterQueue != "" || cfg.DeadLetterExchange != "" || cfg.QueueType != "" || cfg.RetryDelays != nil {
 		t.Errorf("config %+v, want zero values", cfg)
 	}
 }

@@ -8,7 +8,8 @@
 // (default "automation"), WARREN_ADOPT_QUEUE (true: consume a queue Plane
 // declared as it is), WARREN_DLQ and WARREN_DLX (the dead-letter queue and
 // exchange; default <queue>.dlq and <queue>.dlx), WARREN_QUEUE_TYPE
-// (classic or quorum), WARREN_OUTBOX_TABLE,
+// (classic or quorum), WARREN_RETRY_DELAYS (the retry tiers; default
+// 1s,10s,1m,10m), WARREN_OUTBOX_TABLE,
 // HEALTH_ADDR (e.g. 127.0.0.1:8082, for /healthz, /readyz and Prometheus
 // /metrics: the consumer's metrics and its queues' depths, which
 // docs/grafana-dashboard.json charts). Add a rule

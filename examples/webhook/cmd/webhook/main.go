@@ -7,7 +7,8 @@
 // "webhook"), WARREN_ADOPT_QUEUE (true: consume a queue Plane declared as
 // it is), WARREN_DLQ and WARREN_DLX (the dead-letter queue and exchange;
 // default <queue>.dlq and <queue>.dlx), WARREN_QUEUE_TYPE (classic or
-// quorum), WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
+// quorum), WARREN_RETRY_DELAYS (the retry tiers; default 1s,10s,1m,10m),
+// WEBHOOK_URL (comma-separated; "prefix|prefix=URL" limits an
 // endpoint to event types), WEBHOOK_SECRET (signs for every endpoint
 // without its own), WEBHOOK_SECRET_1, WEBHOOK_SECRET_2, … (the secret of
 // the first, second, … endpoint of WEBHOOK_URL), HEALTH_ADDR (e.g.
