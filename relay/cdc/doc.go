@@ -87,7 +87,9 @@
 // small state table beside the outbox (its name with "_cdc" appended). A
 // new slot streams only what commits after it exists, so that relay first
 // publishes the rows already pending in the table (the backfill), and the
-// state table records when it has. Switching a table from the polling
+// state table records when it has, and up to which id: streamed rows at or
+// below that id are read from the table, so a row the backfill published
+// is not published again from the stream, whichever session meets it. Switching a table from the polling
 // relay to this one is therefore: stop the polling relays, start this
 // one. [DropSlot] ("warren relay run --mode cdc --drop-slot") retires a
 // group; rows still pending stay in the table for whichever relay comes

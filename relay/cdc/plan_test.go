@@ -36,7 +36,7 @@ func TestSettleStatementsProbeThePrimaryKey(t *testing.T) {
 		{"trim", "", trimSQL(quoted), []any{ids}},
 		{"dead mark", "", markDeadSQL(quoted), []any{ids, attempts, reasons}},
 		{"refetch", "", pendingRowsSQL(quoted), []any{ids}},
-		{"backfill page", backfillPlanSQL, backfillPageSQL(quoted), []any{ids[0], 500}},
+		{"backfill page", backfillPlanSQL, backfillPageSQL(quoted), []any{ids[0], ids[len(ids)-1], 500}},
 	} {
 		scans, indexes, plan := testenv.GenericPlan(t, ob.Pool, table, c.setup, c.sql, c.args...)
 		if len(scans) == 0 || len(indexes) != 1 || indexes[0] != table+"_pkey" {

@@ -183,7 +183,7 @@ func (r *Relay) session(ctx context.Context) error {
 		r.nackedSince.clear()
 	}
 	r.endedOnNacks = false
-	backfill, err := r.setup(ctx)
+	backfill, backfilledTo, err := r.setup(ctx)
 	if err != nil {
 		return err
 	}
@@ -245,7 +245,7 @@ func (r *Relay) session(ctx context.Context) error {
 	wg.Go(func() { cancel(r.read(sctx, conn, q)) })
 	wg.Go(func() {
 		defer close(p.sent)
-		cancel(r.publishLoop(sctx, pub, q, p, backfill))
+		cancel(r.publishLoop(sctx, pub, q, p, backfill, backfilledTo))
 	})
 	wg.Go(func() {
 		defer close(settles)
@@ -527,18 +527,19 @@ type deadRow struct {
 // them, in the same order. Every batch sent is passed on, even in a stop:
 // confirmLoop reads sent until it is closed, and a batch must be waited
 // for to free its in-flight slots.
-func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, p pipeline, backfill bool) error {
-	// The highest id the backfill read. A streamed row at or below it
-	// committed after the slot and before the backfill's read may have
-	// been published, and trimmed, by the backfill: it is read from the
-	// table instead, and published only if it is still pending. Without
-	// this every such row went out twice.
-	var backfilled int64
+func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, p pipeline, backfill bool, backfilled int64) error {
+	// backfilled is the backfill's bound, recorded by this session's
+	// backfill or an earlier one's. A streamed row at or below it that
+	// committed after the slot was made may have been published, and
+	// trimmed, by the backfill: it is read from the table instead, and
+	// published only if it is still pending. Without this every such row
+	// went out twice.
 	if backfill {
-		var err error
-		if backfilled, err = r.backfill(ctx, pub); err != nil {
+		bound, err := r.backfill(ctx, pub)
+		if err != nil {
 			return fmt.Errorf("backfill: %w", err)
 		}
+		backfilled = max(backfilled, bound)
 	}
 	for {
 		// Room first, then the queue: a batch taken after waiting for
@@ -686,20 +687,25 @@ const visibleSQL = `WITH s AS (SELECT pg_current_snapshot() AS snap, pg_snapshot
 		WHEN s.xmax - w.x > 2147483648 THEN w.x + 4294967296
 		ELSE w.x END)::text::xid8, s.snap)`
 
-// backfill publishes the table's pending rows, which a new slot does not
-// stream if they committed before it, records that it has, and returns
-// the highest id it read. Rows that committed after the slot are in the
+// backfill publishes the table's pending rows up to its bound (see
+// boundBackfill), which a new slot does not stream if they committed
+// before it, records that it has, and returns the bound. Rows that
+// committed after the slot and are at or below the bound are in the
 // stream as well; publishLoop reads those from the table rather than
 // publishing them again. It settles each page itself, before the record:
 // a dead mark must not wait for a stream position, and the stream's
 // check of a row relies on the backfill's rows being trimmed.
 func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) (int64, error) {
+	bound, err := r.boundBackfill(ctx)
+	if err != nil {
+		return 0, err
+	}
 	var after int64
 	for {
 		var rows []outbox.Row
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) (err error) {
 			if _, err = tx.Exec(ctx, backfillPlanSQL); err == nil {
-				rows, err = queryRows(ctx, tx, backfillPageSQL(pgx.Identifier{r.cfg.Table}.Sanitize()), after, r.cfg.BatchSize)
+				rows, err = queryRows(ctx, tx, backfillPageSQL(pgx.Identifier{r.cfg.Table}.Sanitize()), after, bound, r.cfg.BatchSize)
 			}
 			return err
 		})
@@ -707,15 +713,15 @@ func (r *Relay) backfill(ctx context.Context, pub *amqpx.Publisher) (int64, erro
 			if err == nil {
 				err = r.markBackfilled(ctx)
 			}
-			return after, err
+			return bound, err
 		}
 		after = rows[len(rows)-1].ID
 		s, err := r.deliver(ctx, pub, rows)
 		if err != nil {
-			return after, err
+			return bound, err
 		}
 		if err := r.settle(ctx, s); err != nil {
-			return after, err
+			return bound, err
 		}
 	}
 }
@@ -1040,14 +1046,15 @@ func markDeadSQL(t string) string {
 	WHERE o.id = d.id AND (o.state = 'pending') IS TRUE`
 }
 
-// backfillPageSQL is a page of the backfill, after the cursor $1, read
+// backfillPageSQL is a page of the backfill, after the cursor $1 and up to
+// the bound $2, read
 // with backfillPlanSQL in force: the planner must walk the primary key in
 // its order. On a table whose statistics say it is small, which is how a
 // backlog meets a new slot, its plan otherwise read every pending row
 // after the cursor (through the claim index, or the whole table) and
 // sorted them for each page, which made a backfill quadratic.
 func backfillPageSQL(t string) string {
-	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id > $1 AND state = 'pending' ORDER BY id LIMIT $2`
+	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id > $1 AND id <= $2 AND state = 'pending' ORDER BY id LIMIT $3`
 }
 
 const backfillPlanSQL = `SET LOCAL enable_sort = off`

@@ -27,28 +27,32 @@ const (
 )
 
 // stateTable is the table beside the outbox that records, per slot,
-// whether the rows written before the slot existed have been published.
+// whether the rows written before the slot existed have been published,
+// and the highest id the backfill may have published (backfilled_to): a
+// streamed row at or below it is read from the table, in every session,
+// because the backfill may have published and trimmed it.
 func stateTable(table string) string { return pgx.Identifier{table + "_cdc"}.Sanitize() }
 
 // setup makes sure the server can stream, and that the publication, the
 // slot and the slot's state row exist. It reports whether the rows the
-// table held before the slot existed may still be unpublished: a slot
-// streams only what commits after it was made.
-func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
+// table held before the slot existed may still be unpublished (a slot
+// streams only what commits after it was made), and the backfill's
+// recorded bound.
+func (r *Relay) setup(ctx context.Context) (backfill bool, backfilledTo int64, err error) {
 	db := r.pool
 	var level string
 	if err := db.QueryRow(ctx, `SHOW wal_level`).Scan(&level); err != nil {
-		return false, fmt.Errorf("read wal_level: %w", err)
+		return false, 0, fmt.Errorf("read wal_level: %w", err)
 	}
 	if level != "logical" {
-		return false, fmt.Errorf("%w (it is %q)", ErrWALLevel, level)
+		return false, 0, fmt.Errorf("%w (it is %q)", ErrWALLevel, level)
 	}
 	var tableExists bool
 	if err := db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, pgx.Identifier{r.cfg.Table}.Sanitize()).Scan(&tableExists); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	if !tableExists {
-		return false, fmt.Errorf("%w: %s: run \"warren outbox migrate\" (or outbox.Table.Migrate) first", ErrNoTable, r.cfg.Table)
+		return false, 0, fmt.Errorf("%w: %s: run \"warren outbox migrate\" (or outbox.Table.Migrate) first", ErrNoTable, r.cfg.Table)
 	}
 	// Updates are published as well as inserts because Redrive turns a
 	// dead row back to pending with an UPDATE; the relay ignores every
@@ -59,17 +63,31 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
 			CREATE PUBLICATION `+pub+` FOR TABLE `+pgx.Identifier{r.cfg.Table}.Sanitize()+` WITH (publish = 'insert, update');
 		END IF;
 	END $$`)); err != nil {
-		return false, fmt.Errorf("create publication %s: %w", r.cfg.Publication, err)
+		return false, 0, fmt.Errorf("create publication %s: %w", r.cfg.Publication, err)
 	}
 	if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+stateTable(r.cfg.Table)+` (
 		slot          text        PRIMARY KEY,
 		created_at    timestamptz NOT NULL DEFAULT now(),
-		backfilled_at timestamptz)`); err != nil {
-		return false, fmt.Errorf("create %s: %w", stateTable(r.cfg.Table), err)
+		backfilled_at timestamptz,
+		backfilled_to bigint      NOT NULL DEFAULT 0)`); err != nil {
+		return false, 0, fmt.Errorf("create %s: %w", stateTable(r.cfg.Table), err)
+	}
+	// A state table made by an earlier version lacks backfilled_to. Looked
+	// up first: an ALTER takes a lock that is written to the WAL, and
+	// standing-by relays run this every StandbyRetry.
+	var hasBound bool
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'backfilled_to' AND NOT attisdropped)`,
+		stateTable(r.cfg.Table)).Scan(&hasBound); err != nil {
+		return false, 0, err
+	}
+	if !hasBound {
+		if _, err := db.Exec(ctx, `ALTER TABLE `+stateTable(r.cfg.Table)+` ADD COLUMN IF NOT EXISTS backfilled_to bigint NOT NULL DEFAULT 0`); err != nil {
+			return false, 0, fmt.Errorf("add backfilled_to to %s: %w", stateTable(r.cfg.Table), err)
+		}
 	}
 	var plugin, database, currentDB string
 	if err := db.QueryRow(ctx, `SELECT current_database()`).Scan(&currentDB); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	err = db.QueryRow(ctx, `SELECT plugin, database FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&plugin, &database)
 	switch {
@@ -80,7 +98,7 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
 		// must backfill, whatever the state table remembers of the old.
 		if _, err := db.Exec(ctx, `INSERT INTO `+stateTable(r.cfg.Table)+` (slot) VALUES ($1)
 			ON CONFLICT (slot) DO UPDATE SET backfilled_at = NULL`, r.cfg.Slot); err != nil {
-			return false, fmt.Errorf("reset the state of slot %s: %w", r.cfg.Slot, err)
+			return false, 0, fmt.Errorf("reset the state of slot %s: %w", r.cfg.Slot, err)
 		}
 		// Creating the slot waits for the transactions running now to
 		// end; what commits after its consistent point is streamed, and
@@ -88,27 +106,43 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, err error) {
 		// after this returns. A concurrent relay may win the race.
 		err = ignoreDuplicate(db.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, r.cfg.Slot))
 		if err != nil {
-			return false, fmt.Errorf("create replication slot %s: %w", r.cfg.Slot, err)
+			return false, 0, fmt.Errorf("create replication slot %s: %w", r.cfg.Slot, err)
 		}
 		r.log.Info("created replication slot", "publication", r.cfg.Publication)
 	case err != nil:
-		return false, fmt.Errorf("read replication slot %s: %w", r.cfg.Slot, err)
+		return false, 0, fmt.Errorf("read replication slot %s: %w", r.cfg.Slot, err)
 	case database != currentDB:
-		return false, fmt.Errorf("replication slot %s belongs to database %s, not %s: slot names are the server's, so name another slot (Config.Slot, --slot)", r.cfg.Slot, database, currentDB)
+		return false, 0, fmt.Errorf("replication slot %s belongs to database %s, not %s: slot names are the server's, so name another slot (Config.Slot, --slot)", r.cfg.Slot, database, currentDB)
 	case plugin != "pgoutput":
-		return false, fmt.Errorf("replication slot %s uses plugin %q, not pgoutput: name another slot", r.cfg.Slot, plugin)
+		return false, 0, fmt.Errorf("replication slot %s uses plugin %q, not pgoutput: name another slot", r.cfg.Slot, plugin)
 	}
 	// Read before written: standing-by relays run this every
 	// StandbyRetry, and should not write WAL each time.
 	var done *time.Time
-	err = db.QueryRow(ctx, `SELECT backfilled_at FROM `+stateTable(r.cfg.Table)+` WHERE slot = $1`, r.cfg.Slot).Scan(&done)
+	err = db.QueryRow(ctx, `SELECT backfilled_at, backfilled_to FROM `+stateTable(r.cfg.Table)+` WHERE slot = $1`, r.cfg.Slot).Scan(&done, &backfilledTo)
 	if errors.Is(err, pgx.ErrNoRows) {
 		_, err = db.Exec(ctx, `INSERT INTO `+stateTable(r.cfg.Table)+` (slot) VALUES ($1) ON CONFLICT (slot) DO NOTHING`, r.cfg.Slot)
 	}
 	if err != nil {
-		return false, fmt.Errorf("read the state of slot %s: %w", r.cfg.Slot, err)
+		return false, 0, fmt.Errorf("read the state of slot %s: %w", r.cfg.Slot, err)
 	}
-	return done == nil, nil
+	return done == nil, backfilledTo, nil
+}
+
+// boundBackfill records, before the backfill publishes a row, the highest
+// id it will read: the table's highest id now, which the slot already
+// streams past (the slot exists, so a row above it commits after the slot
+// and is in the stream), or the recorded bound if higher. Written first so
+// that a relay that dies mid-backfill, or after it and before the stream
+// passes the rows the two share, leaves the bound for the next session,
+// which reads those rows from the table rather than publishing the
+// stream's copy of rows the backfill published and trimmed.
+func (r *Relay) boundBackfill(ctx context.Context) (int64, error) {
+	var bound int64
+	err := r.pool.QueryRow(ctx, `UPDATE `+stateTable(r.cfg.Table)+`
+		SET backfilled_to = greatest(backfilled_to, (SELECT coalesce(max(id), 0) FROM `+pgx.Identifier{r.cfg.Table}.Sanitize()+`))
+		WHERE slot = $1 RETURNING backfilled_to`, r.cfg.Slot).Scan(&bound)
+	return bound, err
 }
 
 // markBackfilled records that every row written before the slot existed
