@@ -91,12 +91,15 @@ var modes = map[string]mode{
 			faultBrokerOutage: 1, faultPGRestart: 2,
 		},
 		clusterCounts: map[faultKind]int{faultNodeKill: 2, faultNodeStopApp: 1},
-		// The default tiers but the last: 2m, not 10m. Forty faults in
-		// 150s put five receiver failure windows close enough that an
-		// event can be refused at four attempts (t, t+1s, t+11s, t+71s; a
-		// CI run saw two), and the drain, 2m30s, outlasts the wait in the
-		// last tier that follows. A fifth refusal (t+191s) would need a
-		// window after the fault phase.
+		// The default tiers but the last: 2m, not 10m. The receiver's
+		// failure windows (two 503s, two slow answers, the memory
+		// alarm's) fall close enough in 150s that an event can be refused
+		// at four attempts (t, t+1s, t+11s, t+71s; a CI run saw two), and
+		// it then waits out the last tier. Faults run one after another,
+		// each over before the next, so every window has ended when the
+		// drain starts, and the drain, 2m30s, outlasts that wait. A fifth
+		// refusal, which dead-letters the event as exhausted, would need
+		// yet another window 2m after the fourth (none with 10m).
 		retryDelays:     []time.Duration{time.Second, 10 * time.Second, time.Minute, 2 * time.Minute},
 		recoveryTimeout: 90 * time.Second, drainTimeout: 2*time.Minute + 30*time.Second, quiet: 5 * time.Second,
 		// The outage is 15s, not the long mode's minute: long enough for
@@ -640,11 +643,7 @@ func (h *harness) consumerConfig(name string) consumer.Config {
 // consumerEnv is a consumer's own environment: the mode's retry tiers, and
 // on a cluster, its queues (main, retry tiers, DLQ) are quorum queues.
 func (h *harness) consumerEnv(env ...string) []string {
-	var delays []string
-	for _, d := range h.mode.retryDelays {
-		delays = append(delays, d.String())
-	}
-	env = append(env, "WARREN_RETRY_DELAYS="+strings.Join(delays, ","))
+	env = append(env, "WARREN_RETRY_DELAYS="+strings.Join(tierNames(h.mode.retryDelays), ","))
 	if h.clustered() {
 		env = append(env, "WARREN_QUEUE_TYPE=quorum")
 	}

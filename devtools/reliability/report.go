@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/relay/cdc"
 )
 
@@ -190,7 +191,7 @@ func (r *result) markdown() string {
 	w("## Faults and recovery\n\n")
 	w("*Recovery*: from the moment the fault was lifted (the kill, the restart, the end of a failure window) until a probe event committed after it has reached both effects: accepted by the webhook receiver and its automation rule run committed. ")
 	w("*Ready again*: for kills, until the restarted process answers `/readyz`. ")
-	w("*Catch-up*: until every event committed before the fault was lifted had reached both effects — the backlog the fault left, including events retried through the consumers' retry tiers (%s) and events waiting out a dead worker's dedup lease. ", tierList(r.mode.retryDelays))
+	w("*Catch-up*: until every event committed before the fault was lifted had reached both effects — the backlog the fault left, including events retried through the consumers' retry tiers (%s) and events waiting out a dead worker's dedup lease. ", strings.Join(tierNames(r.mode.retryDelays), ", "))
 	w("The memory alarm sets `vm_memory_high_watermark` to %s (the alarm goes off at once; a publishing connection is checked to be blocked), holds it %v while the receiver fails (from 2s before the alarm, so events come back from the 1s retry tier and the webhook consumers' republish runs into the alarm), then stops every relay and consumer with SIGTERM while it holds; the supervisor restarts them and the watermark goes back to %s: recovery counts from then, *ready again* is from the last stop until all six answer `/readyz`. ", alarmWatermark, r.mode.alarmHold, defaultWatermark)
 	w("Moved dead letters are valid events put into `webhook.dlq` with the `x-death` RabbitMQ writes when a message expires in `webhook`, then moved back to `webhook` — by `warren dlq export`, `warren dlq import --to webhook` and `warren dlq purge`, or by consuming from the DLQ and republishing every header as a shovel does — while the receiver refuses each once; catch-up includes their delivery. ")
 	w("Stalls pause the whole server (Postgres: the postmaster's process group; Redis: the server) with SIGSTOP for %v and %v; the Redis outage kills the server (it keeps nothing) and starts it again after %v. ", r.mode.pgStall, r.mode.redisStall, r.mode.redisOutage)
@@ -409,11 +410,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// tierList is retry tiers as the report names them: "1s, 10s, 1m0s".
-func tierList(delays []time.Duration) string {
+// tierNames are retry tiers as their queues are named: "1s", "10s", "1m".
+func tierNames(delays []time.Duration) []string {
 	var out []string
-	for _, d := range delays {
-		out = append(out, d.String())
+	for _, r := range consumer.TopologyFor(consumer.Config{Name: "q", RetryDelays: delays}).Retry {
+		out = append(out, strings.TrimPrefix(r.Queue, "q.retry."))
 	}
-	return strings.Join(out, ", ")
+	return out
 }

@@ -191,12 +191,20 @@ func TestStateTableOfAnEarlierVersionIsUpgraded(t *testing.T) {
 	e.bindQueue()
 	state := pgx.Identifier{e.slot}.Sanitize()
 	e.ob.Exec(`CREATE TABLE ` + state + ` (slot text PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now(), backfilled_at timestamptz)`)
+	pending := e.ob.PublishN("pending", 5)
+	var highest int64
+	if err := e.ob.Pool.QueryRow(context.Background(), `SELECT max(id) FROM `+pgx.Identifier{e.ob.Table.Name()}.Sanitize()).Scan(&highest); err != nil {
+		t.Fatal(err)
+	}
 	r, _ := e.start(e.config())
 	testenv.WaitFor(t, 30*time.Second, "the relay to stream", r.Streaming)
-	e.receive(e.ob.PublishN("upgraded", 5), time.Minute)
+	noneTwice(t, e.receive(append(pending, e.ob.PublishN("streamed", 5)...), time.Minute))
 	var bound int64
 	if err := e.ob.Pool.QueryRow(context.Background(), `SELECT backfilled_to FROM `+state).Scan(&bound); err != nil {
 		t.Fatalf("read backfilled_to: %v", err)
+	}
+	if bound < highest {
+		t.Errorf("backfilled_to = %d, want at least %d, the highest id backfilled", bound, highest)
 	}
 }
 

@@ -81,8 +81,18 @@ func (r *Relay) setup(ctx context.Context) (backfill bool, backfilledTo int64, e
 		return false, 0, err
 	}
 	if !hasBound {
-		if _, err := db.Exec(ctx, `ALTER TABLE `+stateTable(r.cfg.Table)+` ADD COLUMN IF NOT EXISTS backfilled_to bigint NOT NULL DEFAULT 0`); err != nil {
-			return false, 0, fmt.Errorf("add backfilled_to to %s: %w", stateTable(r.cfg.Table), err)
+		// Bounded: waiting for its lock behind a long transaction would
+		// queue every reader of the table (standing-by relays, the
+		// console) behind it. The session fails and is tried again.
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '5s'`); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `ALTER TABLE `+stateTable(r.cfg.Table)+` ADD COLUMN IF NOT EXISTS backfilled_to bigint NOT NULL DEFAULT 0`)
+			return err
+		})
+		if err != nil {
+			return false, 0, fmt.Errorf("add column backfilled_to to %s (made by an earlier version; the relay's role must own it): %w", stateTable(r.cfg.Table), err)
 		}
 	}
 	var plugin, database, currentDB string
@@ -142,7 +152,11 @@ func (r *Relay) boundBackfill(ctx context.Context) (int64, error) {
 	err := r.pool.QueryRow(ctx, `UPDATE `+stateTable(r.cfg.Table)+`
 		SET backfilled_to = greatest(backfilled_to, (SELECT coalesce(max(id), 0) FROM `+pgx.Identifier{r.cfg.Table}.Sanitize()+`))
 		WHERE slot = $1 RETURNING backfilled_to`, r.cfg.Slot).Scan(&bound)
-	return bound, err
+	if err != nil {
+		// No row: the slot was dropped (DropSlot) under this session.
+		return 0, fmt.Errorf("record the backfill's bound in %s: %w", stateTable(r.cfg.Table), err)
+	}
+	return bound, nil
 }
 
 // markBackfilled records that every row written before the slot existed
