@@ -32,9 +32,26 @@ func (h *harness) drain(ctx context.Context) bool {
 		p.signal(syscall.SIGCONT) // nothing stays frozen
 	}
 	deadline := start.Add(h.mode.drainTimeout)
+	var lastReplay time.Time
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if h.drained(ctx) {
 			return true
+		}
+		if time.Since(lastReplay) >= replayEvery {
+			lastReplay = time.Now()
+			if ids, _ := h.awaited(ctx); len(ids) > 0 {
+				n, err := replayExhausted(ctx, h.amqpURL(), []string{webhookQueue, autoQueue}, ids)
+				if err != nil {
+					h.logf("drain: replay exhausted events: %v", err)
+				}
+				for name, k := range n {
+					h.logf("drain: replayed %d exhausted events from %s", k, dlq.QueueName(name))
+					if h.replayed == nil {
+						h.replayed = map[string]int{}
+					}
+					h.replayed[name] += k
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -44,8 +61,70 @@ func (h *harness) drain(ctx context.Context) bool {
 	return false
 }
 
+// replayEvery is how often the drain looks for exhausted events to replay.
+const replayEvery = 10 * time.Second
+
+// replayExhausted replays, as an operator would after an incident (`warren
+// dlq replay --queue NAME --class exhausted --id …`), the events of ids
+// (those the drain awaits) that the consumers dead-lettered as exhausted, and returns how many per
+// consumer. An event refused at every attempt (receiver failure windows
+// lined up with its retry tiers) is dead-lettered by design, not lost; once
+// replayed it must reach its effect like any other event, or the check
+// reports it lost. Only events of ids move: a hostile message that must
+// stay dead is never among them.
+func replayExhausted(ctx context.Context, url string, consumers, ids []string) (map[string]int, error) {
+	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: "reliability replay", Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	out := map[string]int{}
+	for _, name := range consumers {
+		q, err := dlqtool.Open(ctx, conn, name)
+		if err != nil {
+			return out, err
+		}
+		res, err := q.Replay(ctx, dlqtool.ReplayOptions{Filter: dlqtool.Filter{Classes: []dlq.Class{dlq.ClassExhausted}, EventIDs: ids}})
+		if res.Done > 0 {
+			out[name] = res.Done
+		}
+		if err != nil {
+			return out, fmt.Errorf("%s: %w", q.Name(), err)
+		}
+	}
+	return out, nil
+}
+
+// awaited returns the events the drain still waits for at an effect: the
+// workload's committed events, the automation's follow-ups, the dead
+// letters moved back and the hostile messages that must be delivered. ok
+// is false when Postgres could not be asked.
+func (h *harness) awaited(ctx context.Context) (ids []string, ok bool) {
+	ids = h.tracker.outstanding()
+	// Follow-ups are committed by the automation, not the workload.
+	rows, err := h.pool.Query(ctx, `SELECT follow_up_event_id FROM automation_runs WHERE follow_up_event_id IS NOT NULL`)
+	if err != nil {
+		return nil, false
+	}
+	followUps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, false
+	}
+	for _, hm := range h.hostile {
+		if hm.webhook.delivered {
+			followUps = append(followUps, hm.id)
+		}
+	}
+	for _, id := range append(followUps, h.moved...) {
+		if !h.recv.has(id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, true
+}
+
 func (h *harness) drained(ctx context.Context) bool {
-	if len(h.tracker.outstanding()) > 0 {
+	if ids, ok := h.awaited(ctx); !ok || len(ids) > 0 {
 		return false
 	}
 	var pending int
@@ -55,28 +134,6 @@ func (h *harness) drained(ctx context.Context) bool {
 	// A trimmed table is not enough with CDC: the slot must also have
 	// moved past the workload's writes, or the server keeps their WAL.
 	if h.cdc() && !h.slotPast(ctx, h.stopLSN) {
-		return false
-	}
-	// Follow-ups are committed by the automation, not the workload.
-	rows, err := h.pool.Query(ctx, `SELECT follow_up_event_id FROM automation_runs WHERE follow_up_event_id IS NOT NULL`)
-	if err != nil {
-		return false
-	}
-	followUps, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return false
-	}
-	for _, id := range followUps {
-		if !h.recv.has(id) {
-			return false
-		}
-	}
-	for _, hm := range h.hostile {
-		if hm.webhook.delivered && !h.recv.has(hm.id) {
-			return false
-		}
-	}
-	if !h.recv.hasAll(h.moved) {
 		return false
 	}
 	// Every expected dead letter is in its queue (counted, not read: the

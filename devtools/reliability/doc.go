@@ -69,7 +69,8 @@
 // moved back to their queue with their headers (by dlq export/import and as
 // a shovel does) while the handler fails once for them; after each, a probe
 // event is timed to both consumers' effects. After the faults, the system
-// drains and the checker compares the receiver's deliveries, the
+// drains (an event refused at every attempt, dead-lettered as exhausted, is
+// replayed from its DLQ as an operator would) and the checker compares the receiver's deliveries, the
 // automation's rule runs, the work items, both dead-letter queues and the
 // outbox with the ledger. With the CDC relays, the slot is checked too:
 // after every fault its confirmed position must pass the WAL position at the

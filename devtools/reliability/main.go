@@ -98,8 +98,9 @@ var modes = map[string]mode{
 		// it then waits out the last tier. Faults run one after another,
 		// each over before the next, so every window has ended when the
 		// drain starts, and the drain, 2m30s, outlasts that wait. A fifth
-		// refusal, which dead-letters the event as exhausted, would need
-		// yet another window 2m after the fourth (none with 10m).
+		// refusal (yet another window, 2m after the fourth) dead-letters
+		// the event as exhausted, and the drain replays it (see
+		// replayExhausted).
 		retryDelays:     []time.Duration{time.Second, 10 * time.Second, time.Minute, 2 * time.Minute},
 		recoveryTimeout: 90 * time.Second, drainTimeout: 2*time.Minute + 30*time.Second, quiet: 5 * time.Second,
 		// The outage is 15s, not the long mode's minute: long enough for
@@ -198,8 +199,11 @@ type harness struct {
 	hostileBursts int
 	movedBatches  int
 	moved         []string // dead letters moved back to the webhook queue
-	timings       map[string]time.Duration
-	exitCodes     map[string]string // graceful stop results
+	// replayed counts, per consumer, the committed events the drain
+	// replayed from its DLQ after they exhausted their retries.
+	replayed  map[string]int
+	timings   map[string]time.Duration
+	exitCodes map[string]string // graceful stop results
 	// stopLSN is the server's WAL position when the workload stopped
 	// (cdc mode): the drain waits for the slot to pass it.
 	stopLSN int64
@@ -465,7 +469,7 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.drained = drained
+	res.drained, res.replayed = drained, h.replayed
 	return res, nil
 }
 

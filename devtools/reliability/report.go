@@ -49,6 +49,7 @@ type result struct {
 	dlqChecked         int
 	dlqByClass         map[string]int
 	dlqDuplicates      []string
+	replayed           map[string]int // exhausted events the drain replayed, per consumer
 
 	pending, stranded, deadRows int
 	queueDepths                 map[string]int
@@ -300,6 +301,9 @@ func (r *result) markdown() string {
 		s.Duplicates, s.Deferred, a.Duplicates, a.Deferred, r.receiverRefused, r.receiverAbandoned)
 	if len(r.dlqDuplicates) > 0 {
 		w("Dead letters stored twice (dead-lettering is publish, confirm, then ack, so a channel lost between confirm and ack dead-letters the redelivery again): %d.\n\n", len(r.dlqDuplicates))
+	}
+	if len(r.replayed) > 0 {
+		w("Events refused at every attempt, dead-lettered as exhausted and replayed by the drain as an operator would (`warren dlq replay --class exhausted --id …`), then delivered: webhook %d, automation %d.\n\n", r.replayed[webhookQueue], r.replayed[autoQueue])
 	}
 	if len(r.autoHeld) > 0 {
 		w("### Events waiting out a lease\n\nA worker killed between its dedup claim and its commit leaves the claim leased for `middleware.DefaultLease` (%v, which `examples/automation` does not change and its command does not expose). The redelivered event is deferred as busy until the lease ends, then handled once. The short mode's drain (%v) is shorter than that lease, so these %d events were verified as held (an unexpired, not-done dedup row claimed while a killed replica was running) rather than delivered; the long mode waits for them.\n\n",
