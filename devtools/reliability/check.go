@@ -40,7 +40,9 @@ func (h *harness) drain(ctx context.Context) bool {
 		if time.Since(lastReplay) >= replayEvery {
 			lastReplay = time.Now()
 			if ids, _ := h.awaited(ctx); len(ids) > 0 {
-				n, err := replayExhausted(ctx, h.amqpURL(), []string{webhookQueue, autoQueue}, ids)
+				n, problems, err := replayExhausted(ctx, h.amqpURL(), []string{webhookQueue, autoQueue}, ids,
+					func(m dlq.Metadata) string { return triedTooLittle(m, consumer.DefaultMaxAttempts, h.mode.retryDelays) })
+				h.replayProblems = append(h.replayProblems, problems...)
 				if err != nil {
 					h.logf("drain: replay exhausted events: %v", err)
 				}
@@ -66,33 +68,73 @@ const replayEvery = 10 * time.Second
 
 // replayExhausted replays, as an operator would after an incident (`warren
 // dlq replay --queue NAME --class exhausted --id …`), the events of ids
-// (those the drain awaits) that the consumers dead-lettered as exhausted, and returns how many per
-// consumer. An event refused at every attempt (receiver failure windows
-// lined up with its retry tiers) is dead-lettered by design, not lost; once
-// replayed it must reach its effect like any other event, or the check
-// reports it lost. Only events of ids move: a hostile message that must
-// stay dead is never among them.
-func replayExhausted(ctx context.Context, url string, consumers, ids []string) (map[string]int, error) {
+// (those the drain awaits) that the consumers dead-lettered as exhausted,
+// and returns how many per consumer. An event refused at every attempt
+// (receiver failure windows lined up with its retry tiers) is
+// dead-lettered by design, not lost; once replayed it must reach its
+// effect like any other event, or the check reports it lost. Only events of
+// ids move: a hostile message that must stay dead is never among them.
+// Each is read first and its record given to check, whose complaints are
+// returned as problems: a replay must not hide retries that stopped
+// retrying.
+func replayExhausted(ctx context.Context, url string, consumers, ids []string, check func(dlq.Metadata) string) (map[string]int, []string, error) {
 	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: "reliability replay", Timeout: 5 * time.Second})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer conn.Close()
 	out := map[string]int{}
+	var problems []string
 	for _, name := range consumers {
 		q, err := dlqtool.Open(ctx, conn, name)
 		if err != nil {
-			return out, err
+			return out, problems, err
 		}
-		res, err := q.Replay(ctx, dlqtool.ReplayOptions{Filter: dlqtool.Filter{Classes: []dlq.Class{dlq.ClassExhausted}, EventIDs: ids}})
+		f := dlqtool.Filter{Classes: []dlq.Class{dlq.ClassExhausted}, EventIDs: ids}
+		msgs, err := q.Peek(ctx, dlqtool.PeekOptions{Filter: f})
+		if err != nil || len(msgs) == 0 {
+			return out, problems, err
+		}
+		// Only the messages checked move; one exhausted meanwhile waits
+		// for the next round.
+		f.EventIDs = nil
+		for _, m := range msgs {
+			f.EventIDs = append(f.EventIDs, m.EventID)
+			if p := check(m.Metadata); p != "" {
+				problems = append(problems, fmt.Sprintf("%s: event %s exhausted its retries too soon: %s", q.Name(), m.EventID, p))
+			}
+		}
+		res, err := q.Replay(ctx, dlqtool.ReplayOptions{Filter: f})
 		if res.Done > 0 {
 			out[name] = res.Done
 		}
 		if err != nil {
-			return out, fmt.Errorf("%s: %w", q.Name(), err)
+			return out, problems, fmt.Errorf("%s: %w", q.Name(), err)
 		}
 	}
-	return out, nil
+	return out, problems, nil
+}
+
+// triedTooLittle says what is wrong with m, the record of an event
+// dead-lettered as exhausted, when it was not tried maxAttempts times with
+// the retry tiers' waits between its failures (the harness's receiver
+// sends no Retry-After, so no hint shortens a wait); "" when it was.
+// Retries that collapsed would exhaust events inside one failure window.
+func triedTooLittle(m dlq.Metadata, maxAttempts int, tiers []time.Duration) string {
+	if m.Attempts < maxAttempts {
+		return fmt.Sprintf("%d attempts, want %d", m.Attempts, maxAttempts)
+	}
+	var waits time.Duration
+	for i := range maxAttempts - 1 {
+		waits += tiers[min(i, len(tiers)-1)]
+	}
+	// The failure times are the consumer's clock; a second covers their
+	// rounding and the consumer's own time between a failure and its
+	// record.
+	if span := m.LastFailure.Sub(m.FirstFailure); span < waits-time.Second {
+		return fmt.Sprintf("%v from the first failure to the last, but the retry tiers alone wait %v", span.Round(time.Millisecond), waits)
+	}
+	return ""
 }
 
 // awaited returns the events the drain still waits for at an effect: the

@@ -201,9 +201,12 @@ type harness struct {
 	moved         []string // dead letters moved back to the webhook queue
 	// replayed counts, per consumer, the committed events the drain
 	// replayed from its DLQ after they exhausted their retries.
-	replayed  map[string]int
-	timings   map[string]time.Duration
-	exitCodes map[string]string // graceful stop results
+	replayed map[string]int
+	// replayProblems are the replayed events that exhausted their
+	// retries sooner than the tiers allow.
+	replayProblems []string
+	timings        map[string]time.Duration
+	exitCodes      map[string]string // graceful stop results
 	// stopLSN is the server's WAL position when the workload stopped
 	// (cdc mode): the drain waits for the slot to pass it.
 	stopLSN int64
@@ -470,6 +473,9 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 		return nil, err
 	}
 	res.drained, res.replayed = drained, h.replayed
+	for _, p := range h.replayProblems {
+		res.fail("%s", p)
+	}
 	return res, nil
 }
 
