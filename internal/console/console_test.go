@@ -480,7 +480,7 @@ func TestRedriveDeadOutboxRows(t *testing.T) {
 	ob := testenv.NewOutboxTable(t)
 	ob.PublishN("ev", 6)
 	ob.Exec(`UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(),
-		last_error = 'publish ' || event_id || ': broker nacked after 5s' WHERE event_id IN ('ev-0', 'ev-1', 'ev-2', 'ev-3')`)
+		last_error = 'publish ' || event_id || ': broker nacked after 5s, password=sw0rdfish' WHERE event_id IN ('ev-0', 'ev-1', 'ev-2', 'ev-3')`)
 	ob.Exec(`UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(), last_error = 'no route' WHERE event_id = 'ev-4'`)
 	f := newFixture(t, console.Config{DatabaseURL: testenv.DatabaseURL(t), Table: ob.Table.Name()})
 
@@ -495,6 +495,13 @@ func TestRedriveDeadOutboxRows(t *testing.T) {
 	}
 	if n := ob.Count("state = 'dead'"); n != 5 {
 		t.Fatalf("the dry run changed rows: %d dead", n)
+	}
+	// The group's error is shown, its secret masked whole, not part of it
+	// left by the numbers normalised out of it.
+	for name, body := range map[string]string{"outbox": page.body, "confirm": dry.body} {
+		if !strings.Contains(body, "password=") || strings.Contains(body, "rdfish") {
+			t.Errorf("the %s page does not show the group's error, or shows (part of) its secret:\n%s", name, body)
+		}
 	}
 	res := f.post("/outbox/redrive", url.Values{"csrf": {match(t, csrfRE, dry.body)}, "plan": {match(t, planRE, dry.body)}})
 	if !strings.Contains(res.body, `id="result-done">4<`) {

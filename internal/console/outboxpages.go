@@ -7,13 +7,17 @@ import (
 	"net/http"
 
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )
 
 // deadRowGroup is the dead outbox rows that died of the same error,
-// numbers and ids aside.
+// numbers and ids aside. Shown is that error as pages show it: masked
+// before it is normalised as well as after, because normalising splits a
+// secret (sw0rdfish becomes sw<n>rdfish) into parts the mask no longer
+// recognises.
 type deadRowGroup struct {
-	ID, Error string
+	ID, Shown string
 	Rows      []outbox.Row
 }
 
@@ -29,7 +33,8 @@ func (s *Server) deadRows(r *http.Request) ([]outbox.Row, []*deadRowGroup, error
 		key := dlq.NormalizeError(row.LastError)
 		g := byErr[key]
 		if g == nil {
-			g = &deadRowGroup{ID: groupID(key), Error: cmp.Or(key, "(no error recorded)")}
+			shown := redact.Secrets(dlq.NormalizeError(redact.Secrets(row.LastError)))
+			g = &deadRowGroup{ID: groupID(key), Shown: cmp.Or(shown, "(no error recorded)")}
 			byErr[key] = g
 			groups = append(groups, g)
 		}
@@ -113,7 +118,7 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 					for _, row := range g.Rows {
 						ids = append(ids, row.Event.ID)
 					}
-					p.Scope = fmt.Sprintf("the dead rows that failed with %q", g.Error)
+					p.Scope = fmt.Sprintf("the dead rows that failed with %q", g.Shown)
 				}
 			}
 		} else {
