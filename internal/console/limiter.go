@@ -15,10 +15,12 @@ const (
 	loginWindow   = time.Minute
 	// loginClients bounds the addresses remembered. When it is reached,
 	// windows that ended are forgotten, then addresses not locked out; if
-	// every one is locked out, a new address's try is let through
-	// uncounted. Lockouts are never wiped, and refusing every new address
-	// would let whoever holds ten thousand addresses lock everyone out;
-	// against that many addresses no per-address limit helps anyway.
+	// every one is locked out, new addresses share one window of their
+	// own. Lockouts are never wiped: whoever holds ten thousand addresses
+	// (an IPv6 /48 is 65,536 /64s) buys five more tries a minute, not
+	// unlimited ones; the price is that, while they keep the table full,
+	// someone logging in from a new address shares that window (sessions
+	// already started still pass).
 	loginClients = 10000
 )
 
@@ -28,9 +30,10 @@ const (
 // check before any failure is counted, and a right one does not wipe the
 // wrong ones another client sent from the same address (a proxy's).
 type loginLimiter struct {
-	mu  sync.Mutex
-	now func() time.Time // time.Now; a test moves it on
-	by  map[string]*loginWindowState
+	mu       sync.Mutex
+	now      func() time.Time // time.Now; a test moves it on
+	by       map[string]*loginWindowState
+	overflow loginWindowState // the addresses not remembered, together
 }
 
 type loginWindowState struct {
@@ -48,16 +51,20 @@ func (l *loginLimiter) attempt(client string) (wait time.Duration, counted, ok b
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	w := l.by[client]
-	if w != nil && now.Before(w.ends) && w.tries >= loginFailures {
+	w, known := l.by[client]
+	switch {
+	case known:
+	case l.makeRoom(now):
+		w = &loginWindowState{}
+		l.by[client] = w
+	default:
+		w = &l.overflow
+	}
+	if now.Before(w.ends) && w.tries >= loginFailures {
 		return w.ends.Sub(now), false, false
 	}
-	if w == nil || !now.Before(w.ends) {
-		if !l.makeRoom(now) {
-			return 0, false, true
-		}
-		w = &loginWindowState{ends: now.Add(loginWindow)}
-		l.by[client] = w
+	if !now.Before(w.ends) {
+		*w = loginWindowState{ends: now.Add(loginWindow)}
 	}
 	w.tries++
 	return 0, true, true
@@ -86,7 +93,11 @@ func (l *loginLimiter) makeRoom(now time.Time) bool {
 func (l *loginLimiter) succeeded(client string, counted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w := l.by[client]; counted && w != nil && w.tries > 0 {
+	w, known := l.by[client]
+	if !known {
+		w = &l.overflow
+	}
+	if counted && w.tries > 0 {
 		w.tries--
 	}
 }

@@ -25,8 +25,8 @@ func TestClientAddress(t *testing.T) {
 }
 
 // Addresses beyond the limit never wipe the lockouts: with every address
-// remembered locked out, a new one's try passes uncounted, and the
-// locked-out ones stay locked out.
+// remembered locked out, new addresses share one window, locked out like
+// any after five tries, and the locked-out ones stay locked out.
 func TestLimiterKeepsLockoutsWhenFull(t *testing.T) {
 	l := newLoginLimiter()
 	now := time.Now()
@@ -39,11 +39,20 @@ func TestLimiterKeepsLockoutsWhenFull(t *testing.T) {
 	if _, _, ok := l.attempt("10.0.0"); ok {
 		t.Fatal("a locked-out address was let try again")
 	}
-	if _, counted, ok := l.attempt("192.0.2.1"); !ok || counted {
-		t.Fatalf("a new address with the limiter full: ok %v, counted %v; want let through, uncounted", ok, counted)
+	for i := range loginFailures {
+		if _, counted, ok := l.attempt("192.0.2." + strconv.Itoa(i)); !ok || !counted {
+			t.Fatalf("new address %d with the limiter full: ok %v, counted %v; want let through, counted", i, ok, counted)
+		}
+	}
+	if _, _, ok := l.attempt("198.51.100.1"); ok {
+		t.Fatal("new addresses together were let try more than the limit")
 	}
 	if _, _, ok := l.attempt("10.0.9999"); ok {
 		t.Fatal("a lockout was wiped to make room")
+	}
+	now = now.Add(loginWindow)
+	if _, _, ok := l.attempt("198.51.100.1"); !ok {
+		t.Fatal("a new address was refused after the window ended")
 	}
 }
 
