@@ -66,11 +66,10 @@ func TestStreamsCommittedEventsInCommitOrder(t *testing.T) {
 // A relay that stops resumes from the confirmed position: events committed
 // while no relay ran are published by the next one, and nothing before
 // the position is published again. The stop waits for the slot's position
-// to pass the first events, not only for their rows to be trimmed: this
-// test's first events are written as the first relay starts, so its
-// backfill may publish and trim them before the stream reaches them, and
-// a relay stopped then publishes them again from the stream (as
-// docs/cdc.md says; a busy run caught it doing so).
+// to pass the first events, not only for their rows to be trimmed: a row
+// trimmed before the slot's position is reported past it comes again in
+// the next session's stream, and a relay stopped in between publishes it
+// again (the duplicate every death may cost, docs/cdc.md).
 func TestResumesFromTheConfirmedPosition(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()

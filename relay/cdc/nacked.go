@@ -10,7 +10,8 @@ import (
 // rows again, and an event that is nacked every time must still reach its
 // NackTimeout. Any other end of a session clears it (see
 // Relay.session): time spent reconnecting or standing by is not time spent
-// being nacked. An event leaves it when it is confirmed or made dead.
+// being nacked. An event leaves it when it is confirmed, or once its dead
+// mark is committed.
 type nackLedger struct {
 	mu    sync.Mutex
 	since map[int64]time.Time
@@ -56,7 +57,7 @@ func (l *nackLedger) nacked(id int64, now time.Time, timeout time.Duration) time
 	return now
 }
 
-// forget drops id: it was confirmed or made dead.
+// forget drops id: it was confirmed, or its dead mark committed.
 func (l *nackLedger) forget(id int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

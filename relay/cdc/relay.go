@@ -855,7 +855,6 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				confirmed = true
 			case errors.Is(err, amqpx.ErrUnroutable):
 				if returns[i]+1 >= r.cfg.MaxAttempts {
-					r.nackedSince.forget(ids[i])
 					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, err.Error()})
 					return
 				}
@@ -864,7 +863,6 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				nacked = true
 				now := time.Now()
 				if first := r.nackedSince.nacked(ids[i], now, r.cfg.NackTimeout); now.Sub(first) >= r.cfg.NackTimeout {
-					r.nackedSince.forget(ids[i])
 					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
 					return
 				}
@@ -1016,6 +1014,12 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 			return fmt.Errorf("settle %d published and %d dead rows: %w", len(s.done), len(s.dead), err)
 		}
 		r.dead.Add(int64(len(s.dead)))
+		// Forgotten once the dead mark is committed, not when it is
+		// decided: a batch that fails after the decision drops the mark,
+		// the row comes again, and its NackTimeout must not start anew.
+		for _, d := range s.dead {
+			r.nackedSince.forget(d.id)
+		}
 	}
 	if uint64(s.end) > r.flushed.Load() {
 		r.flushed.Store(uint64(s.end))
