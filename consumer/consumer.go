@@ -153,7 +153,9 @@ func (c *BaseConsumer) handler() warren.Handler {
 // connection cannot hold the stop past ShutdownGrace plus a few seconds.
 // It returns nil after a clean stop, or the error that made
 // consuming impossible (a queue that exists with different arguments,
-// missing permissions, credentials or a vhost the broker refuses).
+// missing permissions, credentials or a vhost the broker refuses at the
+// start; refused after it was let in, the consumer keeps retrying and logs
+// an error each time).
 //
 // Connection and channel failures are not errors: Run reconnects with
 // backoff, declares the topology again and resumes.
@@ -266,7 +268,20 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job, run handl
 			if ctx.Err() != nil {
 				return nil, nil // ctx ended while dialing
 			}
-			// The broker refused the credentials or the vhost.
+			if connected {
+				// Refused after it let this consumer in: the password or
+				// the permissions changed under a running service, or
+				// the broker's auth backend (LDAP, HTTP) is failing. The
+				// latter passes; a service that stopped on it would need
+				// a restart. Keep trying, loudly.
+				c.log.Error("the broker refuses the consumer it let in before; retrying", "error", err)
+				if !c.pause(ctx, bo, "reconnect refused", err) {
+					return nil, nil
+				}
+				continue
+			}
+			// The broker refused the credentials or the vhost at the
+			// start: the configuration is wrong, and no retry mends it.
 			c.log.Error("cannot consume", "error", err)
 			return nil, err
 		}

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -256,5 +258,56 @@ func publishOnce(conn *amqp.Connection, exchange, key string, msg amqp.Publishin
 		return e
 	case <-time.After(30 * time.Second):
 		return errors.New("no answer from the broker within 30s")
+	}
+}
+
+// A broker that refuses a consumer it let in before (a password changed
+// under a running service, an auth backend failing) does not end Run, as
+// a refusal at the start does: it retries, loudly, and consumes again
+// once the broker lets it in.
+func TestRefusedReconnectIsRetried(t *testing.T) {
+	node := localrabbit.Shared(t)
+	rawURL := addBrokerUser(t, node, brokerAccount{configure: ".*", write: ".*", read: ".*"})
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := u.User.Username()
+	password, _ := u.User.Password()
+	logs := &logLines{out: t.Output()}
+	c := consumerAt(t, rawURL, func(cfg *consumer.Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		cfg.ReconnectMaxDelay = time.Second
+	})
+	deleteTopologyAfter(t, node, c.Topology())
+	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	stop := start(t, c)
+
+	ctx := context.Background()
+	if err := node.Ctl(ctx, "change_password", user, "changed-"+password); err != nil {
+		t.Fatal(err)
+	}
+	out, err := node.CtlOutput(ctx, "list_connections", "-q", "--no-table-headers", "user", "pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(out) {
+		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == user {
+			if err := node.Ctl(ctx, "close_connection", fields[1], "test: the password changed"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	testenv.WaitFor(t, time.Minute, "the consumer to be refused and retry", func() bool {
+		return strings.Contains(logs.String(), "refuses the consumer it let in before")
+	})
+	if err := node.Ctl(ctx, "change_password", user, password); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, time.Minute, "the consumer to consume again", func() bool {
+		return c.Stats().Reconnects >= 1 && c.Health().Ready
+	})
+	if err := stop(); err != nil {
+		t.Errorf("Run = %v, want nil after a stop", err)
 	}
 }
