@@ -2,11 +2,9 @@ package consumer_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -214,20 +212,7 @@ func TestBrokerPermissionsWork(t *testing.T) {
 // vhost, deleted when t ends, and returns its AMQP URL.
 func addBrokerUser(t *testing.T, node *localrabbit.Node, a brokerAccount) string {
 	t.Helper()
-	ctx := context.Background()
-	user, password := testenv.Name(t, "u"), rand.Text()
-	if err := node.Ctl(ctx, "add_user", user, password); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := node.Ctl(context.Background(), "delete_user", user); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-	})
-	if err := node.Ctl(ctx, "set_permissions", "-p", "/", user, a.configure, a.write, a.read); err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("amqp://%s:%s@127.0.0.1:%d/", user, password, node.Port)
+	return node.AddUser(t, testenv.Name(t, "u"), a.configure, a.write, a.read).URL()
 }
 
 // publishOnce publishes msg on a fresh confirm-mode channel of conn and
@@ -267,15 +252,9 @@ func publishOnce(conn *amqp.Connection, exchange, key string, msg amqp.Publishin
 // once the broker lets it in.
 func TestRefusedReconnectIsRetried(t *testing.T) {
 	node := localrabbit.Shared(t)
-	rawURL := addBrokerUser(t, node, brokerAccount{configure: ".*", write: ".*", read: ".*"})
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	user := u.User.Username()
-	password, _ := u.User.Password()
+	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
 	logs := &logLines{out: t.Output()}
-	c := consumerAt(t, rawURL, func(cfg *consumer.Config) {
+	c := consumerAt(t, user.URL(), func(cfg *consumer.Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		cfg.ReconnectMaxDelay = time.Second
 	})
@@ -283,27 +262,11 @@ func TestRefusedReconnectIsRetried(t *testing.T) {
 	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
 	stop := start(t, c)
 
-	ctx := context.Background()
-	if err := node.Ctl(ctx, "change_password", user, "changed-"+password); err != nil {
-		t.Fatal(err)
-	}
-	out, err := node.CtlOutput(ctx, "list_connections", "-q", "--no-table-headers", "user", "pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(out) {
-		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == user {
-			if err := node.Ctl(ctx, "close_connection", fields[1], "test: the password changed"); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	user.LockOut(t)
 	testenv.WaitFor(t, time.Minute, "the consumer to be refused and retry", func() bool {
 		return strings.Contains(logs.String(), "refuses the consumer it let in before")
 	})
-	if err := node.Ctl(ctx, "change_password", user, password); err != nil {
-		t.Fatal(err)
-	}
+	user.LetIn(t)
 	testenv.WaitFor(t, time.Minute, "the consumer to consume again", func() bool {
 		return c.Stats().Reconnects >= 1 && c.Health().Ready
 	})
