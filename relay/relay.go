@@ -122,8 +122,10 @@ func (r *Relay) Outbox() *outbox.Table { return r.outbox }
 // backoff, and rows wait in the table meanwhile. Run returns an error
 // only when it cannot work at all: the table is missing or at another
 // schema version (wrapping [outbox.ErrSchema]), or the broker refused the
-// credentials or the vhost of AMQPURL, which waiting does not mend. Run may be called once;
-// a second call returns [ErrAlreadyRunning].
+// credentials or the vhost of AMQPURL before it ever let the relay in,
+// which waiting does not mend (refused later, the relay keeps trying and
+// logs an error). Run may be called once; a second call returns
+// [ErrAlreadyRunning].
 func (r *Relay) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
@@ -215,18 +217,28 @@ func (r *Relay) waitForSchema(ctx context.Context, pool *pgxpool.Pool) (outbox.P
 }
 
 // runBroker keeps a broker session up until ctx ends, or the broker
-// refuses the relay's credentials or vhost (amqpx.ErrRefused), which no
-// reconnect mends: that error is returned.
+// refuses the relay's credentials or vhost (amqpx.ErrRefused) at the
+// start, which no reconnect mends: that error is returned. Refused after
+// it let the relay in (a password rotated under it, an auth backend
+// failing), the relay keeps trying.
 func (r *Relay) runBroker(ctx context.Context, pool *pgxpool.Pool) error {
 	dial := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	pause := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
-	for {
+	for connected := false; ; connected = true {
 		conn, err := amqpx.DialRetry(ctx, r.cfg.AMQPURL, amqpx.DialOptions{Name: r.cfg.Name}, dial, r.log)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			return err // refused
+			if !connected {
+				return err // refused
+			}
+			wait := pause.NextBackOff()
+			r.log.Error("the broker refuses the relay it let in before; retrying", "error", err, "retry_in", wait.Round(time.Millisecond))
+			if !sleep(ctx.Done(), wait) {
+				return nil
+			}
+			continue
 		}
 		// The block state follows the connection: watched from the dial,
 		// so a block during set-up is seen, to the close, which resets it.

@@ -50,6 +50,10 @@ type Relay struct {
 	nacks        amqpx.NackStreak
 	nackedSince  nackLedger
 	endedOnNacks bool
+	// brokerLetIn: a session has logged in to the broker. A refusal
+	// after that (a password rotated under the relay, an auth backend
+	// failing) is retried; before it, the configuration is wrong.
+	brokerLetIn bool
 }
 
 // errNackStreak ends a session whose every verdict has been a nack for
@@ -114,7 +118,8 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 // and tries again every StandbyRetry. It returns an error only for what
 // waiting cannot mend: a server whose wal_level is not logical, a missing
 // outbox table ([ErrNoTable]), or a broker that refused the credentials or
-// the vhost of AMQPURL.
+// the vhost of AMQPURL before it ever let the relay in (refused later, the
+// relay keeps trying and logs an error).
 func (r *Relay) Run(ctx context.Context) error {
 	r.health.setRole(RoleStarting)
 	defer r.health.setRole(RoleStopped)
@@ -141,8 +146,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ErrWALLevel), errors.Is(err, ErrNoTable), errors.Is(err, amqpx.ErrRefused):
+		case errors.Is(err, ErrWALLevel), errors.Is(err, ErrNoTable), errors.Is(err, amqpx.ErrRefused) && !r.brokerLetIn:
 			return err
+		case errors.Is(err, amqpx.ErrRefused):
+			standingBy = false
+			r.log.Error("the broker refuses the relay it let in before; will start again", "error", err, "retry_in", wait)
 		case isSlotBusy(err):
 			if !standingBy {
 				r.log.Info("another relay streams the slot; standing by", "error", err)
@@ -212,6 +220,7 @@ func (r *Relay) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.brokerLetIn = true
 	// A broker that stops answering (an alarm) must not hold a stop:
 	// the close and the declare are bounded, closing the connection
 	// under them when they overrun.

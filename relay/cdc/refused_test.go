@@ -1,0 +1,44 @@
+package cdc_test
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
+)
+
+// A broker that refuses a relay it let in before (a password rotated under
+// a running relay, an auth backend failing) does not end Run, as a refusal
+// at the start does: the relay starts again, loudly, and streams once the
+// broker lets it in.
+func TestRefusedReconnectIsRetried(t *testing.T) {
+	e := newEnv(t)
+	node := localrabbit.Shared(t)
+	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
+	t.Cleanup(func() {
+		conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		defer conn.Close()
+		if ch, err := conn.Channel(); err == nil {
+			ch.ExchangeDelete(e.exchange, false, false)
+		}
+	})
+	logs := &testenv.LogBuffer{}
+	cfg := e.config()
+	cfg.AMQPURL, cfg.Logger = user.URL(), slog.New(slog.NewTextHandler(logs, nil))
+	r, _ := e.start(cfg)
+	testenv.WaitFor(t, time.Minute, "the relay to stream", r.Streaming)
+	user.LockOut(t)
+	testenv.WaitFor(t, time.Minute, "the relay to be refused and start again", func() bool {
+		return logs.Has("refuses the relay it let in before")
+	})
+	user.LetIn(t)
+	testenv.WaitFor(t, time.Minute, "the relay to stream again", r.Streaming)
+}
