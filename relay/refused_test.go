@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 	"github.com/warrenmq/warren/relay"
@@ -21,17 +20,7 @@ func TestRefusedReconnectIsRetried(t *testing.T) {
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
 	ob := testenv.NewOutboxTable(t)
 	exchange := testenv.Name(t, "ex")
-	t.Cleanup(func() {
-		conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer conn.Close()
-		if ch, err := conn.Channel(); err == nil {
-			ch.ExchangeDelete(exchange, false, false)
-		}
-	})
+	node.CleanupExchanges(t, exchange)
 	logs := &testenv.LogBuffer{}
 	r, err := relay.New(relay.Config{
 		Pool: ob.Pool, Table: ob.Table.Name(), Exchange: exchange, AMQPURL: user.URL(), Name: testenv.Name(t, "relay"),

@@ -1,12 +1,10 @@
 package cdc_test
 
 import (
-	"context"
 	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
@@ -19,17 +17,7 @@ func TestRefusedReconnectIsRetried(t *testing.T) {
 	e := newEnv(t)
 	node := localrabbit.Shared(t)
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
-	t.Cleanup(func() {
-		conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer conn.Close()
-		if ch, err := conn.Channel(); err == nil {
-			ch.ExchangeDelete(e.exchange, false, false)
-		}
-	})
+	node.CleanupExchanges(t, e.exchange)
 	logs := &testenv.LogBuffer{}
 	cfg := e.config()
 	cfg.AMQPURL, cfg.Logger = user.URL(), slog.New(slog.NewTextHandler(logs, nil))
