@@ -20,7 +20,7 @@ func TestRefusedReconnectIsRetried(t *testing.T) {
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
 	ob := testenv.NewOutboxTable(t)
 	exchange := testenv.Name(t, "ex")
-	node.CleanupExchanges(t, exchange)
+	testenv.CleanupExchangesAt(t, node.URL(), exchange)
 	logs := &testenv.LogBuffer{}
 	r, err := relay.New(relay.Config{
 		Pool: ob.Pool, Table: ob.Table.Name(), Exchange: exchange, AMQPURL: user.URL(), Name: testenv.Name(t, "relay"),

@@ -176,7 +176,12 @@ func CleanupQueues(t testing.TB, names ...string) {
 // CleanupExchanges deletes the exchanges when t ends.
 func CleanupExchanges(t testing.TB, names ...string) {
 	t.Helper()
-	url := AMQPURL(t)
+	CleanupExchangesAt(t, AMQPURL(t), names...)
+}
+
+// CleanupExchangesAt deletes the exchanges from the broker at url (a
+// private node's) when t ends.
+func CleanupExchangesAt(t testing.TB, url string, names ...string) {
 	t.Cleanup(func() {
 		withCleanupChannel(t, url, func(ch *amqp.Channel) error {
 			for _, n := range names {

@@ -17,7 +17,7 @@ func TestRefusedReconnectIsRetried(t *testing.T) {
 	e := newEnv(t)
 	node := localrabbit.Shared(t)
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
-	node.CleanupExchanges(t, e.exchange)
+	testenv.CleanupExchangesAt(t, node.URL(), e.exchange)
 	logs := &testenv.LogBuffer{}
 	cfg := e.config()
 	cfg.AMQPURL, cfg.Logger = user.URL(), slog.New(slog.NewTextHandler(logs, nil))

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-
-	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // User is a broker user made for one test on a private node, deleted when
@@ -72,27 +70,4 @@ func (u *User) LetIn(t testing.TB) {
 	if err := u.node.Ctl(context.Background(), "change_password", u.Name, u.Password); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// CleanupExchanges deletes the named exchanges from the node when t ends.
-func (n *Node) CleanupExchanges(t testing.TB, names ...string) {
-	t.Cleanup(func() {
-		conn, err := amqpx.Dial(context.Background(), n.URL(), amqpx.DialOptions{Name: t.Name() + " cleanup"})
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		defer conn.Close()
-		ch, err := conn.Channel()
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-			return
-		}
-		for _, name := range names {
-			if err := ch.ExchangeDelete(name, false, false); err != nil {
-				t.Errorf("cleanup: delete exchange %s: %v", name, err)
-				return
-			}
-		}
-	})
 }
