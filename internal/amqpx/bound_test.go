@@ -14,14 +14,18 @@ import (
 )
 
 // stoppedReading dials the broker through a proxy that then stops passing
-// what the client sends, while the broker's heartbeats (every second) keep
-// arriving: the client never times the connection out by itself.
+// what the client sends, while the broker's heartbeats keep arriving: the
+// client never times the connection out by itself. The heartbeat is the
+// default (10s), so the client's own read deadline (three heartbeats)
+// outlasts every bound these tests assert; at one second a starved
+// machine's late heartbeat could end the connection first (the same race
+// showed in dlqtool's stop tests under busy.sh).
 func stoppedReading(t *testing.T) (*amqp.Connection, *testenv.Proxy) {
 	t.Helper()
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	proxy := testenv.StartAMQPProxy(t, u.Host)
-	conn, err := amqpx.Dial(context.Background(), proxy.URL(t, brokerURL), amqpx.DialOptions{Name: "stopped-reading " + t.Name(), Heartbeat: time.Second})
+	conn, err := amqpx.Dial(context.Background(), proxy.URL(t, brokerURL), amqpx.DialOptions{Name: "stopped-reading " + t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +50,7 @@ func within(t *testing.T, limit time.Duration, what string, f func() error) erro
 // A channel close the broker never answers ends after CloseTimeout, with
 // the connection closed under it, although heartbeats keep flowing.
 func TestCloseChannelReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	t.Parallel()
 	conn, proxy := stoppedReading(t)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -54,7 +59,7 @@ func TestCloseChannelReturnsWhenTheBrokerStopsReading(t *testing.T) {
 	proxy.StopReading(true)
 	err = within(t, amqpx.CloseTimeout+20*time.Second, "CloseChannel", func() error { return amqpx.CloseChannel(conn, ch) })
 	// ErrNoAnswer, not a closed connection: the broker's heartbeats kept
-	// the connection alive for all of CloseTimeout (five heartbeats).
+	// the connection alive for all of CloseTimeout.
 	if !errors.Is(err, amqpx.ErrNoAnswer) {
 		t.Fatalf("CloseChannel = %v, want ErrNoAnswer", err)
 	}
@@ -65,6 +70,7 @@ func TestCloseChannelReturnsWhenTheBrokerStopsReading(t *testing.T) {
 
 // Bound gives back an answer that arrives in time, untouched.
 func TestBoundPassesAnAnswer(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -89,6 +95,7 @@ func TestBoundPassesAnAnswer(t *testing.T) {
 // A publisher whose publish waits for a confirm the broker will never send
 // closes within CloseTimeout, and the publish fails.
 func TestPublisherCloseReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	t.Parallel()
 	conn, proxy := stoppedReading(t)
 	p, err := amqpx.NewPublisher(context.Background(), conn, 4)
 	if err != nil {
@@ -112,6 +119,7 @@ func TestPublisherCloseReturnsWhenTheBrokerStopsReading(t *testing.T) {
 // errors.Is/As (a refused declaration must stay recognisable, say). The
 // two happen at random, so the test repeats until both were seen.
 func TestBoundKeepsOpsErrorWhenCtxEndsTogether(t *testing.T) {
+	t.Parallel()
 	opErr := errors.New("the op's own error")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -137,6 +145,7 @@ func TestBoundKeepsOpsErrorWhenCtxEndsTogether(t *testing.T) {
 // When Bound closes the connection under an op, the op's error (from the
 // close) is wrapped, not flattened into text.
 func TestBoundWrapsTheErrorOfAnOpItCutOff(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
 	if err != nil {

@@ -1,13 +1,18 @@
 package amqpx
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,15 +116,25 @@ func Dial(ctx context.Context, list string, opts DialOptions) (*amqp.Connection,
 	return nil, errors.Join(errs...)
 }
 
-// dialOne dials one node's URL.
+// dialOne dials one node's URL. Every connection reads through a
+// [frameFilter], so a message whose headers amqp091-go cannot read reaches
+// warren as a readable one that says so, instead of closing the
+// connection. For amqps the filter must read the plaintext: the dialer does
+// the TLS handshake (amqp091-go would do it on the connection it is
+// given, under the filter) and amqp091-go is given the URL as amqp.
 func dialOne(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	if opts.Name != "" {
 		props.SetClientConnectionName(opts.Name)
 	}
+	dialURL, tlsConfig, err := plainURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %s", redact.URL(rawURL), redact.Text(err.Error(), rawURL))
+	}
 	cfg := amqp.Config{
 		Heartbeat:  opts.Heartbeat,
 		Properties: props,
+		FrameSize:  frameMax,
 		Dial: func(network, addr string) (net.Conn, error) {
 			d := net.Dialer{Timeout: opts.Timeout}
 			conn, err := d.DialContext(ctx, network, addr)
@@ -131,23 +146,80 @@ func dialOne(ctx context.Context, rawURL string, opts DialOptions) (*amqp.Connec
 				conn.Close()
 				return nil, err
 			}
-			return conn, nil
+			if tlsConfig != nil {
+				tc := tls.Client(conn, tlsConfig)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					conn.Close()
+					return nil, err
+				}
+				conn = tc
+			}
+			return newFrameFilter(conn), nil
 		},
 	}
-	conn, err := amqp.DialConfig(rawURL, cfg)
+	conn, err := amqp.DialConfig(dialURL, cfg)
 	if err != nil {
 		if refused := refusal(rawURL, err); refused != nil {
 			return nil, refused
 		}
 		return nil, fmt.Errorf("dial %s: %w", redact.URL(rawURL), err)
 	}
+	// Every size limit of warren's (the frame filter's, dlq.Fit's margins
+	// for a copy's record, the relays' MaxContentHeader) is set for a
+	// frame_max of frameMax. Below it a copy with warren's record could be
+	// over the broker's frame_max: the broker closes the connection at
+	// each attempt and the message never leaves the head of its queue. A
+	// broker that offers less is refused, as a refusal no retry mends.
+	if n := conn.Config.FrameSize; n < frameMax {
+		conn.Close()
+		return nil, &refusedError{
+			msg: fmt.Sprintf("dial %s: the broker's frame_max is %d bytes, below the %d warren needs: set frame_max = %d (or 0) in rabbitmq.conf", redact.URL(rawURL), n, frameMax, frameMax),
+			err: errors.New("frame_max too small"),
+		}
+	}
 	return conn, nil
+}
+
+// plainURL returns rawURL as amqp091-go is to dial it: an amqps URL
+// becomes amqp with its port made explicit, and the TLS configuration
+// amqp091-go would have made from it (cacertfile, certfile, keyfile and
+// server_name_indication, TLS 1.2 at least) is returned for the dialer.
+func plainURL(rawURL string) (string, *tls.Config, error) {
+	uri, err := amqp.ParseURI(rawURL)
+	if err != nil || uri.Scheme != "amqps" {
+		return rawURL, nil, err
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", nil, err
+	}
+	u.Scheme, u.Host = "amqp", net.JoinHostPort(uri.Host, strconv.Itoa(uri.Port))
+	cfg := &tls.Config{ServerName: cmp.Or(uri.ServerName, uri.Host), MinVersion: tls.VersionTLS12}
+	if uri.CACertFile != "" {
+		pem, err := os.ReadFile(uri.CACertFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("read CA certificate: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return "", nil, fmt.Errorf("no PEM certificate in %s", uri.CACertFile)
+		}
+	}
+	if uri.CertFile != "" && uri.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(uri.CertFile, uri.KeyFile)
+		if err != nil {
+			return "", nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return u.String(), cfg, nil
 }
 
 // ErrRefused is matched (errors.Is) by a dial error for which the broker
 // refused the user's credentials (403 ACCESS_REFUSED during the handshake)
-// or access to the vhost (530 NOT_ALLOWED, or a missing vhost): a retry
-// cannot mend either, so [DialRetry] returns it at once instead of
+// or access to the vhost (530 NOT_ALLOWED, or a missing vhost), or offered
+// a frame_max below the 128 KiB warren's limits are set for: a retry
+// cannot mend any, so [DialRetry] returns it at once instead of
 // reporting the broker unreachable forever.
 var ErrRefused = errors.New("the broker refused the connection")
 

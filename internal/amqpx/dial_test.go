@@ -6,16 +6,22 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
 func TestSplitURLs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		list string
 		want []string
@@ -34,6 +40,7 @@ func TestSplitURLs(t *testing.T) {
 }
 
 func TestCheckURLChecksEveryNode(t *testing.T) {
+	t.Parallel()
 	if err := amqpx.CheckURL("amqp://guest:guest@h1:5701/,amqp://guest:guest@h2:5702/"); err != nil {
 		t.Fatalf("a valid list: %v", err)
 	}
@@ -54,6 +61,7 @@ func TestCheckURLChecksEveryNode(t *testing.T) {
 }
 
 func TestRedactURLsKeepsEveryHost(t *testing.T) {
+	t.Parallel()
 	got := amqpx.RedactURLs("amqp://u:secret@h1:5701/,amqp://u:secret@h2:5702/")
 	if strings.Contains(got, "secret") || !strings.Contains(got, "h1:5701") || !strings.Contains(got, "h2:5702") {
 		t.Fatalf("RedactURLs = %q: want both hosts and no password", got)
@@ -75,6 +83,7 @@ func closedPort(t *testing.T) string {
 // A list whose other nodes are down reaches the one that is up, from
 // whichever node the random start picks, every time.
 func TestDialReachesTheNodeThatIsUp(t *testing.T) {
+	t.Parallel()
 	live := testenv.AMQPURL(t)
 	dead1, dead2 := closedPort(t), closedPort(t)
 	list := fmt.Sprintf("amqp://guest:guest@%s/,%s,amqp://guest:guest@%s/", dead1, live, dead2)
@@ -95,6 +104,7 @@ func TestDialReachesTheNodeThatIsUp(t *testing.T) {
 // When no node answers, the error names every node tried, and DialRetry
 // keeps trying until its context ends.
 func TestDialNamesEveryNodeItTried(t *testing.T) {
+	t.Parallel()
 	dead1, dead2 := closedPort(t), closedPort(t)
 	list := fmt.Sprintf("amqp://guest:secret@%s/,amqp://guest:secret@%s/", dead1, dead2)
 	_, err := amqpx.Dial(context.Background(), list, amqpx.DialOptions{Timeout: 5 * time.Second})
@@ -127,6 +137,7 @@ func (f countingWriter) Write(p []byte) (int, error) { f(); return len(p), nil }
 // matching ErrRefused and saying what to fix, without the password; it
 // does not retry until the context ends.
 func TestDialRetryGivesUpOnARefusal(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, url, want string
 	}{
@@ -145,5 +156,64 @@ func TestDialRetryGivesUpOnARefusal(t *testing.T) {
 				t.Fatalf("error %q: want %q and no password", err, tc.want)
 			}
 		})
+	}
+}
+
+// A message whose headers amqp091-go refuses (nested more than 32 deep,
+// more than 8192 entries) closed the connection that read it. Read through
+// Dial, over amqp and over amqps, it arrives with the entries the client
+// can read and dlq.HeaderUnreadable saying what was wrong: for amqps, the
+// frames are filtered on the plaintext side of TLS.
+func TestDialReadsMessagesWithUnreadableHeaders(t *testing.T) {
+	t.Parallel()
+	plain := testenv.AMQPURL(t)
+	proxy, caFile := testenv.StartTLSProxy(t, "127.0.0.1:5672")
+	u, err := url.Parse(proxy.URL(t, plain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Scheme, u.RawQuery = "amqps", url.Values{"cacertfile": {caFile}}.Encode()
+
+	queue := testenv.Name(t, "q")
+	testenv.CleanupQueues(t, queue)
+	ch := testenv.Channel(t)
+	if _, err := ch.QueueDeclare(queue, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []amqp.Publishing
+	want := map[string]testenv.Unreadable{}
+	for name, h := range testenv.UnreadableHeaders() {
+		msgs = append(msgs, amqp.Publishing{MessageId: name, Type: "workitem.created", Headers: h.Headers, Body: []byte(`{}`)})
+		want[name] = h
+	}
+	testenv.PublishInOrder(t, testenv.AMQPConn(t), queue, msgs)
+
+	for _, url := range []string{plain, u.String()} {
+		conn, err := amqpx.Dial(context.Background(), url, amqpx.DialOptions{Name: t.Name()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if tlsUsed := conn.ConnectionState().HandshakeComplete; tlsUsed != strings.HasPrefix(url, "amqps:") {
+			t.Errorf("%s: TLS handshake complete: %v", redact.URL(url), tlsUsed)
+		}
+		rch, err := conn.Channel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range msgs {
+			d, ok, err := rch.Get(queue, false)
+			if err != nil || !ok {
+				t.Fatalf("%s: get: %v, %v", redact.URL(url), ok, err)
+			}
+			w := want[d.MessageId]
+			why, _ := d.Headers[dlq.HeaderUnreadable].(string)
+			if !strings.Contains(why, w.Reason) || d.Type != "workitem.created" || string(d.Body) != `{}` || len(d.Headers) != len(w.Kept)+1 {
+				t.Errorf("%s: %s arrived as type %q, body %q, headers %v; want %q and the entries %v", redact.URL(url), d.MessageId, d.Type, d.Body, d.Headers, w.Reason, w.Kept)
+			}
+		}
+		if err := rch.Nack(0, true, true); err != nil { // all back, for the next URL
+			t.Fatal(err)
+		}
 	}
 }

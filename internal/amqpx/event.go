@@ -29,6 +29,11 @@ func EventPublishing(ev warren.Event) (amqp.Publishing, error) {
 // without one, Plane's consumers never read it, and a warren consumer
 // older than the one that takes "utf-8" as identity would dead-letter
 // every message carrying it, so a relay upgraded first would break them.
+//
+// An event whose properties and headers would not fit [MaxContentHeader]
+// is an error: published, it would close the connection, and a relay
+// would meet it first again in every session. A caller that adds headers
+// (the trace context) checks again with [CheckContentHeader].
 func EncodedPublishing(enc warren.Encoder, ev warren.Event, outboxID int64) (amqp.Publishing, error) {
 	if err := ev.Validate(); err != nil {
 		return amqp.Publishing{}, err
@@ -41,7 +46,7 @@ func EncodedPublishing(enc warren.Encoder, ev warren.Event, outboxID int64) (amq
 	if ts.IsZero() {
 		ts = time.Now()
 	}
-	return amqp.Publishing{
+	msg := amqp.Publishing{
 		MessageId:    ev.ID,
 		Type:         ev.Type,
 		ContentType:  "application/json",
@@ -49,5 +54,9 @@ func EncodedPublishing(enc warren.Encoder, ev warren.Event, outboxID int64) (amq
 		Timestamp:    ts.UTC(),
 		Headers:      amqp.Table{warren.HeaderInitiatorType: ev.InitiatorType, warren.HeaderEntityID: ev.EntityID},
 		Body:         body,
-	}, nil
+	}
+	if err := CheckContentHeader(msg); err != nil {
+		return amqp.Publishing{}, fmt.Errorf("event %.80s: %w", ev.ID, err)
+	}
+	return msg, nil
 }

@@ -18,6 +18,7 @@ import (
 // refusing an encoding (a warren consumer before it took "utf-8" as
 // identity) dead-letters what the relay sends.
 func TestEncodedPublishingProperties(t *testing.T) {
+	t.Parallel()
 	created := time.Date(2026, 3, 4, 5, 6, 7, 0, time.FixedZone("CET", 3600))
 	ev := warren.Event{
 		ID: "ev-1", Type: "workitem.updated", EntityType: "issue", EntityID: "iss-1", WorkspaceID: "ws-1",

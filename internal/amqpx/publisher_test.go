@@ -31,6 +31,7 @@ func newPublisher(t *testing.T, maxInFlight int) (*amqpx.Publisher, *amqp.Channe
 }
 
 func TestPublishConfirmedReachesQueue(t *testing.T) {
+	t.Parallel()
 	p, ch := newPublisher(t, 0)
 	q := testenv.Name(t, "q")
 	testenv.CleanupQueues(t, q)
@@ -60,6 +61,7 @@ func TestPublishConfirmedReachesQueue(t *testing.T) {
 // With mandatory set, a message no queue takes is a failure, even though the
 // broker acks it.
 func TestPublishUnroutableIsAnError(t *testing.T) {
+	t.Parallel()
 	p, ch := newPublisher(t, 0)
 	ex := testenv.Name(t, "ex")
 	testenv.CleanupExchanges(t, ex)
@@ -110,6 +112,7 @@ func TestPublishUnroutableIsAnError(t *testing.T) {
 
 // A queue that rejects publishes when full makes the broker nack.
 func TestPublishNackIsAnError(t *testing.T) {
+	t.Parallel()
 	p, ch := newPublisher(t, 0)
 	q := testenv.Name(t, "q")
 	testenv.CleanupQueues(t, q)
@@ -124,6 +127,7 @@ func TestPublishNackIsAnError(t *testing.T) {
 }
 
 func TestPublishOnClosedChannelFails(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	p, err := amqpx.NewPublisher(context.Background(), conn, 4)
 	if err != nil {
@@ -140,6 +144,7 @@ func TestPublishOnClosedChannelFails(t *testing.T) {
 }
 
 func TestPublishHonoursContext(t *testing.T) {
+	t.Parallel()
 	p, _ := newPublisher(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
@@ -154,6 +159,7 @@ func TestPublishHonoursContext(t *testing.T) {
 // must still return by its deadline, and closing the connection with a
 // deadline must unstick everything, so shutdowns cannot hang.
 func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
+	t.Parallel()
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	proxy := testenv.StartProxy(t, u.Host)
@@ -221,6 +227,7 @@ func TestPublishReturnsWhenTheSocketIsStuck(t *testing.T) {
 // and a returned message in the middle fail alone, and exactly the
 // messages reported confirmed are in the queue.
 func TestPublishBatchVerdictEachMessage(t *testing.T) {
+	t.Parallel()
 	p, ch := newPublisher(t, 0)
 	ok, refusing, missing := testenv.Name(t, "q"), testenv.Name(t, "refusing"), testenv.Name(t, "missing")
 	testenv.CleanupQueues(t, ok, refusing)
@@ -267,6 +274,7 @@ func TestPublishBatchVerdictEachMessage(t *testing.T) {
 // never reached the broker and say so (ErrNotSent); a message sent and
 // not yet confirmed says only that ctx ended. Nothing is reported twice.
 func TestPublishBatchTimeoutTellsUnsentFromUnconfirmed(t *testing.T) {
+	t.Parallel()
 	brokerURL := testenv.AMQPURL(t)
 	u, err := url.Parse(brokerURL)
 	if err != nil {
@@ -314,6 +322,7 @@ func TestPublishBatchTimeoutTellsUnsentFromUnconfirmed(t *testing.T) {
 // Batches given to Send reach the queue in the order of the calls, though
 // none was waited for before the next was sent.
 func TestSendKeepsBatchesInOrder(t *testing.T) {
+	t.Parallel()
 	p, ch := newPublisher(t, 64)
 	q := testenv.Name(t, "q")
 	testenv.CleanupQueues(t, q)
@@ -367,6 +376,7 @@ func TestSendKeepsBatchesInOrder(t *testing.T) {
 // so that none of its messages overtakes the ones left unsent before it,
 // and says so with ErrNotSent although its own ctx goes on.
 func TestSendSendsNothingAfterABatchNotSentWhole(t *testing.T) {
+	t.Parallel()
 	p, ch := newPublisher(t, 1)
 	q := testenv.Name(t, "q")
 	testenv.CleanupQueues(t, q)

@@ -12,6 +12,7 @@ import (
 // mends. The replies a live broker gives for a wrong password and a
 // missing vhost are also checked end to end in TestDialRetryGivesUpOnARefusal.
 func TestRefusalTellsPermanentFromTransient(t *testing.T) {
+	t.Parallel()
 	const url = "amqp://app:s3cret@mq:5672/orders"
 	for _, tc := range []struct {
 		err       error

@@ -29,21 +29,50 @@ const (
 const actionTimeout = time.Hour
 
 // plan is an action as its dry run counted it, kept on the server until
-// the operator confirms it (or it expires). Confirming runs exactly this
-// scope, limited to Count messages: a form cannot widen it, and messages
-// that arrive after the dry run are not touched.
+// the operator confirms it (or it expires). Confirming acts on exactly the
+// messages (or rows) the dry run counted: their fingerprints (or row
+// ids) are in Filter (or Outbox), so a form cannot widen it, and a message
+// that arrives after the dry run, or a row that dies after it, is not
+// touched even when it matches the scope; the result page counts those.
 type plan struct {
 	Op     string
-	Queue  string // the DLQ; empty for a redrive
-	Scope  string // what the operator picked, in words
-	Filter dlqtool.Filter
-	Outbox outbox.Filter // for a redrive
-	Count  int           // what the dry run counted
-	Total  int           // messages in the queue, or dead rows
-	To     string        // where a replay sends them
+	Queue  string         // the DLQ; empty for a redrive
+	Scope  string         // what the operator picked, in words
+	Filter dlqtool.Filter // with the Fingerprints of the messages counted
+	Outbox outbox.Filter  // for a redrive: the ids of the rows counted
+	Count  int            // what the dry run counted
+	Total  int            // messages in the queue, or dead rows
+	To     string         // where a replay sends them
 	// Foreign counts replayed messages whose headers name another origin
 	// queue (ignored: headers can be forged).
 	Foreign int
+	// IDs are the event ids of the first messages (or rows) counted, as
+	// pages show them (masked), for the confirmation page to list; MoreIDs
+	// counts the rest.
+	IDs     []string
+	MoreIDs int
+}
+
+// shownIDs bounds plan.IDs: a confirmation page names what it will act on
+// without listing a whole queue.
+const shownIDs = 20
+
+// count adds one counted message's (or row's) event id to the list the
+// confirmation page shows.
+func (p *plan) count(eventID string) {
+	if len(p.IDs) < shownIDs {
+		p.IDs = append(p.IDs, shownText(eventID))
+	} else {
+		p.MoreIDs++
+	}
+}
+
+// forget drops what a plan holds only to be acted on or confirmed (the
+// fingerprints, row ids and event ids counted), once its action has ended:
+// a result is kept for a day, and a queue's worth of them is memory, and
+// ids, for nothing.
+func (p *plan) forget() {
+	p.Filter.Fingerprints, p.Filter.EventIDs, p.Outbox.IDs, p.Outbox.EventIDs, p.IDs = nil, nil, nil, nil, nil
 }
 
 // outcome is what an action did, or has done so far, shown on its result
@@ -53,9 +82,12 @@ type outcome struct {
 	Running bool // still going: the page reloads itself until it ends
 	Scanned int  // messages looked at so far (a replay or purge reads the queue in order)
 	Done    int
-	Archive string // the file a purge wrote first
-	Err     string
-	At      time.Time
+	// Unlisted counts messages of the scope the action met but the dry
+	// run had not counted (they arrived later): left where they were.
+	Unlisted int
+	Archive  string // the file a purge wrote first
+	Err      string
+	At       time.Time
 }
 
 // job is a confirmed action running in the background, so that its result
@@ -79,7 +111,7 @@ func (j *job) update(f func(*outcome)) {
 
 // progress is the dlqtool callback that shows a running action's counts.
 func (j *job) progress(p dlqtool.Progress) {
-	j.update(func(o *outcome) { o.Scanned, o.Done = p.Scanned, p.Done })
+	j.update(func(o *outcome) { o.Scanned, o.Done, o.Unlisted = p.Scanned, p.Done, p.Unlisted })
 }
 
 // Failed is how many of the planned messages the action did not get to
@@ -106,7 +138,10 @@ func (o outcome) Verb() string {
 }
 
 // filterFromForm reads what an action's form selected: a group (its id,
-// group), event ids (id, repeated), or both. Selecting nothing is refused:
+// group), event ids (id, repeated), or both; or one message (fingerprint,
+// from its page: an event id may be shared, or padded so that it looks like
+// another's). Ids are taken as they are, never trimmed: " evt-1" is
+// another message's id than "evt-1". Selecting nothing is refused:
 // an empty filter would select the whole queue. The form names a group by
 // id, and the console keeps the signature behind it from when it showed
 // the group, so that a signature (error text, which may hold what
@@ -122,15 +157,24 @@ func (s *Server) filterFromForm(r *http.Request) (dlqtool.Filter, string, error)
 		f.Signatures = []string{sig.value}
 		scope = append(scope, fmt.Sprintf("failure signature %q", sig.shown))
 	}
+	switch fps := r.PostForm["fingerprint"]; {
+	case len(fps) == 0:
+	case r.PostFormValue("scope") == "message":
+		f.Fingerprints = fps
+		scope = append(scope, "the message shown on its page")
+	case r.PostFormValue("scope") == "selected":
+		f.Fingerprints = fps
+		scope = append(scope, fmt.Sprintf("%d selected messages", len(fps)))
+	}
 	if r.PostFormValue("scope") != "group" {
 		for _, id := range r.PostForm["id"] {
-			if id = strings.TrimSpace(id); id != "" {
+			if id != "" {
 				f.EventIDs = append(f.EventIDs, id)
 			}
 		}
 		if len(f.EventIDs) > 0 {
 			scope = append(scope, fmt.Sprintf("%d selected event ids", len(f.EventIDs)))
-		} else if r.PostFormValue("scope") == "selected" {
+		} else if r.PostFormValue("scope") == "selected" && len(f.Fingerprints) == 0 {
 			return f, "", errors.New("no message selected: tick the messages to act on")
 		}
 	}
@@ -158,19 +202,26 @@ func (s *Server) dlqAction(op string) http.HandlerFunc {
 			return
 		}
 		p := plan{Op: op, Scope: scope, Filter: f}
+		// The confirmed action takes exactly what this dry run counts
+		// (one of the form's fingerprints counts once per copy found).
+		p.Filter.Fingerprints = nil
+		listed := func(m *dlqtool.Message) {
+			p.Filter.Fingerprints = append(p.Filter.Fingerprints, m.Fingerprint())
+			p.count(m.EventID)
+		}
 		slow(w, 10*time.Minute)
 		err = s.broker.withQueue(r.Context(), r.PathValue("queue"), func(q *dlqtool.Queue) error {
 			p.Queue = q.Name()
 			var res dlqtool.Result
 			var err error
 			if op == opReplay {
-				res, err = q.Replay(r.Context(), dlqtool.ReplayOptions{Filter: f, DryRun: true})
+				res, err = q.Replay(r.Context(), dlqtool.ReplayOptions{Filter: f, DryRun: true, OnMatch: listed})
 				p.To = strings.Join(slices.Sorted(mapKeys(res.Queues)), ", ")
 				p.Foreign = res.ForeignOrigin
 			} else {
 				// A purge's dry run counts without touching anything;
 				// it serves an export as well.
-				res, err = q.Purge(r.Context(), dlqtool.PurgeOptions{Filter: f, DryRun: true})
+				res, err = q.Purge(r.Context(), dlqtool.PurgeOptions{Filter: f, DryRun: true, OnMatch: listed})
 			}
 			p.Count, p.Total = res.Matched, res.Total
 			return err
@@ -194,7 +245,17 @@ func (s *Server) confirm(w http.ResponseWriter, r *http.Request, p plan) {
 		Plan   plan
 		PlanID string
 		Action string
-	}{p, id, r.URL.Path})
+	}{p, id, p.action()})
+}
+
+// action is the path a plan's confirmation posts to, built from the queue's
+// name escaped: the request's path is unescaped, and a name holding '?',
+// '#', '/' or '%' would post elsewhere.
+func (p plan) action() string {
+	if p.Op == opRedrive {
+		return "/outbox/redrive"
+	}
+	return "/dlq/" + pathEscape(p.Queue) + "/" + p.Op
 }
 
 // confirmed starts the plan id, once, and redirects to its result page,
@@ -236,13 +297,13 @@ func (s *Server) run(ctx context.Context, j *job) {
 	var err error
 	switch p.Op {
 	case opReplay:
-		err = s.broker.withQueue(ctx, p.Queue, func(q *dlqtool.Queue) error {
+		err = s.broker.withOwnConnection(ctx, p.Queue, func(q *dlqtool.Queue) error {
 			res, err := q.Replay(ctx, dlqtool.ReplayOptions{Filter: p.Filter, Limit: p.Count, Progress: j.progress})
 			done = res.Done
 			return err
 		})
 	case opPurge:
-		err = s.broker.withQueue(ctx, p.Queue, func(q *dlqtool.Queue) error {
+		err = s.broker.withOwnConnection(ctx, p.Queue, func(q *dlqtool.Queue) error {
 			archive, done, err = s.archiveAndPurge(ctx, q, p, j.progress)
 			return err
 		})
@@ -253,6 +314,7 @@ func (s *Server) run(ctx context.Context, j *job) {
 	}
 	j.update(func(o *outcome) {
 		o.Running, o.Done, o.Archive = false, done, archive
+		o.Plan.forget()
 		if err != nil {
 			o.Err = redact.Secrets(err.Error())
 		}
@@ -280,15 +342,24 @@ func (s *Server) export(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	name := fmt.Sprintf("%s-%s.jsonl", p.Queue, time.Now().UTC().Format("20060102T150405Z"))
 	w.Header().Set("Content-Type", "application/jsonl; charset=utf-8")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", safeFileName(name)))
-	err := s.broker.withQueue(ctx, p.Queue, func(q *dlqtool.Queue) error {
-		_, err := q.Export(ctx, w, dlqtool.ExportOptions{Filter: p.Filter, Limit: p.Count})
+	var n int
+	err := s.broker.withOwnConnection(ctx, p.Queue, func(q *dlqtool.Queue) error {
+		var err error
+		n, err = q.Export(ctx, w, dlqtool.ExportOptions{Filter: p.Filter, Limit: p.Count})
 		return err
 	})
-	if err != nil {
-		// The status is sent; a cut-short download is all the client
-		// can be told. The log says why.
-		s.cfg.Logger.Error("console export failed", "queue", p.Queue, "error", redact.Error(err))
+	if err == nil && n == p.Count {
+		return
 	}
+	if err == nil {
+		err = fmt.Errorf("exported %d of the %d messages confirmed: the others left the queue meanwhile", n, p.Count)
+	}
+	// The status is sent, and a download that ended cleanly would look
+	// complete: the response is cut off instead (no final chunk), which
+	// the browser shows as a failed download. The log says why.
+	s.cfg.Logger.Error("console export failed", "queue", p.Queue, "exported", n, "confirmed", p.Count, "error", redact.Error(err))
+	http.NewResponseController(w).Flush() // the lines exported arrive whole, then the cut
+	panic(http.ErrAbortHandler)
 }
 
 func mapKeys(m map[string]int) func(func(string) bool) {

@@ -11,9 +11,10 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
-// broker holds the console's one AMQP connection, dialled when first
-// needed and again after it closed (dlqtool closes it under a broker that
-// stops answering), and one lock per dead-letter queue.
+// broker holds the AMQP connection the console's pages share, dialled when
+// first needed and again after it closed (dlqtool closes it under a broker
+// that stops answering), and one lock per dead-letter queue. Confirmed
+// actions dial their own (withOwnConnection).
 type broker struct {
 	url string
 
@@ -38,14 +39,34 @@ func (b *broker) connection(ctx context.Context) (*amqp.Connection, error) {
 	return conn, nil
 }
 
-// withQueue opens the dead-letter queue name and runs f on it, alone: a
-// dlqtool read holds the messages it has read until it ends, so a second
-// operation on the same queue at the same time would see only part of it.
+// withQueue opens the dead-letter queue name on the shared connection and
+// runs f on it, alone: a dlqtool read holds the messages it has read until
+// it ends, so a second operation on the same queue at the same time would
+// see only part of it.
 func (b *broker) withQueue(ctx context.Context, name string, f func(*dlqtool.Queue) error) error {
 	conn, err := b.connection(ctx)
 	if err != nil {
 		return err
 	}
+	return b.locked(ctx, conn, name, f)
+}
+
+// withOwnConnection is withQueue on a connection of f's own, closed when f
+// returns: for a confirmed action, which may run for an hour. On the
+// shared connection, anything that closes it (a frame the client refuses
+// in another queue's page, a page's channel error that takes the
+// connection down) would stop the action part-way.
+func (b *broker) withOwnConnection(ctx context.Context, name string, f func(*dlqtool.Queue) error) error {
+	conn, err := amqpx.Dial(ctx, b.url, amqpx.DialOptions{Name: "warren console action"})
+	if err != nil {
+		return err
+	}
+	defer amqpx.CloseConnection(conn, amqpx.CloseTimeout)
+	return b.locked(ctx, conn, name, f)
+}
+
+// locked opens the queue name on conn and runs f with its lock held.
+func (b *broker) locked(ctx context.Context, conn *amqp.Connection, name string, f func(*dlqtool.Queue) error) error {
 	q, err := dlqtool.Open(ctx, conn, name)
 	if err != nil {
 		return err

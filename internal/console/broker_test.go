@@ -15,6 +15,7 @@ import (
 // as its context lasts: a page opened during a long replay gives up with
 // its request instead of holding a goroutine until the replay ends.
 func TestWithQueueWaitEndsWithTheContext(t *testing.T) {
+	t.Parallel()
 	_, _, top := testenv.NewDeadLetterTopology(t)
 	b := &broker{url: testenv.AMQPURL(t)}
 	defer b.close()

@@ -62,6 +62,7 @@ func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Acti
 // group. A form whose CSRF field was removed is refused and changes
 // nothing. Each page is saved as a screenshot on the way.
 func TestBrowserReplayGroup(t *testing.T) {
+	t.Parallel()
 	testenv.RequireManagement(t)
 	const token = "browser-test-token"
 	ob := testenv.NewOutboxTable(t)

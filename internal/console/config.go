@@ -40,8 +40,31 @@ type Config struct {
 	Schema outbox.Schema
 
 	// Listen is the address Serve listens on. Default [DefaultListen]:
-	// only this machine. Anything wider should set Token or BasicAuth.
+	// only this machine. Any address other machines can reach (another
+	// interface, every interface, a host name) is refused unless Token or
+	// BasicAuth is set and the console serves TLS (TLSCertFile) or says it
+	// sits behind a proxy that does (BehindTLSProxy): a console open to
+	// the network replays and purges for whoever reaches it.
 	Listen string
+	// AllowedHosts are the names (or name:port) requests may carry in
+	// their Host header besides localhost, loopback addresses and the IP
+	// address Listen names. Every other Host is refused with 421: that is
+	// how a page whose DNS name was rebound to the console's address
+	// (DNS rebinding) is kept from reading its pages and posting its
+	// forms. Name here the name(s) operators and a proxy reach it by.
+	AllowedHosts []string
+	// TLSCertFile and TLSKeyFile, PEM files, make Serve answer HTTPS only.
+	TLSCertFile, TLSKeyFile string
+	// BehindTLSProxy says a proxy in front terminates TLS: cookies are
+	// marked Secure though requests reach the console over plain HTTP.
+	// X-Forwarded-* headers are still not trusted (not for the Host
+	// check, the scheme or the client's address). It needs Token or
+	// BasicAuth and AllowedHosts whatever Listen is, and then only
+	// AllowedHosts names are answered (not localhost or an address): a
+	// proxy that rewrote Host to its upstream's would otherwise pass
+	// every request, a DNS-rebinding page's too. The proxy must pass the
+	// original Host on (nginx: proxy_set_header Host $host).
+	BehindTLSProxy bool
 	// Token, when set, must be presented as a bearer token or through the
 	// login form.
 	Token string
@@ -73,6 +96,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.Listen = cmp.Or(c.Listen, DefaultListen)
+	if err := c.checkExposure(); err != nil {
+		return c, err
+	}
 	if c.Refresh == 0 {
 		c.Refresh = DefaultRefresh
 	}
@@ -89,4 +115,41 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return c, nil
+}
+
+// ErrExposed is wrapped by the error of [New] for a console that would
+// listen where other machines reach it without credentials or without TLS.
+var ErrExposed = errors.New("console: refusing to serve beyond this machine")
+
+// checkExposure refuses a configuration that lets other machines in
+// without credentials (they could replay, purge and export unmasked
+// messages) or that sends the credentials over plain HTTP, and a TLS
+// setting that is half there.
+func (c Config) checkExposure() error {
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return errors.New("console: TLS needs both a certificate and a key file")
+	}
+	credentials := c.Token != "" || c.BasicAuth != ""
+	if c.BehindTLSProxy {
+		// A proxy's clients are other machines, whatever address the
+		// console listens on behind it; and the proxy's own requests come
+		// from loopback with whatever Host it sets, so only the names it
+		// is reached by (passed on as the original Host) can be trusted.
+		if !credentials {
+			return fmt.Errorf("%w: behind a TLS proxy, other machines reach the console; set a token (--token or $WARREN_CONSOLE_TOKEN) or basic auth", ErrExposed)
+		}
+		if len(c.AllowedHosts) == 0 {
+			return fmt.Errorf("%w: behind a TLS proxy, name the host(s) the proxy is reached by with --allow-host, and have the proxy pass the original Host header on", ErrExposed)
+		}
+	}
+	if listensOnLoopback(c.Listen) {
+		return nil
+	}
+	if !credentials {
+		return fmt.Errorf("%w: %s is reachable from other machines; set a token (--token or $WARREN_CONSOLE_TOKEN) or basic auth, or listen on 127.0.0.1", ErrExposed, c.Listen)
+	}
+	if c.TLSCertFile == "" && !c.BehindTLSProxy {
+		return fmt.Errorf("%w: %s is reachable from other machines over plain HTTP, which shows the token to the network; serve TLS (--tls-cert and --tls-key) or say a proxy in front does (--behind-tls-proxy)", ErrExposed, c.Listen)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package console_test
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"html"
 	"io"
@@ -38,7 +40,20 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg console.Config) *fixture {
 	t.Helper()
-	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	return newFixtureOfType(t, cfg, "classic")
+}
+
+// newFixtureOfType is newFixture over a DLQ of queueType, as a consumer
+// with that QueueType declares it (consumer/declare.go gives the DLQ the
+// consumer's queue type).
+func newFixtureOfType(t *testing.T, cfg console.Config, queueType string) *fixture {
+	t.Helper()
+	conn := testenv.AMQPConn(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := testenv.DeclareDeadLetterTopologyOfType(t, ch, queueType)
 	cfg.AMQPURL = testenv.AMQPURL(t)
 	s, err := console.New(cfg)
 	if err != nil {
@@ -169,6 +184,7 @@ func (f *fixture) act(op string, form url.Values) (planned string, final respons
 }
 
 func TestGroupsDeadLettersBySignature(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 12, "POST https://hooks.example/w/%d: context deadline exceeded after 30s (order-%d)")
 	f.deadLetters("bad", 3, "HTTP 404 from hook for item %d")
@@ -195,6 +211,7 @@ func TestGroupsDeadLettersBySignature(t *testing.T) {
 }
 
 func TestReplayGroupMovesExactlyItsMessages(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 12, "timeout calling hook for item %d")
 	f.deadLetters("other", 2, "permanent failure: bad payload in %d")
@@ -227,6 +244,7 @@ func TestReplayGroupMovesExactlyItsMessages(t *testing.T) {
 }
 
 func TestActionsRefuseWithoutCSRFToken(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 3, "timeout %d")
 	csrf, _, body := f.groupsPage()
@@ -262,6 +280,7 @@ func TestActionsRefuseWithoutCSRFToken(t *testing.T) {
 }
 
 func TestReadOnlyRefusesActions(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{ReadOnly: true, ArchiveDir: t.TempDir()})
 	f.deadLetters("evt", 2, "timeout %d")
 	body := f.get("/dlq/" + f.top.Consumer).body
@@ -285,6 +304,7 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 }
 
 func TestTokenAuth(t *testing.T) {
+	t.Parallel()
 	const token = "s3cret-console-token"
 	f := newFixture(t, console.Config{Token: token})
 	f.c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -324,6 +344,7 @@ func TestTokenAuth(t *testing.T) {
 }
 
 func TestBasicAuth(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{BasicAuth: "ops:pa55word"})
 	if r := f.get("/"); r.status != http.StatusUnauthorized || r.header.Get("WWW-Authenticate") == "" {
 		t.Errorf("without credentials: %d %q", r.status, r.header.Get("WWW-Authenticate"))
@@ -336,6 +357,7 @@ func TestBasicAuth(t *testing.T) {
 }
 
 func TestMessagePageEscapesAndMasks(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	m := f.top.Message(testenv.Dead{ID: "evt-1", Type: "workitem.updated", Class: dlq.ClassPermanent, Err: `bad <script>alert("err")</script>`})
 	m.Headers["x-note"] = `<script>alert("header")</script>`
@@ -371,6 +393,7 @@ func TestMessagePageEscapesAndMasks(t *testing.T) {
 // normalised (normalising "sw0rdfish" first leaves "rdfish" after the
 // mask). A form naming a group the console never showed is refused.
 func TestGroupPagesHoldNoSecretOfTheSignature(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 3, "login %d refused: password=sw0rdfish")
 	csrf, _, body := f.groupsPage()
@@ -401,6 +424,7 @@ func TestGroupPagesHoldNoSecretOfTheSignature(t *testing.T) {
 }
 
 func TestExportReturnsJSONLines(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 4, "timeout %d")
 	csrf, _, body := f.groupsPage()
@@ -424,6 +448,7 @@ func TestExportReturnsJSONLines(t *testing.T) {
 }
 
 func TestPurgeArchivesBeforeDeleting(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	f := newFixture(t, console.Config{ArchiveDir: dir})
 	f.deadLetters("evt", 5, "timeout %d")
@@ -436,6 +461,19 @@ func TestPurgeArchivesBeforeDeleting(t *testing.T) {
 	if n := f.depth(f.top.DLQ); n != 4 {
 		t.Errorf("DLQ holds %d, want 4", n)
 	}
+	msgs := archived(t, dir)
+	if len(msgs) != 2 || msgs[0].EventID != "evt-1" || msgs[1].EventID != "evt-3" {
+		t.Errorf("archive holds %d messages", len(msgs))
+	}
+	// A confirmation runs once: posting it again does nothing.
+	if again := f.post("/dlq/"+f.top.Consumer+"/purge", url.Values{"csrf": {csrf}, "plan": {"stale"}}); again.status != http.StatusConflict {
+		t.Errorf("stale plan: %d", again.status)
+	}
+}
+
+// archived reads the one archive file a purge wrote in dir.
+func archived(t *testing.T, dir string) []dlqtool.Message {
+	t.Helper()
 	files, _ := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if len(files) != 1 {
 		t.Fatalf("archive files %v", files)
@@ -446,16 +484,14 @@ func TestPurgeArchivesBeforeDeleting(t *testing.T) {
 	}
 	defer file.Close()
 	msgs, err := dlqtool.ReadMessages(file)
-	if err != nil || len(msgs) != 2 || msgs[0].EventID != "evt-1" || msgs[1].EventID != "evt-3" {
-		t.Errorf("archive holds %d messages (%v)", len(msgs), err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// A confirmation runs once: posting it again does nothing.
-	if again := f.post("/dlq/"+f.top.Consumer+"/purge", url.Values{"csrf": {csrf}, "plan": {"stale"}}); again.status != http.StatusConflict {
-		t.Errorf("stale plan: %d", again.status)
-	}
+	return msgs
 }
 
 func TestOverviewListsConsumers(t *testing.T) {
+	t.Parallel()
 	testenv.RequireManagement(t)
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 3, "timeout %d")
@@ -477,6 +513,7 @@ func TestOverviewListsConsumers(t *testing.T) {
 }
 
 func TestRedriveDeadOutboxRows(t *testing.T) {
+	t.Parallel()
 	ob := testenv.NewOutboxTable(t)
 	ob.PublishN("ev", 6)
 	ob.Exec(`UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(),
@@ -513,6 +550,7 @@ func TestRedriveDeadOutboxRows(t *testing.T) {
 }
 
 func TestPurgeDeletesNothingWhenTheArchiveFails(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{ArchiveDir: filepath.Join(t.TempDir(), "missing")})
 	f.deadLetters("evt", 3, "timeout %d")
 	csrf, _, body := f.groupsPage()
@@ -526,6 +564,7 @@ func TestPurgeDeletesNothingWhenTheArchiveFails(t *testing.T) {
 }
 
 func TestPurgeIsNotOfferedWithoutArchiveDir(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 1, "timeout %d")
 	csrf, _, body := f.groupsPage()
@@ -540,6 +579,7 @@ func TestPurgeIsNotOfferedWithoutArchiveDir(t *testing.T) {
 // Redriving "every" dead row when there are more than the page reads says
 // how many of how many it will touch, and touches no more.
 func TestRedriveAllBeyondTheScanLimit(t *testing.T) {
+	t.Parallel()
 	ob := testenv.NewOutboxTable(t)
 	ob.PublishN("ev", 5)
 	ob.Exec(`UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(), last_error = 'no route'`)
@@ -566,6 +606,7 @@ func TestRedriveAllBeyondTheScanLimit(t *testing.T) {
 // running, with its counts, and reloads itself until the action ends;
 // then it shows the outcome.
 func TestResultPageShowsARunningAction(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, console.Config{})
 	f.deadLetters("evt", 5, "timeout %d")
 	csrf, _, body := f.groupsPage()
@@ -592,5 +633,174 @@ func TestResultPageShowsARunningAction(t *testing.T) {
 	}
 	if n := f.depth(f.top.Consumer); n != 5 {
 		t.Fatalf("the origin queue got %d of 5", n)
+	}
+}
+
+// A body that is not UTF-8 is shown as a hex dump, its secrets masked as
+// a text body's are: in the hex and in the ASCII column alike.
+func TestBinaryBodyIsMaskedInItsHexDump(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, console.Config{})
+	m := f.top.Message(testenv.Dead{ID: "evt-bin", Type: "workitem.updated", Class: dlq.ClassUndecodable, Err: "not UTF-8"})
+	m.Body = []byte("\xff\xfe\x00login attempt: user=bob password=sw0rdfish-2024 token=abcdef0123456789; api_key=\"k3y\xffwith-a-bad-byte\" \x80\x81 end")
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{m})
+
+	r := f.get("/dlq/" + f.top.Consumer + "/message?id=evt-bin")
+	if r.status != http.StatusOK || !strings.Contains(r.body, "not UTF-8: hex dump") {
+		t.Fatalf("message page: %d\n%s", r.status, r.body)
+	}
+	dump := html.UnescapeString(match(t, regexp.MustCompile(`(?s)<pre class="body">(.*?)</pre>`), r.body))
+	var shown []byte // the bytes the dump's hex column shows
+	for line := range strings.Lines(dump) {
+		hexPart, _, _ := strings.Cut(line, "|")
+		if len(hexPart) < 10 {
+			continue
+		}
+		for _, field := range strings.Fields(hexPart[10:]) {
+			var b byte
+			if _, err := fmt.Sscanf(field, "%02x", &b); err != nil {
+				t.Fatalf("dump line %q: %v", line, err)
+			}
+			shown = append(shown, b)
+		}
+	}
+	ascii := regexp.MustCompile(`\|([^|]*)\|`).FindAllStringSubmatch(dump, -1)
+	var column strings.Builder
+	for _, a := range ascii {
+		column.WriteString(a[1])
+	}
+	for what, text := range map[string]string{"hex": string(shown), "ASCII": column.String()} {
+		if !strings.Contains(text, "user=bob") || !strings.Contains(text, "password=") {
+			t.Errorf("the dump's %s column does not show the body: %q", what, text)
+		}
+		for _, secret := range []string{"sw0rdfish", "abcdef0123456789", "k3y"} {
+			if strings.Contains(text, secret) {
+				t.Errorf("the dump's %s column shows the secret %q: %q", what, secret, text)
+			}
+		}
+	}
+}
+
+// Header values shown in another form than text are masked too: bytes
+// (shown in hex) and what tables and arrays hold (shown as JSON, with
+// bytes in base64).
+func TestHeaderBytesAndTablesAreMasked(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, console.Config{})
+	m := f.top.Message(testenv.Dead{ID: "evt-h", Type: "workitem.updated", Class: dlq.ClassPermanent, Err: "bad"})
+	m.Headers["x-raw"] = []byte("login password=sw0rdfish-2024")
+	m.Headers["x-nested"] = amqp.Table{"api_key": "k3y-in-a-table", "calls": []any{[]byte("token=abcdef0123456789"), "secret=plain-in-array"}}
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{m})
+
+	r := f.get("/dlq/" + f.top.Consumer + "/message?id=evt-h")
+	if r.status != http.StatusOK || !strings.Contains(r.body, "x-nested") {
+		t.Fatalf("message page: %d\n%s", r.status, r.body)
+	}
+	for _, secret := range []string{
+		hex.EncodeToString([]byte("sw0rdfish")), "k3y-in-a-table", "plain-in-array",
+		base64.StdEncoding.EncodeToString([]byte("token=abcdef0123456789")),
+	} {
+		if strings.Contains(r.body, secret) {
+			t.Errorf("the page shows the secret %q", secret)
+		}
+	}
+}
+
+// A message's link opens its page whatever its event id holds: the link
+// is encoded once, by the template, not twice.
+func TestMessageLinksOpenIDsWithAnyCharacter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, console.Config{})
+	ids := []string{"urn:evt:1", "a/b/c", "with space", "100%sure", "what?x=1", "frag#ment", "a&b=c+d", "ünï/çødé", "%2F%41"}
+	var msgs []amqp.Publishing
+	for _, id := range ids {
+		msgs = append(msgs, f.top.Message(testenv.Dead{ID: id, Type: "workitem.updated", Class: dlq.ClassPermanent, Err: "bad payload"}))
+	}
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, msgs)
+
+	_, _, body := f.groupsPage()
+	group := f.get("/dlq/" + f.top.Consumer + "/group/" + match(t, groupRE, body)).body
+	links := regexp.MustCompile(`class="message-link" href="([^"]+)">([^<]*)<`).FindAllStringSubmatch(group, -1)
+	if len(links) != len(ids) {
+		t.Fatalf("%d message links, want %d:\n%s", len(links), len(ids), group)
+	}
+	for _, l := range links {
+		href, id := html.UnescapeString(l[1]), html.UnescapeString(l[2])
+		r := f.get(href)
+		shown := regexp.MustCompile(`<section class="message" data-event-id="([^"]*)"`).FindStringSubmatch(r.body)
+		if r.status != http.StatusOK || shown == nil || html.UnescapeString(shown[1]) != id {
+			t.Errorf("the link of %q (%s): %d\n%s", id, href, r.status, r.body)
+		}
+	}
+}
+
+// A page of any web site the operator visits can make the browser GET a
+// DLQ page of a console on loopback (an <img>): the Host is the console's
+// own, there is no credential by default, and CSRF protection covers
+// POSTs only. Each such GET would scan the queue (and on a quorum DLQ
+// count a delivery of every message). Browsers say where a request came
+// from: one from another site is refused.
+func TestCrossSiteGETsAreRefused(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, console.Config{})
+	f.deadLetters("evt", 3, "timeout %d")
+	get := func(site string) int {
+		req, _ := http.NewRequest(http.MethodGet, f.srv.URL+"/dlq/"+f.top.Consumer, nil)
+		if site != "" {
+			req.Header.Set("Sec-Fetch-Site", site)
+			req.Header.Set("Sec-Fetch-Mode", "no-cors")
+			req.Header.Set("Sec-Fetch-Dest", "image")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, site := range []string{"cross-site", "same-site"} {
+		if got := get(site); got == http.StatusOK {
+			t.Errorf("a %s image request read the DLQ (200)", site)
+		}
+	}
+	for _, site := range []string{"same-origin", "none", ""} {
+		if got := get(site); got != http.StatusOK {
+			t.Errorf("a request with Sec-Fetch-Site %q: %d, want 200", site, got)
+		}
+	}
+}
+
+// Every field of a message that holds producer text is masked on its
+// page and its group's page, properties, death records, origin and
+// header names included, not only the headers' values and the body; and
+// the outbox page masks a dead row's event id, type and entity likewise.
+func TestMessagePagesMaskEveryField(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, console.Config{})
+	m := f.top.Message(testenv.Dead{ID: "evt-1", Type: "workitem.updated", Class: dlq.ClassExhausted, Attempts: 5, Err: "boom"})
+	m.AppId = "amqp://svc:AppIdHunter2@broker.internal/"
+	m.CorrelationId = "token=CorrSecret123"
+	m.ReplyTo = "password=ReplyToSecret"
+	m.Headers["x-death"] = []any{amqp.Table{"queue": "q", "reason": "rejected", "count": int64(1), "exchange": "password=DeathExSecret", "routing-keys": []any{"https://u:RKSecret9@h/"}}}
+	m.Headers[dlq.HeaderOriginQueue] = "q?token=OriginQSecret"
+	m.Headers[dlq.HeaderOriginExchange] = "password=OriginExSecret"
+	m.Headers[dlq.HeaderOriginRoutingKey] = "secret=OriginRKSecret"
+	m.Headers[dlq.HeaderConsumer] = "amqp://c:ConsumerSecret@h/"
+	m.Headers[dlq.HeaderHost] = "password=HostSecret"
+	m.Headers["password=HeaderNameSecret"] = "v"
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{m})
+	r := f.get("/dlq/" + f.top.Consumer + "/message?id=evt-1")
+	if r.status != http.StatusOK {
+		t.Fatalf("message page: %d\n%s", r.status, r.body)
+	}
+	_, _, groups := f.groupsPage()
+	g := f.get("/dlq/" + f.top.Consumer + "/group/" + match(t, groupRE, groups))
+	for _, secret := range []string{"AppIdHunter2", "CorrSecret123", "ReplyToSecret", "DeathExSecret", "RKSecret9", "OriginQSecret", "OriginExSecret", "OriginRKSecret", "ConsumerSecret", "HostSecret", "HeaderNameSecret"} {
+		if strings.Contains(r.body, secret) {
+			t.Errorf("message page shows %q", secret)
+		}
+		if strings.Contains(g.body, secret) {
+			t.Errorf("group page shows %q", secret)
+		}
 	}
 }

@@ -16,15 +16,26 @@
 //     to its messages, a message to its headers, failure history and body.
 //   - Actions (replay, export, purge, outbox redrive) are POSTs that first
 //     show a dry run saying how many messages they will touch. The dry run's
-//     scope and count are kept on the server as a plan; confirming runs the
-//     plan once, in the background, never on more messages than it
-//     counted, and redirects to the result page, which shows the action's
-//     progress until it ends; reloading a page never repeats an action.
+//     scope, count and the exact messages it counted (their fingerprints,
+//     or the rows' ids) are kept on the server as a plan; confirming runs
+//     the plan once, in the background, on exactly those (what else of the
+//     scope it meets is left and counted), and redirects to the result
+//     page, which shows the action's progress until it ends; reloading a
+//     page never repeats an action. The confirmation lists the event ids
+//     of the first 20 messages counted (and how many more). A message's
+//     page, and a group page's selection, name messages by fingerprint,
+//     never by a (possibly shared or padded) event id. Fingerprints leave
+//     out the headers a broker bumps on every read (x-delivery-count on a
+//     quorum queue). An action runs on an AMQP connection of its own, so
+//     nothing a page meets on another queue stops it. An export that ends
+//     short of what was confirmed, or fails, is cut off (the browser shows
+//     a failed download). A result, kept 24 hours, drops its plan's lists
+//     when its action ends.
 //
 // Routes: GET / (overview; ?refresh=off stops the refresh), GET
 // /dlq?queue=NAME (open a queue by name), GET /dlq/{queue} (groups), GET
 // /dlq/{queue}/group/{id}, GET /dlq/{queue}/message?id=EVENT_ID (or
-// ?pos=N), POST /dlq/{queue}/replay|export|purge, GET /outbox, POST
+// ?fingerprint=FP or ?pos=N), POST /dlq/{queue}/replay|export|purge, GET /outbox, POST
 // /outbox/redrive, GET /results/{id}, GET and POST /login, POST /logout,
 // GET /static/console.css. docs/adr/console-actions.md explains the
 // actions' design.
@@ -34,13 +45,49 @@
 // each see part of it. The console therefore runs one operation per
 // queue at a time; the overview, which refreshes, never reads a DLQ.
 //
-// Safety: it listens on localhost by default. Access can need a token
-// (a bearer header, or the login form, which starts a session: a random
-// id in an HttpOnly SameSite=Strict cookie, ended by logout, after 12
-// hours and with the process) or basic auth. Five wrong tokens or
+// Safety: it listens on localhost by default, and refuses to start on an
+// address other machines reach without a token or basic auth and without
+// TLS (Config.TLSCertFile, or Config.BehindTLSProxy). A listen address is
+// loopback only as a loopback IP or exactly "localhost" ("localhost." is
+// asked of DNS), and Serve refuses a bound address beyond loopback without
+// credentials. Behind a TLS proxy it needs credentials and
+// Config.AllowedHosts whatever it listens on. Every request's Host must be
+// localhost, a loopback address, the listen IP or one of
+// Config.AllowedHosts (behind a proxy: only those, so a proxy that
+// rewrites Host to its upstream's cannot make a rebinding page's requests
+// pass; the proxy must pass the original Host on), or it is refused with
+// 421 before anything else runs (DNS rebinding). A request whose
+// Sec-Fetch-Site says another site made it is refused with 403, GETs too
+// (a page's <img> would make the browser scan a DLQ), but for /login and
+// static files. Access can need a token (a bearer header, or the login
+// form, which starts a session: a random id in an HttpOnly
+// SameSite=Strict cookie, Secure over TLS or behind the TLS proxy, ended
+// by logout, after 12 hours and with the process) or basic auth. Five wrong tokens or
 // passwords from one address within a minute lock that address out for
 // the rest of the minute. Every POST needs a CSRF token bound to a cookie
 // by an HMAC with a per-process secret and must come from the same
-// origin; read-only mode refuses every action; URLs and secret-looking
-// header values are masked before they are rendered.
+// origin; read-only mode refuses every action. Pages render a dead message
+// from one masked view (messageView; dead outbox rows from deadRowView),
+// built once per message: every field holding producer text (ids, types,
+// error, properties, origin, consumer, host, x-death entries, header names
+// and values, the body) goes through redact.Secrets there, and the
+// templates have no mask function to forget (a binary body's and a bytes
+// header's are masked on the bytes, before the hex dump).
+//
+// # What would still break it
+//
+// Outside what the tests model: a --behind-tls-proxy that is not (the
+// flag is the operator's word); an --allow-host name whose DNS an
+// attacker controls; all clients behind a proxy sharing one address for
+// the login lockout; secrets redact.Secrets does not recognise or in
+// another encoding than UTF-8 (UTF-16, compressed bodies), which pages
+// show; two consoles or a console and `warren dlq` on one queue, whose
+// scans see parts of it; a plan's memory (about 50 bytes a counted
+// message, up to 1,000 plans for 15 minutes); a page's scan holds every
+// message it reads until it ends, but for bodies (the group pages keep
+// none; a message's page keeps those of the messages it shows), so
+// ScanLimit bounds memory by messages' headers; browsers that send no Sec-Fetch-Site; a proxy
+// that rewrites Host to a name given with --allow-host; a header other
+// than x-delivery-count / x-acquired-count that a broker changes on every
+// read. docs/adr/console-actions.md lists them in full.
 package console

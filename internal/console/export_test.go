@@ -46,3 +46,14 @@ func SetClock(s *Server, now func() time.Time) {
 	s.sessions.now = now
 	s.logins.now = now
 }
+
+// ResultLists is how many fingerprints, event ids and row ids the result
+// id still holds.
+func ResultLists(s *Server, id string) int {
+	j, ok := s.outcomes.get(id)
+	if !ok {
+		return -1
+	}
+	p := j.snapshot().Plan
+	return len(p.Filter.Fingerprints) + len(p.Filter.EventIDs) + len(p.Outbox.IDs) + len(p.Outbox.EventIDs) + len(p.IDs)
+}

@@ -23,10 +23,10 @@ type group struct {
 	First, Last time.Time
 	// Types are the event types seen, most frequent first.
 	Types []string
-	// Example is the error text of the group's newest message.
+	// Example is the error text of the group's newest message, masked.
 	Example string
 
-	Messages []dlqtool.Message
+	Messages []read
 
 	types map[string]int
 }
@@ -50,26 +50,26 @@ func shownSignature(m *dlqtool.Message) string {
 }
 
 // groupMessages groups msgs by failure signature, largest group first.
-func groupMessages(msgs []dlqtool.Message) []*group {
+func groupMessages(msgs []read) []*group {
 	bySig := map[string]*group{}
 	var out []*group
 	for _, m := range msgs {
 		sig := m.Signature()
 		g := bySig[sig]
 		if g == nil {
-			g = &group{ID: groupID(sig), Signature: sig, Shown: shownSignature(&m), Class: m.Metadata.Class, types: map[string]int{}}
+			g = &group{ID: groupID(sig), Signature: sig, Shown: shownSignature(&m.Message), Class: m.Metadata.Class, types: map[string]int{}}
 			bySig[sig] = g
 			out = append(out, g)
 		}
 		g.Count++
 		g.Messages = append(g.Messages, m)
-		g.types[cmp.Or(m.EventType, "(none)")]++
+		g.types[cmp.Or(shownText(m.EventType), "(none)")]++
 		died := m.Metadata.LastFailure
 		if g.First.IsZero() || (!died.IsZero() && died.Before(g.First)) {
 			g.First = died
 		}
 		if g.Example == "" || !died.Before(g.Last) {
-			g.Last, g.Example = died, m.Metadata.Error
+			g.Last, g.Example = died, shownText(m.Metadata.Error)
 		}
 	}
 	for _, g := range out {

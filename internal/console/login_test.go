@@ -21,8 +21,9 @@ import (
 // each of these would send them to another host. No broker is needed: the
 // console connects to nothing until a page needs it.
 func TestLoginNextStaysOnTheConsole(t *testing.T) {
+	t.Parallel()
 	// Basic auth and no token: GET /login redirects to next at once.
-	s, err := console.New(console.Config{BasicAuth: "ops:pa55word", AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
+	s, err := console.New(console.Config{BasicAuth: "ops:pa55word", AllowedHosts: []string{httptestHost}, AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +50,7 @@ func TestLoginNextStaysOnTheConsole(t *testing.T) {
 // name was rebound to 127.0.0.1 sends its own name as Host, and must not
 // read the pages or post their forms.
 func TestLoopbackConsoleRefusesOtherHostNames(t *testing.T) {
+	t.Parallel()
 	s, err := console.New(console.Config{AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
 	if err != nil {
 		t.Fatal(err)
@@ -61,28 +63,40 @@ func TestLoopbackConsoleRefusesOtherHostNames(t *testing.T) {
 		"localhost:8089":    http.StatusOK,
 		"[::1]:8089":        http.StatusOK,
 	} {
-		req := httptest.NewRequest(http.MethodGet, "/static/console.css", nil)
-		req.Host = host
-		w := httptest.NewRecorder()
-		s.Handler().ServeHTTP(w, req)
-		if w.Code != want {
-			t.Errorf("Host %s: %d, want %d", host, w.Code, want)
+		if got := hostStatus(s, host); got != want {
+			t.Errorf("Host %s: %d, want %d", host, got, want)
 		}
 	}
-	// With a token, any name: the browser has no token for evil.example.
-	s2, err := console.New(console.Config{Token: "t0ken-for-the-test", AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
+	// With a token too: a rebinding page can fill in the login form,
+	// and a session started under its name is its own. Names the console
+	// is told of are answered.
+	s2, err := console.New(console.Config{Token: "t0ken-for-the-test", AllowedHosts: []string{"console.internal"}, AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	req := httptest.NewRequest(http.MethodGet, "/static/console.css", nil)
-	req.Host = "console.internal:8089"
-	w := httptest.NewRecorder()
-	s2.Handler().ServeHTTP(w, req)
-	if w.Code != http.StatusOK {
-		t.Errorf("with a token, Host console.internal: %d", w.Code)
+	for host, want := range map[string]int{"console.internal:8089": http.StatusOK, "evil.example:8089": http.StatusMisdirectedRequest} {
+		if got := hostStatus(s2, host); got != want {
+			t.Errorf("with a token, Host %s: %d, want %d", host, got, want)
+		}
 	}
 }
+
+// hostStatus is the status of a request for the stylesheet with Host
+// host. X-Forwarded-Host, which anyone can send, names the console: it
+// must change nothing.
+func hostStatus(s *console.Server, host string) int {
+	req := httptest.NewRequest(http.MethodGet, "/static/console.css", nil)
+	req.Host = host
+	req.Header.Set("X-Forwarded-Host", "console.example.com")
+	w := httptest.NewRecorder()
+	s.Handler().ServeHTTP(w, req)
+	return w.Code
+}
+
+// httptestHost is the Host of httptest.NewRequest's requests, which a
+// console must be told to answer to.
+const httptestHost = "example.com"
 
 // loginClient is a browser of a token console served by httptest: a
 // cookie jar, redirects not followed, and a clock the test moves on.
@@ -176,6 +190,7 @@ func (lc *loginClient) lets(cookies ...*http.Cookie) bool {
 // A session ends at logout: a copy of its cookie, kept by whoever saw it,
 // no longer lets anyone in. And after 12 hours whatever happens.
 func TestLogoutAndTimeEndTheSession(t *testing.T) {
+	t.Parallel()
 	const token = "s3cret-console-token"
 	lc := newLoginClient(t, token)
 	if r := lc.login(token); r.StatusCode != http.StatusSeeOther {
@@ -205,6 +220,7 @@ func TestLogoutAndTimeEndTheSession(t *testing.T) {
 // Five wrong tokens from one address within a minute and that address is
 // refused, even with the right token, until the minute is over.
 func TestWrongTokensLockTheAddressOut(t *testing.T) {
+	t.Parallel()
 	const token = "s3cret-console-token"
 	lc := newLoginClient(t, token)
 	for i := range 5 {
@@ -229,12 +245,14 @@ func TestWrongTokensLockTheAddressOut(t *testing.T) {
 // form's wrong tokens: the sixth request is refused, right or wrong,
 // until the minute is over.
 func TestWrongPasswordsLockTheAddressOut(t *testing.T) {
+	t.Parallel()
 	for name, cfg := range map[string]console.Config{
 		"basic auth": {BasicAuth: "ops:pa55word"},
 		"bearer":     {Token: "s3cret-console-token"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cfg.AMQPURL = "amqp://guest:guest@127.0.0.1:1/"
+			t.Parallel()
+			cfg.AMQPURL, cfg.AllowedHosts = "amqp://guest:guest@127.0.0.1:1/", []string{httptestHost}
 			s, err := console.New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -276,7 +294,8 @@ func TestWrongPasswordsLockTheAddressOut(t *testing.T) {
 // Guesses sent at once are each counted before the token is checked: of
 // twenty, five are checked and refused (401), the rest locked out (429).
 func TestParallelGuessesAreCountedBeforeTheCheck(t *testing.T) {
-	s, err := console.New(console.Config{Token: "s3cret-console-token", AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
+	t.Parallel()
+	s, err := console.New(console.Config{Token: "s3cret-console-token", AllowedHosts: []string{httptestHost}, AMQPURL: "amqp://guest:guest@127.0.0.1:1/"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strconv"
+	"time"
 
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/redact"
@@ -19,6 +22,22 @@ import (
 type deadRowGroup struct {
 	ID, Shown string
 	Rows      []outbox.Row
+	Views     []deadRowView
+}
+
+// deadRowView is a dead row as the outbox page shows it: its producer
+// text masked here, once (see messageView).
+type deadRowView struct {
+	Row                   int64 // names the row in forms
+	EventID, Type, Entity string
+	Attempts              int
+	FinishedAt            time.Time
+	LastError             string
+}
+
+func newDeadRowView(row outbox.Row) deadRowView {
+	return deadRowView{Row: row.ID, EventID: shownText(row.Event.ID), Type: shownText(row.Event.Type), Entity: shownText(row.Event.EntityID),
+		Attempts: row.Attempts, FinishedAt: row.FinishedAt, LastError: shownText(row.LastError)}
 }
 
 // deadRows lists up to ScanLimit dead rows, grouped by normalised error.
@@ -38,7 +57,7 @@ func (s *Server) deadRows(r *http.Request) ([]outbox.Row, []*deadRowGroup, error
 			byErr[key] = g
 			groups = append(groups, g)
 		}
-		g.Rows = append(g.Rows, row)
+		g.Rows, g.Views = append(g.Rows, row), append(g.Views, newDeadRowView(row))
 	}
 	return rows, groups, nil
 }
@@ -93,11 +112,12 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := plan{Op: opRedrive, Total: len(rows)}
+	// The plan names the rows themselves (their ids), as this dry run read
+	// them: a row that dies after it is not redriven, whatever the scope.
+	var picked []outbox.Row
 	switch scope := r.PostFormValue("scope"); scope {
 	case "all":
-		// Oldest first, at most as many as counted: rows that die after
-		// the dry run are not redriven.
-		p.Scope, p.Count, p.Outbox = "every dead row", len(rows), outbox.Filter{Limit: len(rows)}
+		p.Scope, picked = "every dead row", rows
 		// The page reads at most ScanLimit rows: say so when there are
 		// more, rather than call the oldest ones "every".
 		if len(rows) == s.cfg.ScanLimit {
@@ -110,37 +130,34 @@ func (s *Server) redrive(w http.ResponseWriter, r *http.Request) {
 				p.Scope = fmt.Sprintf("the oldest %d of the %d dead rows (at most --scan-limit at a time)", len(rows), all)
 			}
 		}
-	case "group", "selected":
-		var ids []string
-		if scope == "group" {
-			for _, g := range groups {
-				if g.ID == r.PostFormValue("group") {
-					for _, row := range g.Rows {
-						ids = append(ids, row.Event.ID)
-					}
-					p.Scope = fmt.Sprintf("the dead rows that failed with %q", g.Shown)
-				}
+	case "group":
+		for _, g := range groups {
+			if g.ID == r.PostFormValue("group") {
+				picked = g.Rows
+				p.Scope = fmt.Sprintf("the dead rows that failed with %q", g.Shown)
 			}
-		} else {
-			dead := map[string]bool{}
-			for _, row := range rows {
-				dead[row.Event.ID] = true
-			}
-			for _, id := range r.PostForm["id"] {
-				if dead[id] { // counted only if still dead
-					ids = append(ids, id)
-				}
-			}
-			p.Scope = "the selected dead rows"
 		}
-		if len(ids) == 0 {
-			s.fail(w, r, http.StatusBadRequest, errors.New("no dead row selected (they may have been redriven already)"))
-			return
+	case "selected":
+		for _, row := range rows { // counted only if still dead
+			if slices.Contains(r.PostForm["row"], strconv.FormatInt(row.ID, 10)) || slices.Contains(r.PostForm["id"], row.Event.ID) {
+				picked = append(picked, row)
+			}
 		}
-		p.Count, p.Outbox = len(ids), outbox.Filter{EventIDs: ids, Limit: len(ids)}
+		p.Scope = "the selected dead rows"
 	default:
 		s.fail(w, r, http.StatusBadRequest, errors.New("redrive what? (scope all, group or selected)"))
 		return
 	}
+	if len(picked) == 0 && r.PostFormValue("scope") != "all" {
+		s.fail(w, r, http.StatusBadRequest, errors.New("no dead row selected (they may have been redriven already)"))
+		return
+	}
+	for _, row := range picked {
+		p.Outbox.IDs = append(p.Outbox.IDs, row.ID)
+		p.count(row.Event.ID)
+	}
+	// With no rows picked, Count is 0 and no plan is kept to confirm (an
+	// empty IDs would select every dead row).
+	p.Count, p.Outbox.Limit = len(picked), len(picked)
 	s.confirm(w, r, p)
 }

@@ -46,13 +46,11 @@ type page struct {
 }
 
 var funcs = template.FuncMap{
-	"ago":    ago,
-	"ts":     func(t time.Time) string { return formatTime(t) },
-	"path":   url.PathEscape,
-	"query":  url.QueryEscape,
-	"secret": redact.Secrets,
-	"rate":   func(f float64) string { return fmt.Sprintf("%.1f/s", f) },
-	"join":   strings.Join,
+	"ago":  ago,
+	"ts":   func(t time.Time) string { return formatTime(t) },
+	"path": url.PathEscape,
+	"rate": func(f float64) string { return fmt.Sprintf("%.1f/s", f) },
+	"join": strings.Join,
 }
 
 // parseTemplates parses each page with the layout, one set per page, so
@@ -160,11 +158,41 @@ func headerRows(h amqp.Table) []header {
 	}) {
 		v := "xxxxx"
 		if !redact.SecretName(k) {
-			v = redact.Secrets(dlqtool.HeaderText(h[k]))
+			v = redact.Secrets(dlqtool.HeaderText(maskValue(h[k])))
 		}
-		out = append(out, header{k, v})
+		out = append(out, header{shownText(k), v})
 	}
 	return out
+}
+
+// maskValue is a header value with its secrets masked where HeaderText
+// would show them in another form than text: bytes (shown in hex), and
+// inside tables and arrays (shown as JSON, bytes in base64), where a
+// secret-looking name masks its value whole.
+func maskValue(v any) any {
+	switch x := v.(type) {
+	case []byte:
+		return []byte(redact.Secrets(string(x)))
+	case string:
+		return redact.Secrets(x)
+	case amqp.Table:
+		out := make(amqp.Table, len(x))
+		for k, e := range x {
+			name := redact.Secrets(k)
+			out[name] = "xxxxx"
+			if !redact.SecretName(k) {
+				out[name] = maskValue(e)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = maskValue(e)
+		}
+		return out
+	}
+	return v
 }
 
 // body is a message body as a page shows it: indented JSON, text, or a hex
@@ -177,7 +205,11 @@ type body struct {
 
 func bodyView(b []byte) body {
 	if !utf8.Valid(b) {
-		return body{Text: hex.Dump(b), Binary: true, Size: len(b)}
+		// Masked on the bytes, by the text's rules, before the dump: a
+		// dump shows every byte twice (in hex and as ASCII), and a
+		// password=... amid bytes that are not UTF-8 is still one.
+		// redact.Secrets copies what it does not mask byte for byte.
+		return body{Text: hex.Dump([]byte(redact.Secrets(string(b)))), Binary: true, Size: len(b)}
 	}
 	text := string(b)
 	var pretty bytes.Buffer

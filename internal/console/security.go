@@ -40,41 +40,122 @@ func securityHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// loopbackHosts refuses, with 421, a request whose Host is not this
-// machine's loopback when the console listens on loopback without
-// authentication (the default). That is a DNS rebinding attack: a page at
-// evil.example whose name then resolves to 127.0.0.1 is same-origin with
-// the console to the browser, so it could read the pages, take the CSRF
-// token from a form, and replay or purge. Its requests carry its own name
-// as Host; the console's own pages carry localhost or a loopback address.
-// With a token or basic auth the browser has no credentials to send to
-// evil.example, and on a wider address the console cannot know its names.
-func (s *Server) loopbackHosts(next http.Handler) http.Handler {
-	if s.cfg.Token != "" || s.cfg.BasicAuth != "" || !isLoopback(s.cfg.Listen) {
-		return next
-	}
+// checkHost refuses, with 421, a request whose Host the console was not
+// told it is reached by (hostAllowed), whatever the configuration: that
+// is a DNS rebinding attack. A page at evil.example whose name then
+// resolves to the console's address is same-origin with the console to
+// the browser, so it could read the pages, take the CSRF token from a
+// form, and replay, purge or export; with credentials it still could,
+// through a login form it fills in itself or a session the operator
+// logged in to under that name. Its requests carry its own name as Host.
+func (s *Server) checkHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !isLoopback(r.Host) {
-			http.Error(w, "this console answers only to localhost or a loopback address (start it with --token to reach it by another name)", http.StatusMisdirectedRequest)
+		if !s.hostAllowed(r.Host) {
+			http.Error(w, fmt.Sprintf("this console does not answer to the name %q: reach it as localhost, by a loopback address, or by a name given to warren console --allow-host", r.Host), http.StatusMisdirectedRequest)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
+// hostAllowed reports whether a request's Host header names the console:
+// localhost or a loopback address (any port), the IP address it listens
+// on, or one of Config.AllowedHosts (any port, or the one it gives). An IP
+// address is safe to answer to: a rebinding page's requests carry its own
+// name, never an address.
+//
+// Behind a TLS proxy only AllowedHosts are: the requests all come from the
+// proxy, and one that sets Host to its upstream's (127.0.0.1:8089) would
+// make every request, a rebinding page's too, pass as loopback.
+func (s *Server) hostAllowed(hostport string) bool {
+	host, port := splitHost(hostport)
+	if !s.cfg.BehindTLSProxy && isLoopback(hostport) {
+		return true
+	}
+	if host == "" {
+		return false
+	}
+	if listen, _ := splitHost(s.cfg.Listen); listen == host && !s.cfg.BehindTLSProxy {
+		if ip := net.ParseIP(listen); ip != nil && !ip.IsUnspecified() {
+			return true
+		}
+	}
+	for _, allowed := range s.cfg.AllowedHosts {
+		h, p := splitHost(allowed)
+		if h == host && (p == "" || p == port) {
+			return true
+		}
+	}
+	return false
+}
+
+// splitHost splits a Host header or listen address into its host, lower
+// case and without brackets or a final dot, and its port ("" if none).
+func splitHost(hostport string) (host, port string) {
+	host = hostport
+	if h, p, err := net.SplitHostPort(hostport); err == nil {
+		host, port = h, p
+	}
+	return strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), ".")), port
+}
+
 // isLoopback reports whether hostport (a Host header or a listen address,
 // port optional) names this machine's loopback.
 func isLoopback(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
-	if strings.EqualFold(host, "localhost") {
+	host, _ := splitHost(hostport)
+	if host == "localhost" {
 		return true
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// listensOnLoopback reports whether a listen address can only be bound
+// to loopback: a loopback IP address, or exactly "localhost" (a name the
+// resolver answers from the hosts file). Anything else, "localhost." (a
+// fully qualified name, asked of DNS) included, may resolve anywhere;
+// Serve checks the address bound as well (checkBound).
+func listensOnLoopback(listen string) bool {
+	host := listen
+	if h, _, err := net.SplitHostPort(listen); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkBound refuses a listener bound beyond loopback for a console
+// without credentials: the listen address was judged by its name, and a
+// hosts file or resolver may map even "localhost" elsewhere.
+func (c Config) checkBound(addr net.Addr) error {
+	if c.Token != "" || c.BasicAuth != "" {
+		return nil
+	}
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is bound to %s, reachable from other machines; set a token or basic auth, or listen on 127.0.0.1", ErrExposed, c.Listen, addr)
+}
+
+// crossSite refuses, with 403, a request a browser says another site made
+// (Sec-Fetch-Site cross-site or same-site), on every page but the login
+// form and static files: a GET of a queue's page scans the queue (and on
+// a quorum queue counts a delivery of every message), and any web page
+// the operator visits can make the browser send one (an <img>). CSRF
+// tokens cover POSTs only. Requests without the header (curl, older
+// browsers) are let through; Host and authentication still apply.
+func crossSite(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		site := r.Header.Get("Sec-Fetch-Site")
+		if site != "" && site != "same-origin" && site != "none" && r.URL.Path != "/login" && !strings.HasPrefix(r.URL.Path, "/static/") {
+			http.Error(w, "request from another site refused: open the console directly; nothing was read or changed", http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // mac is HMAC-SHA256 of parts under the process's secret, base64url.
@@ -199,7 +280,7 @@ func (s *Server) csrf(next http.Handler) http.Handler {
 		}
 		if value == "" {
 			value = randomString()
-			http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: value, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+			http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: value, Path: "/", HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), csrfKey{}, value)))
 	})
@@ -209,6 +290,11 @@ func (s *Server) csrf(next http.Handler) http.Handler {
 	}))
 	return cop.Handler(checked)
 }
+
+// secure reports whether cookies set in answer to r are marked Secure:
+// when r came over TLS, or a TLS proxy is said to be in front. The
+// proxy's X-Forwarded-Proto is not trusted: anyone can send it.
+func (s *Server) secure(r *http.Request) bool { return r.TLS != nil || s.cfg.BehindTLSProxy }
 
 // csrfToken is the token the forms of the page answering r carry.
 func (s *Server) csrfToken(r *http.Request) string {
@@ -253,7 +339,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		}
 		if equal(r.PostFormValue("token"), s.cfg.Token) {
 			s.logins.succeeded(clientAddress(r), counted)
-			http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessions.put(struct{}{}), Path: "/", MaxAge: int(sessionTTL / time.Second), HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+			http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: s.sessions.put(struct{}{}), Path: "/", MaxAge: int(sessionTTL / time.Second), HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
 			http.Redirect(w, r, next, http.StatusSeeOther)
 			return
 		}
@@ -285,6 +371,6 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		s.sessions.take(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.secure(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"html/template"
@@ -27,6 +28,7 @@ type Server struct {
 	secret  []byte // keys the CSRF MACs; new with every process
 	pages   map[string]*template.Template
 	handler http.Handler
+	tls     *tls.Config // nil: plain HTTP
 
 	broker       *broker
 	inventory    Inventory
@@ -71,6 +73,15 @@ func New(cfg Config) (*Server, error) {
 		logins:     newLoginLimiter(),
 	}
 	rand.Read(s.secret)
+	if cfg.TLSCertFile != "" {
+		// Loaded now, so that a wrong file is an error at start, not at
+		// the first request.
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("console: TLS certificate: %w", err)
+		}
+		s.tls = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	if s.inventory == nil {
 		inv, err := inventory.New(cfg.AMQPURL, cfg.ManagementURL)
 		if err != nil {
@@ -108,7 +119,7 @@ func New(cfg Config) (*Server, error) {
 
 // routes is every page and action, behind the security layers: headers on
 // everything, then the Host check against DNS rebinding, then
-// authentication, then CSRF.
+// requests other sites made, then authentication, then CSRF.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /static/", staticHandler())
@@ -128,7 +139,7 @@ func (s *Server) routes() http.Handler {
 		mux.HandleFunc("POST /dlq/{queue}/"+op, s.readOnly(s.dlqAction(op)))
 	}
 	mux.HandleFunc("POST /outbox/redrive", s.readOnly(s.redrive))
-	return securityHeaders(s.loopbackHosts(s.requireAuth(s.csrf(mux))))
+	return securityHeaders(s.checkHost(crossSite(s.requireAuth(s.csrf(mux)))))
 }
 
 // Handler is the console's HTTP handler.
@@ -147,10 +158,20 @@ func (s *Server) Serve(ctx context.Context) error {
 // ServeListener is Serve on a listener of the caller's.
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener) error {
 	defer s.Close()
+	if err := s.cfg.checkBound(ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 	srv := httpserver.New(ln.Addr().String(), s.handler)
+	scheme := "http"
+	if s.tls != nil {
+		// Every connection is TLS: a plain HTTP request fails its
+		// handshake rather than being served.
+		ln, scheme = tls.NewListener(ln, s.tls), "https"
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.cfg.Logger.Info("warren console serving", "url", "http://"+ln.Addr().String()+"/", "read_only", s.cfg.ReadOnly)
+	s.cfg.Logger.Info("warren console serving", "url", scheme+"://"+ln.Addr().String()+"/", "read_only", s.cfg.ReadOnly)
 	select {
 	case err := <-errc:
 		return err

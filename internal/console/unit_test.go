@@ -10,6 +10,7 @@ import (
 // An IPv6 client is limited by its /64, which it usually has whole; IPv4
 // by its address.
 func TestClientAddress(t *testing.T) {
+	t.Parallel()
 	for remote, want := range map[string]string{
 		"192.0.2.7:5000":                 "192.0.2.7",
 		"[2001:db8:1:2:aaaa::1]:5000":    "2001:db8:1:2::/64",
@@ -28,6 +29,7 @@ func TestClientAddress(t *testing.T) {
 // remembered locked out, new addresses share one window, locked out like
 // any after five tries, and the locked-out ones stay locked out.
 func TestLimiterKeepsLockoutsWhenFull(t *testing.T) {
+	t.Parallel()
 	l := newLoginLimiter()
 	now := time.Now()
 	l.now = func() time.Time { return now }
@@ -59,6 +61,7 @@ func TestLimiterKeepsLockoutsWhenFull(t *testing.T) {
 // A right secret takes back only its own try: the wrong ones sent from the
 // same address (another client behind the same proxy) still count.
 func TestRightSecretTakesBackOnlyItsTry(t *testing.T) {
+	t.Parallel()
 	l := newLoginLimiter()
 	for range loginFailures - 1 {
 		l.attempt("192.0.2.1") // wrong
@@ -76,6 +79,7 @@ func TestRightSecretTakesBackOnlyItsTry(t *testing.T) {
 // A value put again moves to the back of the store's order: beyond max,
 // the least recently put goes, not the first ever put.
 func TestStoreDropsTheLeastRecentlyPut(t *testing.T) {
+	t.Parallel()
 	s := newStore[int](2, time.Hour)
 	s.putAt("a", 1)
 	s.putAt("b", 2)

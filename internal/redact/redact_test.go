@@ -101,3 +101,41 @@ func TestErrorMasksSecretsWithoutKnowingTheConnection(t *testing.T) {
 		t.Error("redacted error lost its causes")
 	}
 }
+
+// The shapes a message body or header value takes that the console's
+// message page masks with Secrets: a secret-named JSON field whose value
+// is a number, an array or an object, YAML's "name: value", and the rest.
+func TestSecretsMasksEveryValueShapeOfASecretName(t *testing.T) {
+	for _, s := range []string{
+		"{\n  \"password\": \"hunter2\"\n}",
+		"{\n  \"api_key\": \"hunter2\"\n}",
+		"{\n  \"token\": 12345678\n}",
+		"{\"token\":12345678,\"n\":1}",
+		"{\n  \"password\": [\n    \"hunter2\"\n  ]\n}",
+		"{\"password\":[\"a\",[\"hunter2\"]],\"n\":1}",
+		"{\n  \"credentials\": {\n    \"user\": \"u\",\n    \"pass\": \"hunter2\"\n  }\n}",
+		"{\"secret\": {\"a\": {\"b\": \"hunter2\"}}}",
+		"{\n  \"Authorization\": \"Basic aHVudGVyMg==\"\n}",
+		"{\n  \"X-Api-Key\": \"hunter2\"\n}",
+		"{\n  \"privateKey\": \"-----BEGIN PRIVATE KEY-----\\nhunter2\"\n}",
+		"{\n  \"dsn\": \"host=db user=u password=hunter2\"\n}",
+		"{\n  \"url\": \"postgres://u:hunter2@db/x\"\n}",
+		"password%3Dhunter2",
+		"PASSWORD=hunter2",
+		"password : hunter2",
+		"<password>hunter2</password>",
+		"password: hunter2",
+		"db:\n  password: hunter2\n",
+		"token: 12345678",
+	} {
+		if got := redact.Secrets(s); strings.Contains(got, "hunter2") || strings.Contains(got, "12345678") || strings.Contains(got, "aHVudGVyMg") {
+			t.Errorf("%q -> %q", s, got)
+		}
+	}
+	// What is not a secret's value stays readable.
+	for _, s := range []string{`{"count": 3}`, "code: 500", "error: timeout after 5s", `{"n": [1, 2]}`} {
+		if got := redact.Secrets(s); got != s {
+			t.Errorf("%q -> %q, want it unchanged", s, got)
+		}
+	}
+}

@@ -19,8 +19,10 @@ import (
 //     Without an '@' (url.Parse quotes "amqp://u:pw#x@h" cut at the '#')
 //     what follows "user:" is masked unless it is a port number.
 //   - the value of every name=value (query, form, key=value connection
-//     string) and "name":"value" (JSON) pair whose name looks like a secret:
-//     see [secretName].
+//     string; the '=' may be percent-encoded), "name": value (JSON: a
+//     string, number, literal, array or object, masked whole), name: value
+//     (YAML, headers: to the end of the line) and <name>value</name> (XML)
+//     whose name looks like a secret: see [secretName].
 //   - credentials after "Authorization:" (any scheme) or "Bearer".
 //   - the fragments of a URL that net/url quotes in "invalid port" and
 //     "invalid URL escape" errors.
@@ -28,7 +30,7 @@ import (
 // Text without any of these comes back unchanged. A masked value becomes
 // "xxxxx", so Secrets(Secrets(s)) == Secrets(s).
 func Secrets(text string) string {
-	if !strings.ContainsAny(text, "=:") { // every form below has one
+	if !strings.ContainsAny(text, "=:%>") { // every form below has one
 		return text
 	}
 	text = maskUserinfo(text)
@@ -36,6 +38,9 @@ func Secrets(text string) string {
 	text = maskGroup(text, bearer, 1, nil)
 	text = maskGroup(text, param, 2, secretName)
 	text = maskGroup(text, jsonField, 2, secretName)
+	text = maskJSONValues(text)
+	text = maskGroup(text, colonField, 2, colonSecretName)
+	text = maskGroup(text, xmlElement, 2, secretName)
 	text = maskGroup(text, urlErrorDetail, 1, func(v string) bool { return !isPort(strings.TrimPrefix(v, ":")) })
 	return text
 }
@@ -45,9 +50,19 @@ var (
 	// connection strings) or running to the next separator, but for a last
 	// ':' ("GET /x?token=abc: 404" keeps its colon).
 	// The name may be percent-encoded ("access%5Ftoken=").
-	param = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-])([A-Za-z](?:[A-Za-z0-9_.\-]|%[0-9A-Fa-f]{2})*)[ \t]*=[ \t]*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^&\s"';,<>\\]*[^&\s"';,<>\\:])`)
+	param = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-])([A-Za-z](?:[A-Za-z0-9_.\-]|%[0-9A-Fa-f]{2})*)[ \t]*(?:=|%3[Dd])[ \t]*('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|[^&\s"';,<>\\]*[^&\s"';,<>\\:])`)
 	// jsonField is "name": "value" in a JSON document (a response body).
 	jsonField = regexp.MustCompile(`"([A-Za-z][A-Za-z0-9_.\-]*)"\s*:\s*"((?:[^"\\]|\\.)*)"`)
+	// jsonOther is "name": followed by a JSON value that is not a string
+	// (maskJSONValues finds where it ends).
+	jsonOther = regexp.MustCompile(`"([A-Za-z][A-Za-z0-9_.\-]*)"\s*:\s*[\[{\-0-9tfn]`)
+	// colonField is name: value outside quotes (YAML, a header line, prose
+	// such as "password : x"), the value running to the end of the line.
+	// The colon must be followed by a blank, so that host:port and
+	// scheme://user:password@ are left to the rules above.
+	colonField = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-"'])([A-Za-z][A-Za-z0-9_.\-]*)[ \t]*:[ \t]+([^\s](?:[^\r\n]*[^\s])?)`)
+	// xmlElement is <name attr...>value</ in an XML document.
+	xmlElement = regexp.MustCompile(`<([A-Za-z][A-Za-z0-9_.\-]*)(?:\s[^<>]*)?>([^<]*)</`)
 	// authorization is an Authorization header, with or without its
 	// scheme word; the credentials run to the end of the token.
 	authorization = regexp.MustCompile(`(?i)\b(?:proxy-)?authorization["']?\s*[:=]\s*["']?(?:(?:bearer|basic|digest|token|negotiate)\s+)?([^\s"',;]+)`)
@@ -113,23 +128,28 @@ func decodeName(name string) string {
 // mask, when keep is nil or keep(submatch 1) is true. An empty group is
 // left alone.
 func maskGroup(text string, re *regexp.Regexp, group int, keep func(string) bool) string {
-	matches := re.FindAllStringSubmatchIndex(text, -1)
-	if matches == nil {
-		return text
-	}
-	var b strings.Builder
-	last := 0
-	for _, m := range matches {
+	var spans [][2]int
+	for _, m := range re.FindAllStringSubmatchIndex(text, -1) {
 		start, end := m[2*group], m[2*group+1]
 		if start < 0 || start == end || (keep != nil && !keep(text[m[2]:m[3]])) {
 			continue
 		}
-		b.WriteString(text[last:start])
-		b.WriteString(mask)
-		last = end
+		spans = append(spans, [2]int{start, end})
 	}
-	if last == 0 {
+	return splice(text, spans, mask)
+}
+
+// splice replaces each span of text (in order, not overlapping) by with.
+func splice(text string, spans [][2]int, with string) string {
+	if len(spans) == 0 {
 		return text
+	}
+	var b strings.Builder
+	last := 0
+	for _, sp := range spans {
+		b.WriteString(text[last:sp[0]])
+		b.WriteString(with)
+		last = sp[1]
 	}
 	b.WriteString(text[last:])
 	return b.String()
@@ -221,4 +241,65 @@ func isSpace(r rune) bool {
 func isPort(p string) bool {
 	p = strings.TrimRight(p, ".:")
 	return p != "" && strings.Trim(p, "0123456789") == ""
+}
+
+// colonSecretName is secretName for name: value, but for the names whose
+// colon form is something else: an Authorization header (whose scheme word
+// the authorization rule keeps readable) and a bare "key", which is prose
+// in error texts ("duplicate key: ...").
+func colonSecretName(name string) bool {
+	switch strings.ToLower(name) {
+	case "key", "authorization", "proxy-authorization":
+		return false
+	}
+	return secretName(name)
+}
+
+// maskJSONValues replaces the value of every "name": value whose name looks
+// like a secret and whose value is not a string (jsonField masks those):
+// a number, a literal, or a whole array or object, brackets and all, by
+// "xxxxx". What a secret-named field holds is the secret, whatever its
+// shape.
+func maskJSONValues(text string) string {
+	var spans [][2]int
+	last := 0
+	for _, m := range jsonOther.FindAllStringSubmatchIndex(text, -1) {
+		start := m[1] - 1 // the value's first character
+		if start < last || !secretName(text[m[2]:m[3]]) {
+			continue
+		}
+		last = start + jsonValueLen(text[start:])
+		spans = append(spans, [2]int{start, last})
+	}
+	return splice(text, spans, `"`+mask+`"`)
+}
+
+// jsonValueLen is the length of the JSON value s starts with: an array or
+// object to its matching bracket (brackets inside strings do not count),
+// or else a number or literal to the next delimiter. Unbalanced, it runs
+// to the end of s: better too much masked than a secret shown.
+func jsonValueLen(s string) int {
+	if s[0] != '[' && s[0] != '{' {
+		if i := strings.IndexAny(s, ",}] \t\r\n"); i >= 0 {
+			return i
+		}
+		return len(s)
+	}
+	depth, inString := 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return len(s)
 }

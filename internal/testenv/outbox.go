@@ -28,7 +28,18 @@ func NewOutboxTable(t testing.TB) *OutboxTable {
 	t.Helper()
 	name := Name(t, "ob")
 	DropTables(t, name, name+"_migrations")
-	pool := PgPool(t)
+	return newOutboxTable(t, PgPool(t), name)
+}
+
+// NewOutboxTableOn makes and migrates an outbox table named for t in the
+// database of pool (a private server's, which goes with the test).
+func NewOutboxTableOn(t testing.TB, pool *pgxpool.Pool) *OutboxTable {
+	t.Helper()
+	return newOutboxTable(t, pool, Name(t, "ob"))
+}
+
+func newOutboxTable(t testing.TB, pool *pgxpool.Pool, name string) *OutboxTable {
+	t.Helper()
 	ob, err := outbox.New(name)
 	if err != nil {
 		t.Fatal(err)

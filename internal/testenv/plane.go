@@ -162,6 +162,7 @@ func (p *PlaneTable) render(sql string) string {
 // that interpreter cannot import it.
 func PythonWithPika(t testing.TB) string {
 	t.Helper()
+	RequireServices(t, "python3 with pika")
 	const python = "/usr/bin/python3"
 	if out, err := exec.Command(python, "-c", "import pika").CombinedOutput(); err != nil {
 		t.Fatalf("%s cannot import pika (%v: %s): run scripts/services.sh, which installs Debian's python3-pika", python, err, bytes.TrimSpace(out))

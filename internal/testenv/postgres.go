@@ -27,6 +27,18 @@ func PgPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// PoolAt opens a pool on the database at url (a private server's),
+// closed when t ends.
+func PoolAt(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 // Listen opens a connection of its own that LISTENs on channel, closed
 // when t ends: a test reads the notifications a commit sent from it.
 func Listen(t testing.TB, channel string) *pgx.Conn {

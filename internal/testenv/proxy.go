@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"net"
@@ -41,7 +42,17 @@ const (
 // (host:port). It stops when t ends.
 func StartProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	return startProxy(t, target, false)
+	return startProxy(t, target, false, nil)
+}
+
+// StartTLSProxy is StartProxy behind TLS, as a broker with an amqps
+// listener: it presents a certificate for 127.0.0.1 made for the test, and
+// returns the file (in t's temporary directory) holding it in PEM, which a
+// client is to trust.
+func StartTLSProxy(t testing.TB, target string) (*Proxy, string) {
+	t.Helper()
+	cert, caFile, _ := SelfSignedCert(t)
+	return startProxy(t, target, false, &tls.Config{Certificates: []tls.Certificate{cert}}), caFile
 }
 
 // StartAMQPProxy is StartProxy for an AMQP broker: it reads what clients
@@ -49,14 +60,17 @@ func StartProxy(t testing.TB, target string) *Proxy {
 // through.
 func StartAMQPProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
-	return startProxy(t, target, true)
+	return startProxy(t, target, true, nil)
 }
 
-func startProxy(t testing.TB, target string, amqp bool) *Proxy {
+func startProxy(t testing.TB, target string, amqp bool, tlsConfig *tls.Config) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	p := &Proxy{ln: ln, target: target, amqp: amqp, up: true, conns: map[net.Conn]struct{}{}}
 	for i := range p.gates {

@@ -28,8 +28,7 @@ func CDCSlot(t testing.TB, pool *pgxpool.Pool, table string) string {
 		t.Fatalf("PostgreSQL runs with wal_level = %s; the CDC relay needs logical: run %s, which sets it and restarts PostgreSQL", level, StartCommand)
 	}
 	slot := table + "_cdc"
-	url := DatabaseURL(t)
-	DropTables(t, table+"_cdc")
+	url := pool.Config().ConnString() // the shared server's, or a private one's
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -44,6 +43,9 @@ func CDCSlot(t testing.TB, pool *pgxpool.Pool, table string) string {
 			_, err := db.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
 			if err == nil {
 				_, err = db.Exec(ctx, `DROP PUBLICATION IF EXISTS `+pgx.Identifier{slot}.Sanitize())
+			}
+			if err == nil { // the state table has the slot's name
+				_, err = db.Exec(ctx, `DROP TABLE IF EXISTS `+pgx.Identifier{slot}.Sanitize())
 			}
 			if err == nil || time.Now().After(deadline) {
 				if err != nil {

@@ -40,9 +40,22 @@ func env(name, fallback string) string {
 
 var reachable sync.Map // address → error (nil when reachable)
 
+// RequireServices is the unit tier's one gate: every test that needs a
+// service (a shared one, a private broker or Postgres, Chromium, pika)
+// passes through it, and under go test -short (make test-unit) it is
+// skipped here, naming what it needed. Without -short it returns, and the
+// test fails loudly if the service is missing.
+func RequireServices(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("needs %s: skipped by -short (the unit tier); make test runs it", what)
+	}
+}
+
 // requireTCP fails t unless something listens at the URL's host:port.
 func requireTCP(t testing.TB, service, rawURL, defaultPort string) {
 	t.Helper()
+	RequireServices(t, service)
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		t.Fatalf("%s URL %q does not parse: %v", service, redact.URL(rawURL), err)

@@ -29,6 +29,7 @@ const Path = "/usr/bin/chromium"
 // loads fails the test instead of hanging it.
 func New(t testing.TB, timeout time.Duration) context.Context {
 	t.Helper()
+	testenv.RequireServices(t, "Chromium")
 	path := Path
 	if p, err := exec.LookPath(path); err != nil {
 		t.Fatalf("Chromium is not installed at %s (%v)\ninstall it with: %s", path, err, testenv.StartCommand)

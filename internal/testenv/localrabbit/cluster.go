@@ -342,6 +342,23 @@ func (c *Cluster) QueueLeader(ctx context.Context, vhost, queue string) (int, er
 	return -1, errors.Join(errs...)
 }
 
+// Queues is what a running node says of every queue of vhost (name,
+// type, leader, messages ready, unacknowledged and in all, which for a
+// quorum queue counts those held for at-least-once dead-lettering, and
+// the members online), for the log of a failed test: where the events it
+// waited for are.
+func (c *Cluster) Queues(ctx context.Context, vhost string) string {
+	var errs []error
+	for _, i := range c.expected() {
+		out, err := c.nodes[i].CtlOutput(ctx, "list_queues", "-p", vhost, "name", "type", "leader", "messages_ready", "messages_unacknowledged", "messages", "online", "--no-table-headers")
+		if err == nil {
+			return fmt.Sprintf("queues as node %d sees them (name, type, leader, ready, unacknowledged, all messages including those held for dead-lettering, members online):\n%s", i, out)
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Sprintf("no node lists the queues: %v", errors.Join(errs...))
+}
+
 // String names the cluster's nodes and ports, for logs.
 func (c *Cluster) String() string {
 	var b strings.Builder

@@ -5,11 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // StartCommand installs the RabbitMQ server this package runs.
@@ -121,7 +120,7 @@ func newNode(c nodeConfig) (*Node, error) {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(2)
+	ports, err := testenv.UnusedPorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -346,23 +345,6 @@ func (n *Node) Kill() {
 	}
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	<-exited
-}
-
-// freePorts asks the kernel for n distinct ports nobody listens on.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !slices.Contains(ports, p) {
-			ports = append(ports, p)
-		}
-	}
-	return ports, nil
 }
 
 // tail returns the last n bytes of a file, for error messages.

@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 // The alarm does what tests rely on: the broker blocks a connection that
 // publishes, and unblocks it when the alarm is lifted.
 func TestAlarmBlocksPublishingConnections(t *testing.T) {
+	t.Parallel() // the only test of the binary on its shared private node (localrabbit.Shared)
 	n := localrabbit.Shared(t)
 	conn, err := amqpx.Dial(context.Background(), n.URL(), amqpx.DialOptions{Name: t.Name()})
 	if err != nil {

@@ -1,3 +1,5 @@
+//go:build slow
+
 package localrabbit_test
 
 import (
@@ -13,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
 
@@ -21,6 +24,7 @@ import (
 // again changes nothing, status and urls describe them, down removes
 // everything.
 func TestClusterScript(t *testing.T) {
+	testenv.RequireServices(t, "a private three-node RabbitMQ cluster")
 	if _, err := localrabbit.BinDir(); err != nil {
 		t.Fatalf("%v\n(%s installs rabbitmq-server)", err, localrabbit.StartCommand)
 	}
@@ -113,7 +117,11 @@ func TestClusterScript(t *testing.T) {
 func freePortBase(t *testing.T) int {
 	t.Helper()
 	for range 100 {
-		base := 20000 + rand.IntN(20000)
+		// AMQP ports from 10001 and distribution ports 20000 above them,
+		// all below the kernel's ephemeral range (32768 on Linux), where
+		// an outgoing connection could take one before the node binds it
+		// (node 3's AMQP port once was).
+		base := 10000 + rand.IntN(2700)
 		free := true
 		for i := 1; i <= 3 && free; i++ {
 			for _, p := range []int{base + i, base + i + 20000} {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,27 +16,48 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
 )
 
 // shared is the node of this test binary, started by the first test that
 // asks for it.
 var shared struct {
-	once sync.Once
-	dir  string
-	node *Node
-	err  error
+	once   sync.Once
+	mu     sync.Mutex
+	holder string // the test that uses the node now, "" when none does
+	dir    string
+	node   *Node
+	err    error
 }
 
 // Shared returns this test binary's private node, starting it on first
 // use (on a busy machine that takes 10–30 s). A node that cannot start
 // fails t, saying what installs RabbitMQ.
 //
-// Every test of the binary shares the node, so a test that raises an
-// alarm on it must not run in parallel with another that uses it. Call
-// StopShared from TestMain once the tests have run; if the binary dies
-// first, the kernel kills the node anyway.
+// Every test of the binary shares the node, and the tests that use it
+// alarm or reconfigure it, so no two may run at once: one test of a
+// binary may call t.Parallel, and several run one after another in the
+// package's lane ([RunLane]). A second test that asks for the node while
+// another holds it fails, naming both. Call StopShared from TestMain once
+// the tests have run; if the binary dies first, the kernel kills the node
+// anyway.
 func Shared(t testing.TB) *Node {
 	t.Helper()
+	testenv.RequireServices(t, "a private RabbitMQ node")
+	shared.mu.Lock()
+	holder := shared.holder
+	if holder == "" {
+		shared.holder = t.Name()
+		t.Cleanup(func() {
+			shared.mu.Lock()
+			shared.holder = ""
+			shared.mu.Unlock()
+		})
+	}
+	shared.mu.Unlock()
+	if holder != "" && holder != t.Name() && !strings.HasPrefix(t.Name(), holder+"/") {
+		t.Fatalf("%s and %s use the binary's shared private node at once: run the tests that alarm or reconfigure it one after another, in the package's lane (localrabbit.RunLane)", holder, t.Name())
+	}
 	shared.once.Do(func() {
 		removeOrphans()
 		dir, err := os.MkdirTemp("", dirPattern)
@@ -179,4 +201,22 @@ func (n *Node) SetMaxMessageSize(t testing.TB, bytes int) {
 			t.Errorf("restore max_message_size: %v", err)
 		}
 	})
+}
+
+// LaneTest is one test of a package's lane: see [RunLane].
+type LaneTest struct {
+	Name string
+	Run  func(*testing.T)
+}
+
+// RunLane runs tests (those of a test binary that alarm or reconfigure
+// its shared node) one after another, as subtests of t, while t runs in
+// parallel with the binary's other tests, which must not use the node.
+// A lane spends on the node only the time of its own tests, where serial
+// tests would hold every other test of the package back meanwhile.
+func RunLane(t *testing.T, tests []LaneTest) {
+	t.Parallel()
+	for _, test := range tests {
+		t.Run(test.Name, test.Run)
+	}
 }
