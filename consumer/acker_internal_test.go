@@ -129,6 +129,7 @@ func runAckerScenario(t *testing.T, n, window, workers int, slow func(tag uint64
 }
 
 func TestAckerCoalescesInOrderCompletions(t *testing.T) {
+	t.Parallel()
 	const n = 20000
 	b := runAckerScenario(t, n, 256, 16, func(uint64) time.Duration { return 0 }, func(uint64) bool { return false })
 	if b.ackFrames > n/4 {
@@ -138,6 +139,7 @@ func TestAckerCoalescesInOrderCompletions(t *testing.T) {
 }
 
 func TestAckerWithRandomOrderAndNacks(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var mu sync.Mutex
 	delays := map[uint64]time.Duration{}
@@ -161,6 +163,7 @@ func TestAckerWithRandomOrderAndNacks(t *testing.T) {
 // One slow handler holding the lowest tag must not freeze the window: acks
 // behind it go out individually after a short wait.
 func TestAckerDoesNotLetASlowMessageHoldTheWindow(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	slowDone := make(chan struct{})
 	b := newFakeBroker(32)

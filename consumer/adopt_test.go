@@ -134,6 +134,7 @@ func sameArgs(t *testing.T, conn *amqp.Connection, queue string, args amqp.Table
 // reaches it; without (Plane's shared exchange left alone), nothing is bound
 // to it. With only a TTL, nothing is bound at all.
 func TestAdoptPlaneQueue(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		withDLX   bool
@@ -145,6 +146,7 @@ func TestAdoptPlaneQueue(t *testing.T) {
 		{"TTL only", false, false, "the queue has no dead-letter exchange"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			conn := testenv.AMQPConn(t)
 			ch, err := conn.Channel()
 			if err != nil {
@@ -239,6 +241,7 @@ func TestAdoptPlaneQueue(t *testing.T) {
 // always was, now saying what to do, and the failed start declared
 // nothing: no dead-letter exchange, DLQ or retry tier.
 func TestNotAdoptingCreatesNothing(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -278,6 +281,7 @@ func assertNothingNew(t *testing.T, conn *amqp.Connection, topo consumer.Topolog
 // anything: the retry tiers are not left behind, and the queue still holds
 // its messages. Only the consumer's queue is adopted.
 func TestAdoptConflictingDLQCreatesNothing(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -313,6 +317,7 @@ func TestAdoptConflictingDLQCreatesNothing(t *testing.T) {
 // long queue name the broker cuts its refusal at 255 bytes, before the
 // value.
 func TestAdoptUnlearnableArgument(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -354,7 +359,7 @@ func assertStartRefused(t *testing.T, conn *amqp.Connection, c *consumer.BaseCon
 // (here the broker refuses the retry tier: the account may configure
 // everything else), removes what that start created: the exchanges and
 // the DLQ it had declared are gone, and Run returns the refusal.
-func TestFailedDeclarationRemovesWhatItCreated(t *testing.T) {
+func testFailedDeclarationRemovesWhatItCreated(t *testing.T) {
 	node := localrabbit.Shared(t)
 	exchange, name := testenv.Name(t, "ex"), testenv.Name(t, "c")
 	_, account, _ := brokerPermissions(exchange, name)
@@ -387,6 +392,7 @@ func TestFailedDeclarationRemovesWhatItCreated(t *testing.T) {
 // key) that the service it was to be adopted from cannot declare again,
 // so rolling back to that service would fail.
 func TestAdoptMissingQueueCreatesNothing(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	queue, exchange := testenv.Name(t, "q"), testenv.Name(t, "ex")
 	deleteAfter(t, []string{queue}, []string{exchange})
@@ -404,6 +410,7 @@ func TestAdoptMissingQueueCreatesNothing(t *testing.T) {
 // declaration of it still succeeds (a rollback to Plane's consumer works),
 // and the consumer consumes from it again.
 func TestAdoptedQueueDeletedIsDeclaredAgainAsAdopted(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 // refused) is retried after pauses that grow towards ReconnectMaxDelay,
 // not every ~100ms: the redial in between does not reset them.
 func TestFailingStartBacksOff(t *testing.T) {
+	t.Parallel()
 	var log *logLines
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.ReconnectMaxDelay = 5 * time.Second

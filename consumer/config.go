@@ -173,8 +173,9 @@ type Config struct {
 	Unhandled UnhandledPolicy
 
 	// ShutdownGrace is how long in-flight handlers may run after Run's
-	// context ends. Then their contexts are cancelled and their messages
-	// requeued. Default 30s.
+	// context ends, or, with Partitions, after their partition is
+	// released to another replica. Then their contexts are cancelled and
+	// their messages requeued. Default 30s.
 	ShutdownGrace time.Duration
 
 	// StuckAfter is how long handlers may hold deliveries without any of

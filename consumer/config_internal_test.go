@@ -8,6 +8,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Name: "webhook"}.withDefaults()
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
@@ -20,6 +21,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		cfg  Config
 		want string
@@ -53,6 +55,7 @@ func TestConfigValidation(t *testing.T) {
 // Plane's names are valid: its exchange, its shared dead-letter exchange
 // and a queue named after its service.
 func TestConfigTakesPlaneNames(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Name: "plane.event_stream.webhook", Exchange: "plane.event_stream", DeadLetterExchange: "plane.event_stream.dlq", AdoptQueue: true}
 	if _, err := New(cfg); err != nil {
 		t.Fatal(err)
@@ -64,6 +67,7 @@ func TestConfigTakesPlaneNames(t *testing.T) {
 }
 
 func TestRetryTierNamesAndChoice(t *testing.T) {
+	t.Parallel()
 	topo := TopologyFor(Config{Name: "hooks", RetryDelays: []time.Duration{1500 * time.Millisecond, 10 * time.Second, time.Minute, 2 * time.Hour}})
 	var names []string
 	for _, r := range topo.Retry {

@@ -14,8 +14,10 @@ import (
 var queueTypes = []consumer.QueueType{consumer.Classic, consumer.Quorum}
 
 func TestEveryMessageHandledOnceAndAcked(t *testing.T) {
+	t.Parallel()
 	for _, qt := range queueTypes {
 		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel()
 			const n = 3000
 			rec := newRecorder()
 			c := newConsumer(t, func(cfg *consumer.Config) { cfg.QueueType = qt; cfg.Workers = 16 })

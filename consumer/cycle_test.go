@@ -25,6 +25,7 @@ import (
 // vanished, its original already acked. It must instead be handled again,
 // through every tier as often as its attempts need, and end done.
 func TestDeadMessageMovedBackToItsQueueSurvivesRetries(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		move func(t *testing.T, conn *amqp.Connection, topo consumer.Topology)
@@ -45,6 +46,7 @@ func TestDeadMessageMovedBackToItsQueueSurvivesRetries(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			tweak := func(cfg *consumer.Config) {
 				cfg.RetryDelays = []time.Duration{200 * time.Millisecond}
 				cfg.MaxAttempts = 4

@@ -21,6 +21,7 @@ import (
 // Every way a message can die lands it in the DLQ with its class, error,
 // attempts, times, origin, consumer and host, and with its body unchanged.
 func TestDeadLetterClassesAndMetadata(t *testing.T) {
+	t.Parallel()
 	good, err := amqpx.EventPublishing(event("ok", "workitem.created"))
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +82,7 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 	host, _ := os.Hostname()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newConsumer(t, func(cfg *consumer.Config) {
 				cfg.MaxAttempts = 3
 				cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
@@ -148,8 +150,10 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 // A message that outlives the queue's TTL is dead-lettered by the broker
 // into the DLQ, where its class reads "expired".
 func TestExpiredMessagesLandInDLQ(t *testing.T) {
+	t.Parallel()
 	for _, qt := range queueTypes {
 		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel()
 			c := newConsumer(t, func(cfg *consumer.Config) {
 				cfg.QueueType = qt
 				cfg.MessageTTL = 200 * time.Millisecond
@@ -181,6 +185,7 @@ func TestExpiredMessagesLandInDLQ(t *testing.T) {
 
 // Quorum queues dead-letter handler failures the same way.
 func TestQuorumDeadLetters(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.QueueType = consumer.Quorum
 		cfg.MaxAttempts = 2
@@ -214,6 +219,7 @@ func TestQuorumDeadLetters(t *testing.T) {
 // during its leader's election; a full queue is how a test makes every
 // publish nacked), without ending the session.
 func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, nil)
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return warren.Permanent(errBoom) })
 	start(t, c)
@@ -222,9 +228,9 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 	if _, err := ch.QueueDelete(topo.DLQ, false, false, false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ch.QueueDeclare(topo.DLQ, true, false, false, false, amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}); err != nil {
-		t.Fatal(err)
-	}
+	// Deleted before any dead letter is under way; from now on the DLQ
+	// only gains room, never goes (see testenv.DeclareFullQueue).
+	makeRoom := testenv.DeclareFullQueue(t, testenv.AMQPConn(t), topo.DLQ, amqp.Table{"x-message-ttl": consumer.DefaultDLQTTL.Milliseconds()})
 	newPublisher(t).events(topo.Exchange, "", event("precious", "x.y"))
 	testenv.WaitFor(t, 60*time.Second, "a failed dead-letter publish", func() bool { return c.Stats().PublishFailures >= 1 })
 	if s := c.Stats(); s.DeadLettered != 0 {
@@ -235,12 +241,7 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 		t.Fatalf("renewing the publisher reconnected or dead-lettered: %+v", s)
 	}
 
-	if _, err := ch.QueueDelete(topo.DLQ, false, false, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ch.QueueDeclare(topo.DLQ, true, false, false, false, amqp.Table{"x-message-ttl": consumer.DefaultDLQTTL.Milliseconds()}); err != nil {
-		t.Fatal(err)
-	}
+	makeRoom()
 	d := getOne(t, ch, topo.DLQ, 60*time.Second)
 	if d.MessageId != "precious" {
 		t.Fatalf("DLQ got %q", d.MessageId)
@@ -255,6 +256,7 @@ func TestFailedDeadLetterPublishKeepsTheMessage(t *testing.T) {
 // the broker once a quorum queue's delivery limit is passed, instead of
 // coming back forever.
 func TestQuorumDeliveryLimitDeadLettersAMessageThatNeverCompletes(t *testing.T) {
+	t.Parallel()
 	first := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.QueueType = consumer.Quorum
 		cfg.DeliveryLimit = 2
@@ -312,6 +314,7 @@ func TestQuorumDeliveryLimitDeadLettersAMessageThatNeverCompletes(t *testing.T) 
 // is dead-lettered at once as undecodable, not handed to the handler to
 // fail every attempt as if its dependency were down.
 func TestControlCharacterInEventIDIsDeadAtOnce(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.MaxAttempts = 3
 		cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
@@ -350,6 +353,7 @@ func TestControlCharacterInEventIDIsDeadAtOnce(t *testing.T) {
 // event_type, so an operator can find it (warren dlq show --id) from the
 // log.
 func TestDeadLetterLogNamesAPropertylessEventByItsBody(t *testing.T) {
+	t.Parallel()
 	var logs *logLines
 	c := newConsumer(t, func(cfg *consumer.Config) { logs = captureLog(t, cfg) })
 	c.HandleFunc("issue.", func(ctx context.Context, m *warren.Message) error { return warren.Permanent(errBoom) })
@@ -380,6 +384,7 @@ func TestDeadLetterLogNamesAPropertylessEventByItsBody(t *testing.T) {
 // its log line still names it by what its body says: with no message_id
 // or type property, that is all an operator has to find it by.
 func TestUndecodableDeadLetterLogNamesWhatTheBodySays(t *testing.T) {
+	t.Parallel()
 	var logs *logLines
 	c := newConsumer(t, func(cfg *consumer.Config) { logs = captureLog(t, cfg) })
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return nil })
@@ -412,5 +417,31 @@ func TestUndecodableDeadLetterLogNamesWhatTheBodySays(t *testing.T) {
 		}) {
 			t.Errorf("no dead-letter log line with %q:\n%s", want, strings.Join(lines, ""))
 		}
+	}
+}
+
+// An event_id of more than 255 bytes (a producer's 1 MiB id was handled as
+// an event) cannot be the AMQP message_id warren publishes it under, and
+// would be a dedup key of any size: it is dead-lettered at once as
+// undecodable, saying so, and the handler never sees it.
+func TestOverlongEventIDIsDeadAtOnce(t *testing.T) {
+	t.Parallel()
+	c := newConsumer(t, nil)
+	rec := newRecorder()
+	c.HandleFunc("workitem.", func(_ context.Context, m *warren.Message) error { rec.record(m); return nil })
+	start(t, c)
+	topo := c.Topology()
+	id := strings.Repeat("i", 4096)
+	newPublisher(t).raw(topo.Exchange, amqp.Publishing{
+		ContentType: "application/json",
+		Body:        []byte(`{"event_id":"` + id + `","event_type":"workitem.created"}`),
+	})
+	d := getOne(t, testenv.Channel(t), topo.DLQ, 60*time.Second)
+	meta := dlq.ParseMetadata(d.Headers)
+	if meta.Class != dlq.ClassUndecodable || meta.Attempts != 1 || !strings.Contains(meta.Error, "event_id is 4096 bytes, longer than the 255") {
+		t.Errorf("dead letter class %q after %d attempts, error %.200q; want undecodable after 1, saying why", meta.Class, meta.Attempts, meta.Error)
+	}
+	if n := rec.distinct(); n != 0 {
+		t.Errorf("the handler ran for it (%d events)", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 // encoding the consumer would have to undo (or a charset other than JSON's)
 // is refused with a reason, which makes the message undecodable.
 func TestDecodeTakesUTF8ContentEncodingAsIdentity(t *testing.T) {
+	t.Parallel()
 	c, err := New(Config{Name: "decode-test"})
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +38,7 @@ func TestDecodeTakesUTF8ContentEncodingAsIdentity(t *testing.T) {
 // parsing only a retry's copy or another content type needs, and the
 // attempt still counts for a retry's copy.
 func TestDecodeOfAProducersMessageAllocatesTwice(t *testing.T) {
+	// Serial: testing.AllocsPerRun counts every goroutine's allocations, other tests' too.
 	c, err := New(Config{Name: "decode-test"})
 	if err != nil {
 		t.Fatal(err)

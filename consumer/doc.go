@@ -77,6 +77,8 @@
 //	warren.Defer               to a retry tier, attempt not spent
 //	warren.Permanent           to the DLQ (class permanent)
 //	undecodable body           to the DLQ (class undecodable)
+//	headers the client cannot  to the DLQ (class undecodable), no
+//	read                       handler called
 //	no handler matches         ack as skipped, or DLQ (class unhandled)
 //	                           under DeadLetterUnhandled
 //
@@ -94,6 +96,21 @@
 // attempt 1, its dlq headers and death headers dropped (dlq.StripHistory)
 // before anything reads or stamps them, so a producer can neither spend an
 // event's attempts nor write the origin an operator's replay would use.
+//
+// A producer can send headers amqp091-go refuses to read (nested more than
+// 32 deep, more than 8192 entries, over frame_max once the broker's x-death
+// grew them): the connection would close at every delivery of such a
+// message and the queue behind it stall for ever. The consumer's
+// connections read through a filter (package internal/amqpx) that replaces
+// those entries with dlq.HeaderUnreadable, so the message arrives and is
+// dead-lettered as undecodable with the reason, in the time any
+// undecodable message takes. A producer setting that header itself only
+// gets its message dead-lettered. Headers the client reads but that leave
+// no room for warren's record (and the broker's x-death on a retry hop)
+// are dropped from the copy a retry, deferral or dead letter publishes
+// (dlq.Fit, marked dlq.HeaderDropped): the copy keeps the event and its
+// record, and comes back readable. See docs/adr/unreadable-headers.md,
+// with what would still break it.
 //
 // Package consumertest runs a message through a consumer's middleware and
 // handlers without a broker and reports which of these the consumer would

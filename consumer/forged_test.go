@@ -54,6 +54,7 @@ func forgedHistory(victim string) amqp.Table {
 // operator's replay would trust it. Through a deferral too: the deferred
 // copy comes back through the default exchange, where history is trusted.
 func TestForgedHistoryFromTheExchangeIsIgnored(t *testing.T) {
+	t.Parallel()
 	good, err := amqpx.EventPublishing(event("forged", "workitem.created"))
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +78,7 @@ func TestForgedHistoryFromTheExchangeIsIgnored(t *testing.T) {
 	host, _ := os.Hostname()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := newConsumer(t, func(cfg *consumer.Config) {
 				cfg.MaxAttempts = 3
 				cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
@@ -147,5 +149,48 @@ func TestForgedHistoryFromTheExchangeIsIgnored(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A producer's CC and BCC headers do not follow the event's retries and
+// dead letter: the consumer publishes those through the default exchange,
+// where the broker would route a copy to every queue the headers name,
+// with the consumer's rights. Only the event's own retry tier and DLQ get
+// it.
+func TestRoutingHeadersDoNotFollowRetriesOrDeadLetters(t *testing.T) {
+	t.Parallel()
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.MaxAttempts = 2
+		cfg.RetryDelays = []time.Duration{20 * time.Millisecond}
+	})
+	c.HandleFunc("workitem.", func(ctx context.Context, m *warren.Message) error { return errBoom })
+	start(t, c)
+	ch := testenv.Channel(t)
+	victim := testenv.Name(t, "victim")
+	testenv.CleanupQueues(t, victim)
+	if _, err := ch.QueueDeclare(victim, true, false, false, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := amqpx.EventPublishing(event("cc", "workitem.created"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg.Headers = amqp.Table{"CC": []any{victim}, "BCC": []any{victim}}
+	// The consumer's exchange is a fanout: it ignores routing keys, CC's
+	// among them, so this publish reaches the consumer's queue only.
+	if err := newPublisher(t).pub.Publish(context.Background(), c.Topology().Exchange, "workitem.created", msg); err != nil {
+		t.Fatal(err)
+	}
+	d := getOne(t, ch, c.Topology().DLQ, 60*time.Second)
+	if md := dlq.ParseMetadata(d.Headers); md.Class != dlq.ClassExhausted || md.Attempts != 2 {
+		t.Fatalf("dead letter class %q after %d attempts, want exhausted after a retry", md.Class, md.Attempts)
+	}
+	for _, h := range dlq.RoutingHeaders {
+		if v, ok := d.Headers[h]; ok {
+			t.Errorf("the dead letter keeps %s = %v", h, v)
+		}
+	}
+	if n := testenv.QueueDepth(t, ch, victim); n != 0 {
+		t.Errorf("the queue the producer's CC names got %d copies from the retry and the dead letter", n)
 	}
 }

@@ -27,6 +27,7 @@ import (
 // unacked deliveries: every message is still handled, and consuming resumes
 // without help.
 func TestSurvivesConnectionLoss(t *testing.T) {
+	t.Parallel()
 	const n = 4000
 	rec := newRecorder()
 	// Handlers past each mark wait at a gate until the connection has been
@@ -91,6 +92,7 @@ func TestSurvivesConnectionLoss(t *testing.T) {
 
 // On stop, handlers already running finish and their messages are acked.
 func TestStopLetsInFlightHandlersFinish(t *testing.T) {
+	t.Parallel()
 	started := make(chan string, 3)
 	release := make(chan struct{})
 	var finished atomic.Int32
@@ -129,6 +131,7 @@ func TestStopLetsInFlightHandlersFinish(t *testing.T) {
 // A handler still running when the grace period ends is cancelled and its
 // message requeued as it was: no attempt counted, nothing dead-lettered.
 func TestGraceShorterThanHandlerRequeues(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.ShutdownGrace = 100 * time.Millisecond })
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
@@ -160,6 +163,7 @@ func TestGraceShorterThanHandlerRequeues(t *testing.T) {
 // A queue that exists with other arguments is an error naming the argument,
 // returned by Run instead of retried forever.
 func TestTopologyMismatchNamesTheArgument(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, nil)
 	ch := testenv.Channel(t)
 	_, err := ch.QueueDeclare(c.Topology().Queue, true, false, false, false, amqp.Table{"x-message-ttl": int64(5000)})
@@ -177,6 +181,7 @@ func TestTopologyMismatchNamesTheArgument(t *testing.T) {
 
 // Declaring the same topology twice changes nothing and is not an error.
 func TestRedeclaringIsANoOp(t *testing.T) {
+	t.Parallel()
 	first := newConsumer(t, nil)
 	first.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
 	if err := start(t, first)(); err != nil {
@@ -193,6 +198,7 @@ func TestRedeclaringIsANoOp(t *testing.T) {
 }
 
 func TestHealthEndpoints(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, nil)
 	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
 	srv := httptest.NewServer(c.HealthHandler())
@@ -225,6 +231,7 @@ func TestHealthEndpoints(t *testing.T) {
 // Handlers that hang make /healthz fail once StuckAfter has passed
 // without any delivery finishing, and pass again when one finishes.
 func TestHealthzReportsStuckHandlers(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.StuckAfter = 100 * time.Millisecond })
 	entered := make(chan struct{}, 1)
 	release := make(chan struct{})
@@ -259,6 +266,7 @@ func TestHealthzReportsStuckHandlers(t *testing.T) {
 }
 
 func TestRunTwiceIsAnError(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, nil)
 	start(t, c)
 	if err := c.Run(context.Background()); !errors.Is(err, consumer.ErrAlreadyRunning) {
@@ -270,6 +278,7 @@ func TestRunTwiceIsAnError(t *testing.T) {
 // nodes of a cluster) keeps consuming when the address it is connected to
 // goes away: it reconnects through the other one by itself.
 func TestFailsOverToAnotherAddressOfTheList(t *testing.T) {
+	t.Parallel()
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	a, b := testenv.StartAMQPProxy(t, u.Host), testenv.StartAMQPProxy(t, u.Host)
@@ -305,6 +314,7 @@ func TestFailsOverToAnotherAddressOfTheList(t *testing.T) {
 // Several nodes with classic queues is a cluster whose queues die with
 // one node: the consumer says so when it is built, and only then.
 func TestWarnsOfClassicQueuesOnSeveralNodes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		url  string
 		typ  consumer.QueueType
@@ -330,6 +340,7 @@ func TestWarnsOfClassicQueuesOnSeveralNodes(t *testing.T) {
 // error (matching amqpx.ErrRefused), rather than redialling forever as if
 // the broker were down.
 func TestRunEndsWhenTheBrokerRefusesTheCredentials(t *testing.T) {
+	t.Parallel()
 	u, err := url.Parse(testenv.AMQPURL(t))
 	if err != nil {
 		t.Fatal(err)

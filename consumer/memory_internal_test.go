@@ -18,6 +18,7 @@ import (
 const mib = 1 << 20
 
 func TestPlanMemoryWithoutBudgetKeepsPrefetch(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Name: "q"}.withDefaults()
 	plan, err := planMemory(cfg, brokerLimit{bytes: 128 * mib, source: limitConfigured})
 	if err != nil {
@@ -30,6 +31,7 @@ func TestPlanMemoryWithoutBudgetKeepsPrefetch(t *testing.T) {
 }
 
 func TestPlanMemoryLowersPrefetchToFitTheBudget(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name         string
 		budget       int64
@@ -62,6 +64,7 @@ func TestPlanMemoryLowersPrefetchToFitTheBudget(t *testing.T) {
 }
 
 func TestPlanMemoryRefusesABudgetBelowPrefetchOne(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Name: "q", Channels: 4, Workers: 2, MemoryBudget: 64 * mib}.withDefaults()
 	for _, limit := range []brokerLimit{
 		{bytes: 16 * mib, source: limitProbed},                                    // 4 × 16 MiB + 2 MiB > 64 MiB
@@ -89,6 +92,7 @@ func TestPlanMemoryRefusesABudgetBelowPrefetchOne(t *testing.T) {
 // the operator raised the limit, and refuses what only a smaller limit
 // would fit.
 func TestPlanMemoryWithAnUnknownLimitUsesTheMaximum(t *testing.T) {
+	t.Parallel()
 	unknown := resolveLimit(mib+1, 0, nil) // the broker accepted a 1 MiB + 1 probe
 	cfg := Config{Name: "q", Channels: 2, Prefetch: 100, Workers: 8}.withDefaults()
 
@@ -112,6 +116,7 @@ func TestPlanMemoryWithAnUnknownLimitUsesTheMaximum(t *testing.T) {
 // so: at least what the accepted probe shows, at most RabbitMQ's maximum.
 // A known one is logged exactly.
 func TestMemoryPlanLogsAnUnknownLimitAsARange(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Name: "q", Channels: 2, Prefetch: 10, Workers: 4}.withDefaults()
 	attrs := func(l brokerLimit) map[string]any {
 		plan, err := planMemory(cfg, l)
@@ -156,6 +161,7 @@ func TestMemoryPlanLogsAnUnknownLimitAsARange(t *testing.T) {
 }
 
 func TestPlanMemorySaturates(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Name: "q", Channels: 1 << 40, Prefetch: 65535}.withDefaults()
 	plan, err := planMemory(cfg, brokerLimit{bytes: rabbitHardMaxMessageSize, source: limitAssumed})
 	if err != nil {
@@ -167,6 +173,7 @@ func TestPlanMemorySaturates(t *testing.T) {
 }
 
 func TestResolveLimit(t *testing.T) {
+	t.Parallel()
 	const probe = mib + 1
 	cases := []struct {
 		name  string
@@ -193,6 +200,7 @@ func TestResolveLimit(t *testing.T) {
 }
 
 func TestLimitFromClose(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		e       *amqp.Error
 		want    int64
@@ -216,6 +224,7 @@ func TestLimitFromClose(t *testing.T) {
 // (channels read it when they open), and against the shared broker's
 // default learns only that the limit is larger than the probe.
 func TestProbeReadsTheBrokersLimit(t *testing.T) {
+	// Serial: sets max_message_size on the binary's shared private node.
 	node := localrabbit.Shared(t)
 	node.SetMaxMessageSize(t, 262144)
 	ctx := context.Background()
@@ -234,6 +243,7 @@ func TestProbeReadsTheBrokersLimit(t *testing.T) {
 // (a stalled network) takes only its share of the probe's time: the probe
 // reaches the node that answers, whichever order the dial picks.
 func TestProbeGetsPastANodeThatNeverAnswers(t *testing.T) {
+	// Serial: the answering node gets only what the stalled one left of the probe's 5s, a budget parallel load eats into.
 	brokerURL := testenv.AMQPURL(t)
 	u, err := url.Parse(brokerURL)
 	if err != nil {

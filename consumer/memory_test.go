@@ -47,7 +47,7 @@ func bigEvents(t *testing.T, n, size int) []warren.Event {
 // broker's largest messages fit, and the broker then never has more than
 // that many deliveries out to it, however many workers are idle: the
 // bound is on the broker's side, not ours.
-func TestMemoryBudgetLowersPrefetch(t *testing.T) {
+func testMemoryBudgetLowersPrefetch(t *testing.T) {
 	node := localrabbit.Shared(t)
 	node.SetMaxMessageSize(t, nodeLimit)
 	const channels, workers, wantPrefetch = 2, 8, 3
@@ -118,7 +118,7 @@ func TestMemoryBudgetLowersPrefetch(t *testing.T) {
 
 // A budget that cannot hold one of the broker's largest messages per
 // channel stops Run with an error that names the numbers and the fixes.
-func TestMemoryBudgetTooSmallRefusesToStart(t *testing.T) {
+func testMemoryBudgetTooSmallRefusesToStart(t *testing.T) {
 	node := localrabbit.Shared(t)
 	node.SetMaxMessageSize(t, nodeLimit)
 	c := newNodeConsumer(t, node, func(cfg *consumer.Config) {
@@ -143,7 +143,7 @@ func TestMemoryBudgetTooSmallRefusesToStart(t *testing.T) {
 // connection the probe never published on, so the broker keeps reading
 // it), and one with a budget that maximum would not fit waits for the
 // alarm to lift instead of refusing for good.
-func TestSizeProbeUnderAlarmDoesNotHangStart(t *testing.T) {
+func testSizeProbeUnderAlarmDoesNotHangStart(t *testing.T) {
 	node := localrabbit.Shared(t)
 	node.SetMaxMessageSize(t, nodeLimit)
 	var plainLog, budgetLog *logLines
@@ -205,8 +205,10 @@ func TestSizeProbeUnderAlarmDoesNotHangStart(t *testing.T) {
 // that fits the maximum gets the prefetch the maximum allows. The log
 // states the worst case as a range, not as a figure that looks exact.
 func TestMemoryBudgetWithAnUnknownLimitPlansAtTheMaximum(t *testing.T) {
+	t.Parallel()
 	const maxLimit = 512 << 20
 	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
 		// 1 channel × 1 × 128 MiB + 1 MiB would fit; 512 MiB does not.
 		c := newConsumer(t, func(cfg *consumer.Config) {
 			cfg.Channels, cfg.Workers, cfg.MemoryBudget = 1, 1, 256<<20
@@ -243,6 +245,7 @@ func TestMemoryBudgetWithAnUnknownLimitPlansAtTheMaximum(t *testing.T) {
 		}
 	})
 	t.Run("planned", func(t *testing.T) {
+		t.Parallel()
 		const budget = 4*maxLimit + 1<<20 // prefetch 4 of 512 MiB + 1 worker × 1 MiB
 		var log *logLines
 		c := newConsumer(t, func(cfg *consumer.Config) {

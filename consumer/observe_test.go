@@ -61,6 +61,7 @@ func (o *observed) settlements() []consumer.Settlement {
 // checks the observer saw each settlement once, with its event type,
 // class and handler duration, and the connection's life.
 func TestObserverSeesEveryDisposition(t *testing.T) {
+	t.Parallel()
 	obs := &observed{}
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.Observer = obs

@@ -117,8 +117,10 @@ type partition struct {
 	ch         *amqp.Channel
 	acker      *acker
 	deliveries <-chan amqp.Delivery
-	active     atomic.Bool   // a delivery arrived: this subscription is the partition's active consumer
-	release    chan struct{} // closed to make the dispatcher take no more deliveries
+	active     atomic.Bool     // a delivery arrived: this subscription is the partition's active consumer
+	release    chan struct{}   // closed to make the dispatcher take no more deliveries, nor wait in place
+	ctx        context.Context // the handler's: the session's, cancelled too when a release's grace ends
+	cancel     context.CancelFunc
 	exited     chan struct{} // closed when the dispatcher returned: nothing of it in flight
 
 	handOnce sync.Once // handOver's work, done once by a release or a stop
@@ -174,8 +176,9 @@ func (ps *partitionSet) subscribe(i int) (*partition, error) {
 	}
 	a := newAcker(ch, s.prefetch, c.log)
 	s.background.Go(a.run)
+	ctx, cancel := context.WithCancel(ps.ctx)
 	return &partition{index: i, queue: queue, ch: ch, acker: a, deliveries: deliveries,
-		release: make(chan struct{}), exited: make(chan struct{})}, nil
+		release: make(chan struct{}), exited: make(chan struct{}), ctx: ctx, cancel: cancel}, nil
 }
 
 // start starts the dispatchers and the rebalancer, once the session's
@@ -195,6 +198,7 @@ func (ps *partitionSet) start() {
 // session stops or p is released.
 func (ps *partitionSet) dispatch(p *partition) {
 	defer close(p.exited)
+	defer p.cancel()
 	defer ps.setInactive(p)
 	defer func() {
 		// Stopping, with nothing of p in flight any more: hand p on at
@@ -251,21 +255,25 @@ func (ps *partitionSet) setInactive(p *partition) {
 	}
 }
 
-// stopping reports whether the session stopped taking deliveries or died.
-func (ps *partitionSet) stopping() bool {
+// stopping reports whether the session stopped taking deliveries or died,
+// or p is being released.
+func (ps *partitionSet) stopping(p *partition) bool {
 	select {
 	case <-ps.stop:
 		return true
-	case <-ps.ctx.Done():
+	case <-p.release:
+		return true
+	case <-p.ctx.Done():
 		return true
 	default:
 		return ps.s.dead.Load()
 	}
 }
 
-// wait holds the partition for d, reporting false if the session stopped
-// or died first.
-func (ps *partitionSet) wait(d time.Duration) bool {
+// wait holds partition p for d, reporting false if the session stopped
+// or died, or p is being released, first: no wait in place holds up a
+// release or a stop.
+func (ps *partitionSet) wait(p *partition, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -273,7 +281,9 @@ func (ps *partitionSet) wait(d time.Duration) bool {
 		return true
 	case <-ps.stop:
 		return false
-	case <-ps.ctx.Done():
+	case <-p.release:
+		return false
+	case <-p.ctx.Done():
 		return false
 	}
 }
@@ -296,14 +306,16 @@ func (c *BaseConsumer) handlePartitioned(ps *partitionSet, p *partition, d amqp.
 		if obs != nil {
 			obs.Received(c.cfg.Name)
 		}
-		v := ps.h.h(ps.ctx, p, d, spent)
+		v := ps.h.h(p.ctx, p, d, spent)
 		settled, retry := true, false
 		s := v.Settlement
 		switch v.Disposition {
 		case Retried, Deferred:
-			if ps.stopping() {
-				// No retry in place waits out a stop: the delivery stays
-				// unacked and returns to the head of its queue.
+			if ps.stopping(p) {
+				// No retry in place waits out a stop or a release: the
+				// delivery stays unacked and returns to the head of its
+				// queue when the channel closes (handOver), where the
+				// next replica in line, or this one, takes it again.
 				c.stats.requeued.Add(1)
 				s, settled = Settlement{Disposition: Requeued}, false
 				break
@@ -320,7 +332,7 @@ func (c *BaseConsumer) handlePartitioned(ps *partitionSet, p *partition, d amqp.
 			c.log.LogAttrs(ps.ctx, slog.LevelDebug, "retrying in place", append(eventAttrs(d, v),
 				slog.String("queue", p.queue), slog.Duration("delay", v.delay), slog.Int("attempt", v.attempt), slog.Any("error", v.err))...)
 		default:
-			s, settled = c.actPartitioned(ps, j, v)
+			s, settled = c.actPartitioned(ps, p, j, v)
 		}
 		c.stats.lastSettled.Store(time.Now().UnixNano())
 		c.stats.inFlight.Add(-1)
@@ -330,7 +342,7 @@ func (c *BaseConsumer) handlePartitioned(ps *partitionSet, p *partition, d amqp.
 		if !retry {
 			return settled
 		}
-		if !ps.wait(v.delay) {
+		if !ps.wait(p, v.delay) {
 			return false
 		}
 		if v.Disposition == Retried {
@@ -344,7 +356,7 @@ func (c *BaseConsumer) handlePartitioned(ps *partitionSet, p *partition, d amqp.
 // failed publish is tried again every second, the partition held, for as
 // long as the session lives. Requeued, the shutdown's verdict, is not
 // sent: the channel's close returns the message to the head of the queue.
-func (c *BaseConsumer) actPartitioned(ps *partitionSet, j job, v decision) (Settlement, bool) {
+func (c *BaseConsumer) actPartitioned(ps *partitionSet, p *partition, j job, v decision) (Settlement, bool) {
 	s := v.Settlement
 	switch v.Disposition {
 	case Requeued:
@@ -352,14 +364,14 @@ func (c *BaseConsumer) actPartitioned(ps *partitionSet, j job, v decision) (Sett
 		return s, false
 	case DeadLettered:
 		for {
-			err := c.publishCopy(j.s, v.queue, copyOf(j.d, v))
+			err := c.publishCopy(j.s, v.queue, copyOf(j.d, v, j.s.conn.Config.FrameSize))
 			if err == nil {
 				break
 			}
 			c.stats.publishFailures.Add(1)
 			c.log.LogAttrs(ps.ctx, slog.LevelError, "could not dead-letter the message; its partition waits and tries again",
 				append(eventAttrs(j.d, v), slog.String("to", v.queue), slog.Any("error", err))...)
-			if !ps.wait(time.Second) {
+			if !ps.wait(p, time.Second) {
 				c.stats.requeued.Add(1)
 				return Settlement{Disposition: Requeued}, false
 			}
@@ -577,14 +589,15 @@ func (ps *partitionSet) active() []int {
 // this one has nothing of them in flight: two replicas never handle one
 // partition at once. It reports false when the session stopped or failed
 // meanwhile.
+//
+// A release is bounded like a stop (awaitRelease): a retry or a deferral
+// waiting in place ends at once, a running handler gets ShutdownGrace.
 func (ps *partitionSet) releasePartition(i int) bool {
 	ps.mu.Lock()
 	p := ps.parts[i]
 	ps.mu.Unlock()
 	close(p.release)
-	select {
-	case <-p.exited:
-	case <-ps.stop: // the shutdown drains it instead
+	if !ps.awaitRelease(p) {
 		return false
 	}
 	if err := ps.handOver(p); err != nil {
@@ -627,6 +640,36 @@ func (ps *partitionSet) releasePartition(i int) bool {
 	ps.h.workers.Go(func() { ps.dispatch(np) })
 	ps.mu.Unlock()
 	return true
+}
+
+// awaitRelease waits for released p's dispatcher to return, as Run's drain
+// waits for a stop's: a wait in place ends at once (see wait), leaving
+// its delivery unacked; a running handler may finish within
+// ShutdownGrace, then its context is cancelled; one that ignores that for
+// abandonAfter more fails the session, whose closing connection returns
+// the partition's unacked deliveries to its queue. Nothing is acked on
+// the way that was not handled, or confirmed in the DLQ, first. It
+// reports false if the session stopped (the shutdown drains p instead) or
+// failed.
+func (ps *partitionSet) awaitRelease(p *partition) bool {
+	for _, phase := range []time.Duration{ps.c.cfg.ShutdownGrace, abandonAfter} {
+		t := time.NewTimer(phase)
+		select {
+		case <-p.exited:
+			t.Stop()
+			return true
+		case <-ps.stop:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		if p.ctx.Err() == nil {
+			ps.c.log.Warn("released partition's handler still running after the shutdown grace; cancelling it", "partition", p.index, "queue", p.queue, "grace", ps.c.cfg.ShutdownGrace)
+			p.cancel()
+		}
+	}
+	ps.s.fail(fmt.Errorf("release partition %s: its handler ignored cancellation for %v", p.queue, abandonAfter))
+	return false
 }
 
 // handOver ends p's subscription once its dispatcher has returned: it

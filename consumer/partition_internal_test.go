@@ -7,6 +7,7 @@ import (
 )
 
 func TestPartitionRetryDelay(t *testing.T) {
+	t.Parallel()
 	s, m := time.Second, time.Minute
 	delays := []time.Duration{s, 10 * s, m, 10 * m}
 	cases := []struct {
@@ -35,6 +36,7 @@ func TestPartitionRetryDelay(t *testing.T) {
 }
 
 func TestPartitionsToRelease(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name        string
 		n, replicas int
@@ -58,6 +60,7 @@ func TestPartitionsToRelease(t *testing.T) {
 }
 
 func TestPartitionTopologyNames(t *testing.T) {
+	t.Parallel()
 	topo := TopologyFor(Config{Name: "orders", Partitions: 3})
 	if topo.PartitionExchange != "orders.partitions" || !slices.Equal(topo.PartitionQueues, []string{"orders.p0", "orders.p1", "orders.p2"}) {
 		t.Errorf("names: %q %q", topo.PartitionExchange, topo.PartitionQueues)

@@ -37,6 +37,7 @@ func runRefused(t *testing.T, c *consumer.BaseConsumer, kind, name, says string)
 // the events exchange, would fill the partition queues with events nobody
 // consumes. The plain consumer refuses to start and says what to delete.
 func TestPartitionsTurnedOffRefused(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.Partitions = 4 })
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return nil })
 	if err := start(t, c)(); err != nil {
@@ -51,6 +52,7 @@ func TestPartitionsTurnedOffRefused(t *testing.T) {
 // events exchange, would fill up with events nobody consumes. The
 // partitioned consumer refuses to start and says what to delete.
 func TestPartitionsTurnedOnRefused(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, nil)
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return nil })
 	if err := start(t, c)(); err != nil {
@@ -65,6 +67,7 @@ func TestPartitionsTurnedOnRefused(t *testing.T) {
 // capped at MaxPartitionPrefetch, whatever Prefetch says: the rest stays
 // in the queue, where a hand-over does not have to return it.
 func TestPartitionPrefetchCapped(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.Partitions, cfg.Prefetch = 1, 256 })
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})

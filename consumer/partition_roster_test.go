@@ -37,6 +37,7 @@ func rosterCounter(t *testing.T, queue string) func() int {
 // consumer is gone, say so, declare it again and join it, and count each
 // other again.
 func TestPartitionsRosterDeletedIsRejoined(t *testing.T) {
+	t.Parallel()
 	var log *logLines
 	var counted [2]atomic.Int64
 	c := newConsumer(t, func(cfg *consumer.Config) {
@@ -79,6 +80,7 @@ func TestPartitionsRosterDeletedIsRejoined(t *testing.T) {
 // A roster an earlier version declared classic is adopted as it is by a
 // quorum consumer, not refused for its x-queue-type.
 func TestPartitionsClassicRosterAdopted(t *testing.T) {
+	t.Parallel()
 	var counted atomic.Int64
 	counted.Store(-1)
 	var log *logLines
@@ -101,80 +103,5 @@ func TestPartitionsClassicRosterAdopted(t *testing.T) {
 	}
 	if strings.Contains(log.String(), "roster queue") {
 		t.Errorf("the roster was complained about:\n%s", log)
-	}
-}
-
-// On a cluster, a partitioned quorum consumer starts on the surviving
-// nodes while the node its roster was declared from is stopped: a quorum
-// roster (what warren declares now) survives the node, and a classic one
-// (from an earlier version), unavailable while its node is down, only
-// stops the rebalancing, not the consuming.
-func TestPartitionsRosterNodeDown(t *testing.T) {
-	cl := startCluster(t)
-	urls := cl.URLs()
-	type replica struct {
-		name    string
-		classic bool // the roster exists as a classic queue on node 0, as an earlier version declared it
-	}
-	replicas := []replica{{"quorumroster", false}, {"classicroster", true}}
-	cfgs := make([]consumer.Config, len(replicas))
-	for i, r := range replicas {
-		c := consumerAt(t, urls[0], func(cfg *consumer.Config) {
-			cfg.Name += r.name
-			cfg.Partitions, cfg.QueueType = 2, consumer.Quorum
-			cfg.ReconnectMaxDelay = time.Second
-		})
-		if r.classic {
-			client := dialNode(t, urls[0])
-			if _, err := client.ch.QueueDeclare(c.Topology().Replicas, true, false, false, false, nil); err != nil {
-				t.Fatal(err)
-			}
-			client.close()
-		}
-		c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return nil })
-		if err := start(t, c)(); err != nil {
-			t.Fatal(err)
-		}
-		cfgs[i] = c.Config()
-	}
-	if err := cl.StopApp(context.Background(), 0); err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range replicas {
-		var log *logLines
-		var counted atomic.Int64
-		counted.Store(-1)
-		c := consumerAt(t, urls[1]+","+urls[2], func(cfg *consumer.Config) {
-			*cfg = cfgs[i]
-			cfg.URL = urls[1] + "," + urls[2]
-			log = captureLog(t, cfg)
-		})
-		consumer.SetRebalancedHook(c, func(n int) { counted.Store(int64(n)) })
-		handled := make(chan string, 10)
-		c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
-			handled <- m.Event.ID
-			return nil
-		})
-		begin := time.Now()
-		stop := start(t, c) // fails the test if not ready within 60s
-		t.Logf("%s: ready on the surviving nodes in %v", r.name, time.Since(begin).Round(time.Millisecond))
-		client := dialNode(t, urls[1])
-		client.publish(c.Topology().Exchange, []warren.Event{event(r.name+"-1", "workitem.updated")})
-		select {
-		case <-handled:
-		case <-time.After(60 * time.Second):
-			t.Fatalf("%s: the event was not handled within 60s", r.name)
-		}
-		if r.classic {
-			testenv.WaitFor(t, 30*time.Second, "a warning that the roster is unavailable", func() bool {
-				return log.has("could not join the roster queue")
-			})
-		} else {
-			testenv.WaitFor(t, 30*time.Second, "the replica counted on the quorum roster", func() bool { return counted.Load() == 1 })
-		}
-		if err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		client.close()
 	}
 }

@@ -82,14 +82,19 @@ func runPartitionReplica() int {
 // that took the partition over (at-least-once), and the partitions the
 // killed replica held must have moved to the survivors.
 func TestPartitionsScaleOut(t *testing.T) {
-	entities, events := 1000, 20
-	if testing.Short() {
-		entities = 200
-	}
+	t.Parallel()
+	entities, events := scaleOutSize()
 	for _, qt := range []consumer.QueueType{consumer.Classic, consumer.Quorum} {
 		t.Run(string(qt), func(t *testing.T) { scaleOut(t, qt, entities, events, nil) })
 	}
-	t.Run("node loss", func(t *testing.T) { scaleOut(t, consumer.Quorum, entities, events, startCluster(t)) })
+}
+
+// scaleOutSize is the workload of the scale-out tests: entities × events.
+func scaleOutSize() (entities, events int) {
+	if testing.Short() {
+		return 200, 20
+	}
+	return 1000, 20
 }
 
 type replicaProc struct {

@@ -25,6 +25,7 @@ const (
 // broker stops reading its connection, even when its rebalancer has a
 // round trip (counting the replicas) out that the broker never answers.
 func TestPartitionedStopWhileBrokerStopsReading(t *testing.T) {
+	// Serial: asserts the stop ends within a time bound.
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	proxy := testenv.StartAMQPProxy(t, u.Host)
@@ -63,6 +64,7 @@ func TestPartitionedStopWhileBrokerStopsReading(t *testing.T) {
 // queue deleted) is torn down within a bound, not deadlocked on the
 // rebalancer, and the consumer reconnects once the broker reads again.
 func TestPartitionedSessionLostWhileRebalancerWaits(t *testing.T) {
+	// Serial: asserts the lost session is torn down within a time bound.
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	proxy := testenv.StartAMQPProxy(t, u.Host)
@@ -99,6 +101,7 @@ func TestPartitionedSessionLostWhileRebalancerWaits(t *testing.T) {
 // A transient failure during the shutdown grace is not retried in place:
 // the delivery returns to its queue, counted as requeued, not retried.
 func TestPartitionFailureDuringShutdownIsRequeued(t *testing.T) {
+	t.Parallel()
 	var log *logLines
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.Partitions = 1
@@ -139,6 +142,7 @@ func TestPartitionFailureDuringShutdownIsRequeued(t *testing.T) {
 // Health does not wait behind a partition's re-subscription, which may
 // take up to SetupTimeout while the broker does not answer.
 func TestPartitionHealthNotHeldByRelease(t *testing.T) {
+	// Serial: asserts Health answers within 2s.
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	proxy := testenv.StartAMQPProxy(t, u.Host)
@@ -193,6 +197,7 @@ func TestPartitionHealthNotHeldByRelease(t *testing.T) {
 // while the replica still drains a handler on another: the next replica
 // handles its events before the drain ends.
 func TestPartitionIdleHandedOnAtStop(t *testing.T) {
+	t.Parallel()
 	a := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.Partitions = 2
 		cfg.ShutdownGrace = time.Minute

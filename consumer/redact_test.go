@@ -42,6 +42,7 @@ func newLoggedConsumer(t *testing.T) (*consumer.BaseConsumer, *logLines) {
 // the host and the harmless parameters stay, so the error still says what
 // failed.
 func TestHandlerErrorSecretsStayOutOfHeadersAndLogs(t *testing.T) {
+	t.Parallel()
 	c, logs := newLoggedConsumer(t)
 	sendErr := errors.New("POST https://bob:s3cr3t-pw@hooks.example/x?token=tok-123&v=1: 500 Internal Server Error")
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error { return sendErr })
@@ -80,6 +81,7 @@ func TestHandlerErrorSecretsStayOutOfHeadersAndLogs(t *testing.T) {
 // redacted, with no stack and no source path: whoever reads the DLQ is not
 // owed the service's source layout. The stack goes to the log.
 func TestPanicStackGoesToTheLogNotTheHeader(t *testing.T) {
+	t.Parallel()
 	c, logs := newLoggedConsumer(t)
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
 		panic("GET https://ann:pan1c-pw@api.example/v1 failed")
@@ -115,6 +117,7 @@ func TestPanicStackGoesToTheLogNotTheHeader(t *testing.T) {
 // a configuration error, and neither the error nor the pieces of the URL
 // that net/url quotes reveal the password.
 func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ url, secret, piece string }{
 		{"amqp://guest:50%off@127.0.0.1:5672/", "50%off", "%of"},
 		{"amqp://guest:Hunter2#x@127.0.0.1:5672/", "Hunter2#x", "Hunter2"},
@@ -133,6 +136,7 @@ func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
 // logs its dedup store's errors there); those lines are redacted like the
 // consumer's own, whatever logger the service configured.
 func TestConfigLoggerRedacts(t *testing.T) {
+	t.Parallel()
 	logs := &logLines{}
 	c, err := consumer.New(consumer.Config{Name: testenv.Name(t, "q"), URL: testenv.AMQPURL(t), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

@@ -40,9 +40,9 @@ func (c *BaseConsumer) publish(s *session, queue string, msg amqp.Publishing) er
 	err := pub.Publish(ctx, "", queue, msg)
 	switch {
 	case err == nil:
-		s.nacks.Record(false, time.Now())
+		s.nacks.Record(amqpx.Destination("", queue), false, time.Now())
 	case errors.Is(err, amqpx.ErrNacked):
-		s.nacks.Record(true, time.Now())
+		s.nacks.Record(amqpx.Destination("", queue), true, time.Now())
 		if d, stale := s.nacks.Stale(time.Now(), amqpx.NackedSessionLimit); stale {
 			c.renewPublisher(s, pub, d)
 		}
@@ -51,7 +51,8 @@ func (c *BaseConsumer) publish(s *session, queue string, msg amqp.Publishing) er
 }
 
 // renewPublisher replaces old, the session's publisher, with one on a new
-// channel, because every publish on old has been nacked for d. RabbitMQ
+// channel, because every publish on old to one target queue has been
+// nacked for d, whatever its other queues' verdicts. RabbitMQ
 // (3.10 at least) keeps nacking every publish to a quorum queue on a
 // channel that first published to it while the queue's leader was being
 // elected, until the old leader's node is back, which may be hours; a

@@ -19,6 +19,7 @@ import (
 // retry declares it again and goes through: the message is handled a
 // second time, and is not requeued in a loop meanwhile.
 func TestDeletedRetryTierIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder()
 	c := newConsumer(t, func(cfg *consumer.Config) { cfg.RetryDelays = []time.Duration{100 * time.Millisecond} })
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
@@ -50,6 +51,7 @@ func TestDeletedRetryTierIsDeclaredAgain(t *testing.T) {
 // An operator deletes the DLQ while the consumer runs. The next dead
 // letter declares it (and its binding) again and lands in it.
 func TestDeletedDLQIsDeclaredAgain(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, nil)
 	c.HandleFunc("", func(ctx context.Context, m *warren.Message) error {
 		return warren.Permanent(errBoom)
@@ -131,6 +133,7 @@ func stallingRedeclare(t *testing.T, obs consumer.Observer, rec *recorder) (*con
 // answers after three of them, well within SetupTimeout) is not cut off:
 // the session survives, and the retry goes through on it.
 func TestSlowRedeclareKeepsTheSession(t *testing.T) {
+	t.Parallel()
 	obs := &lossObserver{}
 	rec := newRecorder()
 	_, proxy, _ := stallingRedeclare(t, obs, rec)
@@ -151,6 +154,7 @@ func TestSlowRedeclareKeepsTheSession(t *testing.T) {
 // not answer (ErrNoAnswer), not as a cancelled consumer. Once the broker
 // reads again, the consumer is back and the message is retried.
 func TestUnansweredRedeclareFailsTheSessionWithErrNoAnswer(t *testing.T) {
+	t.Parallel()
 	obs := &lossObserver{}
 	rec := newRecorder()
 	_, proxy, _ := stallingRedeclare(t, obs, rec)

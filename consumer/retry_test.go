@@ -16,6 +16,7 @@ import (
 // queue only, with the attempt count in a header; a second consumer on the
 // same exchange never sees the retry.
 func TestTransientFailureRetriesToThisQueueOnly(t *testing.T) {
+	t.Parallel()
 	exchange := testenv.Name(t, "ex")
 	retrying := newRecorder()
 	var headerOnRetry any
@@ -77,6 +78,7 @@ func TestTransientFailureRetriesToThisQueueOnly(t *testing.T) {
 // queue a 1s retry would wait behind a 60s one. With a queue per delay it
 // does not.
 func TestShortRetryIsNotHeldBehindLongRetry(t *testing.T) {
+	// Serial: asserts the retry's delay falls within a time window.
 	type seen struct {
 		attempt int
 		at      time.Time
@@ -136,6 +138,7 @@ func TestShortRetryIsNotHeldBehindLongRetry(t *testing.T) {
 // A deferral (another worker holds the lease) comes back without spending
 // an attempt.
 func TestDeferDoesNotSpendAnAttempt(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder()
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.RetryDelays = []time.Duration{50 * time.Millisecond}

@@ -9,6 +9,7 @@ import (
 )
 
 func TestRouterLongestPrefixWins(t *testing.T) {
+	t.Parallel()
 	var r router
 	named := func(name string) warren.Handler {
 		return warren.HandlerFunc(func(context.Context, *warren.Message) error { return errors.New(name) })
@@ -36,6 +37,7 @@ func TestRouterLongestPrefixWins(t *testing.T) {
 }
 
 func TestRouterUnhandledPolicy(t *testing.T) {
+	t.Parallel()
 	m := &warren.Message{Event: warren.Event{Type: "cycle.created"}}
 	ack := router{unhandled: AckUnhandled}
 	if out, _ := warren.Classify(ack.Handle(context.Background(), m)); out != warren.OutcomeSkipped {

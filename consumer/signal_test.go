@@ -63,6 +63,7 @@ func runTestService() int {
 }
 
 func TestSIGTERMDrainsInFlightHandlers(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name         string
 		handlerTime  time.Duration
@@ -75,6 +76,7 @@ func TestSIGTERMDrainsInFlightHandlers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			queue, exchange := testenv.Name(t, "c"), testenv.Name(t, "ex")
 			c := newConsumer(t, func(cfg *consumer.Config) { cfg.Name, cfg.Exchange = queue, exchange })
 

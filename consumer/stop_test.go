@@ -20,6 +20,7 @@ import (
 // within ShutdownGrace plus a bound, and the message whose ack could not
 // be sent is back in the queue, not lost.
 func TestStopWhileTheBrokerStopsReading(t *testing.T) {
+	// Serial: asserts the stop ends within a time bound.
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	proxy := testenv.StartAMQPProxy(t, u.Host)
@@ -68,6 +69,7 @@ func TestStopWhileTheBrokerStopsReading(t *testing.T) {
 // broker would deliver them again), but come back on the next session.
 // Every message is handled exactly once.
 func TestHalfStartedSessionRunsNoJobs(t *testing.T) {
+	t.Parallel()
 	evs := manyEvents(3, "half", "workitem.updated")
 	rec := newRecorder()
 	handled := make(chan struct{}, 1)

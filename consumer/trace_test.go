@@ -22,6 +22,7 @@ import (
 // in a span of its own whose parent is the header's, the first one marked
 // as an error.
 func TestRetryStaysInTheTrace(t *testing.T) {
+	t.Parallel()
 	recorder := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
@@ -78,6 +79,7 @@ func TestRetryStaysInTheTrace(t *testing.T) {
 // TestMalformedTraceparentIsIgnored: a bad header neither fails the
 // message nor leaks into the handler's context.
 func TestMalformedTraceparentIsIgnored(t *testing.T) {
+	t.Parallel()
 	c := newConsumer(t, nil)
 	seen := make(chan trace.SpanContext, 1)
 	c.HandleFunc("", func(ctx context.Context, _ *warren.Message) error {

@@ -299,6 +299,13 @@ func (c *BaseConsumer) decode(d amqp.Delivery, queue string) (*warren.Message, e
 		Redelivered: d.Redelivered,
 		ReceivedAt:  time.Now(),
 	}
+	if why, ok := d.Headers[dlq.HeaderUnreadable]; ok {
+		// The connection replaced headers amqp091-go could not read, or
+		// that no retry or dead letter could carry (see
+		// dlq.HeaderUnreadable): what they said is lost to warren, so the
+		// message goes to the DLQ rather than to a handler.
+		return m, fmt.Errorf("headers refused: %v", why)
+	}
 	if len(d.Body) > c.cfg.MaxBodyBytes {
 		return m, fmt.Errorf("body is %d bytes, over the %d-byte limit", len(d.Body), c.cfg.MaxBodyBytes)
 	}
@@ -354,7 +361,7 @@ func (c *BaseConsumer) failure(d amqp.Delivery, queue string, err error, at time
 // returns Requeued when the publish failed, else kind's disposition.
 func (c *BaseConsumer) republish(hctx context.Context, j job, v decision, kind move, attrs ...slog.Attr) Disposition {
 	d, queue := j.d, v.queue
-	if err := c.publishCopy(j.s, queue, copyOf(d, v)); err != nil {
+	if err := c.publishCopy(j.s, queue, copyOf(d, v, j.s.conn.Config.FrameSize)); err != nil {
 		c.stats.publishFailures.Add(1)
 		c.log.LogAttrs(hctx, slog.LevelError, "could not move the message; requeueing it",
 			append(eventAttrs(d, v), slog.String("to", queue), slog.Any("error", err))...)
@@ -377,15 +384,19 @@ func (c *BaseConsumer) republish(hctx context.Context, j job, v decision, kind m
 	return kind.disposition()
 }
 
-// copyOf is the copy of d that v moves to its queue.
-func copyOf(d amqp.Delivery, v decision) amqp.Publishing {
+// copyOf is the copy of d that v moves to its queue, on a connection of
+// the given frame_max.
+func copyOf(d amqp.Delivery, v decision, frameMax int) amqp.Publishing {
 	return amqp.Publishing{
 		// Without the broker's death headers (decide strips them): with
 		// an x-death that names our queue (a dead message moved back
 		// here), the retry tier's dead-letter back to the queue would be
 		// a cycle, and RabbitMQ would drop the copy after we acked the
-		// original.
-		Headers:         v.headers,
+		// original. And without the producer's entries when, with our
+		// record and the broker's x-death added, they would come back over
+		// what the client reads (dlq.Fit): the copy's record and the
+		// event are kept, and it is handled or read like any other.
+		Headers:         dlq.Fit(v.headers, frameMax),
 		ContentType:     d.ContentType,
 		ContentEncoding: d.ContentEncoding,
 		// A message we hold on a producer's behalf must survive a broker

@@ -15,6 +15,7 @@ import (
 
 // The outcomes the examples do not show.
 func TestDeliverOutcomes(t *testing.T) {
+	t.Parallel()
 	c, err := consumer.New(consumer.Config{Name: "billing", Unhandled: consumer.DeadLetterUnhandled})
 	if err != nil {
 		t.Fatal(err)

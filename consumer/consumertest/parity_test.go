@@ -23,6 +23,7 @@ import (
 // a real broker to a running consumer, end in the queues Deliver names, with
 // the headers it names, and in the dispositions it names.
 func TestDeliverAgreesWithTheRunningConsumer(t *testing.T) {
+	t.Parallel()
 	cfg := consumer.Config{
 		URL:      testenv.AMQPURL(t),
 		Name:     testenv.Name(t, "c"),
