@@ -17,6 +17,7 @@ import (
 // session's setting. A trigger records the setting each statement ran
 // under.
 func TestAsyncCommitStaysInTheRelaysTransactions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)

@@ -54,7 +54,7 @@ func (b *blockRecorder) counts() (blocked, unblocked int) {
 // give back the attempt of a publish the block timed out, so a row
 // outlives an alarm longer than MaxAttempts publish timeouts and is
 // delivered once it lifts. The alarm is raised on a private node.
-func TestBlockedBrokerSpendsNoAttempts(t *testing.T) {
+func testBlockedBrokerSpendsNoAttempts(t *testing.T) {
 	node := localrabbit.Shared(t)
 	e := newEnv(t)
 	conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name()})

@@ -26,11 +26,28 @@
 //     never reached the broker (its channel closed first, or no in-flight
 //     slot freed up in time) puts the row back at once, its attempt not
 //     counted.
-//   - A broker session whose every publish is nacked for 5s, none
-//     confirmed, is ended and dialled again: RabbitMQ keeps refusing a
-//     quorum queue on a channel that first published to it while the node
-//     leading it had just died, until that node is back, and a new channel
-//     is served at once.
+//   - A broker session whose publishes to one destination (exchange and
+//     routing key) keep being nacked for 5s, none of them confirmed, is
+//     ended and dialled again: RabbitMQ keeps refusing a quorum queue on a
+//     channel that first published to it while the node leading it had
+//     just died, until that node is back, and a new channel is served at
+//     once. The refusal is per channel and queue, so confirms for other
+//     destinations do not hide it. The streak forms when two of the
+//     destination's nacks come within 5s of each other, and then lasts
+//     whatever the gaps between its retries, until its own confirm: a
+//     refused event's first retries come within a second or two, so a
+//     quiet relay renews a stuck channel too. One nack followed by silence
+//     ends nothing: a quiet relay with one event a queue refuses on purpose
+//     keeps its session between the event's retries once they are more
+//     than 5s apart, and after one renewal that does not help, forms no
+//     streak again while they stay so (amqpx.NackStreak).
+//   - RabbitMQ nacks a publish that any one queue bound to the exchange
+//     refused, having delivered it to the others: a refusing queue beside
+//     a healthy one makes every attempt a copy in the healthy queue, and
+//     the row ends dead though its consumers had it. The dead row's error
+//     says the event may have reached other queues; redrive it knowing
+//     that the healthy queues' consumers will see it again (they
+//     deduplicate on event_id).
 //
 // Consumers must therefore be idempotent on event_id; warren's dedup
 // middleware is.
@@ -136,4 +153,35 @@
 // Config.TracerProvider records a span per publish. The trace context of the
 // ctx given to outbox.Publish is stored with the row and sent as a traceparent
 // header, so a handler's span joins the producer's trace.
+//
+// An event whose properties and headers, with the row's trace context,
+// would exceed amqpx.MaxContentHeader (a 200 KB entity_id, initiator_type
+// or tracestate written by SQL) is dead at its first claim: published,
+// its content header would pass frame_max, and the broker would close
+// the connection at every attempt.
+//
+// # What would still break it
+//
+//   - A channel refused after an election while no two nacks of one
+//     destination come within 5s of each other (RetryMin above 5s, or a
+//     stuck channel met only by events already RetryMax into their
+//     retries): no streak forms, the session is kept, and the events go on
+//     being refused until the old leader's node is back or the connection
+//     drops for another reason.
+//   - A queue that refuses on purpose (reject-publish at its length limit)
+//     while the relay publishes to it steadily: the session ends every 5s,
+//     a reconnect each time (other destinations' publishes in flight are
+//     sent again), and the rows wait for their retries either way.
+//   - More than 256 destinations nacked in one session: the streaks of
+//     those nacked longest ago are forgotten.
+//   - A refusing queue beside a healthy one on the exchange: one copy in
+//     the healthy queue per attempt, and a dead row for a delivered event
+//     (see above); the nack does not say which queue refused.
+//   - A row's tracestate is checked as stored, though with a
+//     TracerProvider the span may carry a shorter one: a row whose raw
+//     tracestate is over the limit is dead even then.
+//   - A row the broker refuses by closing the connection for a reason the
+//     relay does not measure first (a broker frame_max below 128 KiB, a
+//     max_message_size below MaxMessageBytes) costs a reconnect at each
+//     claim until its attempts are spent.
 package relay

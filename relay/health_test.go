@@ -43,6 +43,7 @@ func waitStatus(t *testing.T, srv *httptest.Server, path string, want int) relay
 // TestHealthFollowsTheRelay checks both endpoints through a relay's life:
 // not started, relaying, its table gone (claims fail), stopped.
 func TestHealthFollowsTheRelay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	var srv *httptest.Server
@@ -85,6 +86,7 @@ func TestHealthFollowsTheRelay(t *testing.T) {
 // TestHealthWithoutBroker runs a relay whose broker refuses connections:
 // alive (it is waiting it out) but not ready.
 func TestHealthWithoutBroker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -122,6 +124,7 @@ func TestHealthWithoutBroker(t *testing.T) {
 // than a healthy cycle can take: /healthz fails while it is stuck and
 // recovers when it moves on.
 func TestHealthSeesAStuckWorker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	cfg := e.config(testenv.Name(t, "relay"))

@@ -65,7 +65,6 @@ func (e *env) refusePoison() {
 	router, refuser := testenv.Name(e.t, "router"), testenv.Name(e.t, "refuser")
 	testenv.CleanupExchanges(e.t, router)
 	testenv.CleanupQueues(e.t, refuser)
-	refusing := amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}
 	for _, err := range []error{
 		e.ch.ExchangeDeclare(router, "topic", true, false, false, false, nil),
 		e.ch.ExchangeBind(router, "#", e.exchange, false, nil),
@@ -79,6 +78,10 @@ func (e *env) refusePoison() {
 		}
 	}
 }
+
+// refusing are the arguments of a queue that refuses every message (at
+// its length limit of 0, with reject-publish), so the broker nacks it.
+var refusing = amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}
 
 func declareQueue(ch *amqp.Channel, name string, args amqp.Table) error {
 	_, err := ch.QueueDeclare(name, true, false, false, false, args)

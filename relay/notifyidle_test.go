@@ -25,6 +25,7 @@ import (
 // does not listen: the due row's NOTIFY would wake it, and a wake-up
 // resets the poll as well, hiding whether the claim does. PollMax is an
 // hour, so nothing but that reset finds the row soon.
+// Serial: its verdict is a time bound (the late row claimed within the ~8 s backed-off poll).
 func TestSkippedNotifyIsFoundByThePollAfterAClaim(t *testing.T) {
 	e, got, quiet := newQuietEnv(t)
 	ctx := context.Background()
@@ -144,6 +145,7 @@ func (*pollGate) OutboxStats(string, outbox.Stats)    {}
 // next claim takes, so a steady stream under NotifyWhenIdle is delivered
 // whole with the idle poll an hour long.
 func TestNotifyWhenIdleStreamIsDelivered(t *testing.T) {
+	t.Parallel()
 	e, got, quiet := newQuietEnv(t)
 	ctx := context.Background()
 	var listening counter

@@ -19,6 +19,7 @@ import (
 // they are released with their attempt given back, and the log says so,
 // while the one row that was sent and got no confirm spends its attempt.
 func TestRowsThatGetNoInFlightSlotAreReleased(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -75,6 +76,7 @@ func TestRowsThatGetNoInFlightSlotAreReleased(t *testing.T) {
 // retries it and finds the rows gone. It must not report them as claimed
 // again by another relay: they were settled by its own first attempt.
 func TestSettleRetriedAfterALostCommitReplyIsQuiet(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)

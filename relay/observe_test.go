@@ -66,6 +66,7 @@ func (o *recordingObserver) snapshot() recordingObserver {
 // event committed while the relay waits is claimed after a notification,
 // and the observer is told so.
 func TestObserverSeesNotifyWakeups(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -110,6 +111,7 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 // TestObserverCountsFailuresAndDead: an event the broker refuses is a
 // failure at every attempt and dead after the last.
 func TestObserverCountsFailuresAndDead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.refusePoison()
 	obs := &recordingObserver{}

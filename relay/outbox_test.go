@@ -18,6 +18,7 @@ import (
 )
 
 func TestDeadAndRedrive(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -74,6 +75,7 @@ func TestDeadAndRedrive(t *testing.T) {
 // envelope, payload, unknown fields, and the AMQP properties routing
 // relies on.
 func TestRelayedEventKeepsEnvelopeAndUnknownFields(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)

@@ -21,6 +21,7 @@ import (
 )
 
 func TestPlaneConsumerReadsPlaneFormat(t *testing.T) {
+	t.Parallel()
 	pythonWithPika := testenv.PythonWithPika(t)
 	e := newEnv(t)
 	e.bindQueue()

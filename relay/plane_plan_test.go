@@ -31,6 +31,7 @@ func (n planNode) walk(f func(planNode)) {
 // processed one. The planner's choice is checked on the table's statistics
 // (ANALYZE), not timed.
 func TestPlaneClaimPlanUsesTheClaimIndex(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p := testenv.NewPlaneTable(t, true)
 	ob := p.Outbox(outbox.Options{})

@@ -99,11 +99,13 @@ func (e *planeEnv) requireAllProcessed(got *collector, ids []string, within time
 // write it is published once, in Plane's format with the row id as
 // outbox_id, and marked processed, never deleted.
 func TestPlaneTableDrained(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name               string
 		timeZone, migrated bool
 	}{{"timestamp", false, false}, {"timestamptz", true, false}, {"timestamp migrated", false, true}, {"timestamptz migrated", true, true}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			e := newPlaneEnv(t, c.timeZone, c.migrated)
 			got := consume(t, e.queue)
 			ids := e.plane.Insert(300)
@@ -159,8 +161,10 @@ func TestPlaneTableDrained(t *testing.T) {
 // Rows that Plane's crashed poller claimed and never processed (claimed_at
 // set long ago, processed_at NULL) are taken over and published.
 func TestPlaneStrandedClaimsAreTakenOver(t *testing.T) {
+	t.Parallel()
 	for _, migrated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
+			t.Parallel()
 			e := newPlaneEnv(t, false, migrated)
 			got := consume(t, e.queue)
 			stranded := e.plane.Insert(40)
@@ -176,10 +180,12 @@ func TestPlaneStrandedClaimsAreTakenOver(t *testing.T) {
 // cannot mark them processed nor put them back for a retry: its settle is
 // fenced on the claimed_at its claim set.
 func TestPlaneStaleRelayCannotSettleTakenOverRows(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		migrated, staleSucceeds bool
 	}{{false, false}, {false, true}, {true, false}, {true, true}} {
 		t.Run(fmt.Sprintf("migrated=%v stale publish succeeds=%v", c.migrated, c.staleSucceeds), func(t *testing.T) {
+			t.Parallel()
 			e := newPlaneEnv(t, false, c.migrated)
 			got := consume(t, e.queue)
 			ids := e.plane.Insert(20)
@@ -296,8 +302,10 @@ func (l *lineLog) logger() *slog.Logger {
 // RetryMax and logged at Error each time, and the start-up says why.
 // Either way the rows around it flow.
 func TestPlanePoisonRow(t *testing.T) {
+	t.Parallel()
 	for _, migrated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
+			t.Parallel()
 			e := newPlaneEnv(t, false, migrated)
 			got := consume(t, e.queue)
 			good := e.plane.Insert(10)
@@ -464,8 +472,10 @@ func (p *planePoller) stop() int {
 // are processed, none is stranded. The relay is stopped gracefully half
 // way, releasing its claims to Plane's poller, and started again.
 func TestPlanePollerAndRelayTogether(t *testing.T) {
+	t.Parallel()
 	for _, migrated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
+			t.Parallel()
 			e := newPlaneEnv(t, true, migrated)
 			got := consume(t, e.queue)
 			poller := e.startPlanePoller()
@@ -515,8 +525,10 @@ func TestPlanePollerAndRelayTogether(t *testing.T) {
 // reaches the queue), none is left stranded, and processed_at is set on
 // all; the killed relays' claims are taken over after their lease.
 func TestPlaneRelayKilledMidBatchWhileRowsArrive(t *testing.T) {
+	t.Parallel()
 	for _, migrated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
+			t.Parallel()
 			e := newPlaneEnv(t, false, migrated)
 			got := consume(t, e.queue)
 			const lease = 2 * time.Second // its claim must fit in Lease/2
@@ -602,8 +614,10 @@ func TestPlaneRelayKilledMidBatchWhileRowsArrive(t *testing.T) {
 // poller, takes them at once; with warren's columns the attempt is given
 // back.
 func TestPlaneGracefulStopReleasesClaims(t *testing.T) {
+	t.Parallel()
 	for _, migrated := range []bool{false, true} {
 		t.Run(fmt.Sprintf("migrated=%v", migrated), func(t *testing.T) {
+			t.Parallel()
 			e := newPlaneEnv(t, false, migrated)
 			got := consume(t, e.queue)
 			ids := e.plane.Insert(30)

@@ -16,6 +16,7 @@ import (
 // says what failed and what cures it; when it fails again, new rows are
 // claimed without it meanwhile rather than not at all.
 func TestPlaneFailedTakeoverIsRetriedAndExplained(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newPlaneEnv(t, true, false)
 	var log lineLog
@@ -51,6 +52,7 @@ func TestPlaneFailedTakeoverIsRetriedAndExplained(t *testing.T) {
 // a dead row keeps its claimed_at, so the statements without the columns
 // would take it for a lapsed claim and publish it again.
 func TestPlaneRelayNoticesTheMigration(t *testing.T) {
+	t.Parallel()
 	e := newPlaneEnv(t, true, false)
 	got := consume(t, e.queue)
 	cfg := e.config(testenv.Name(t, "relay"))

@@ -16,6 +16,7 @@ import (
 // event type, in the error's text; a type that quotes a URL with a
 // password and a ?token= must reach neither place in clear.
 func TestPublishErrorSecretsStayOutOfLogAndLastError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t) // no queue bound: every publish is returned unroutable
 	logs := recordLogs(t)
 	cfg := e.config(testenv.Name(t, "relay"))
@@ -50,6 +51,7 @@ func TestPublishErrorSecretsStayOutOfLogAndLastError(t *testing.T) {
 // text the relay did not write (an older relay's, or a producer's), so
 // only the relay's logger can keep its secrets out of the log.
 func TestLastErrorFromTheTableIsRedactedInTheLog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	logs := recordLogs(t)
 	cfg := e.config(testenv.Name(t, "relay"))

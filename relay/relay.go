@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,6 +20,7 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
+	"github.com/warrenmq/warren/internal/tracecontext"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -38,8 +39,9 @@ type Relay struct {
 	wake    wakeup
 	running atomic.Bool
 	hooks   hooks
-	// nacks: since when the current broker session's publishes have all
-	// been nacked (see amqpx.NackedSessionLimit).
+	// nacks: the current broker session's streak of nacked publishes,
+	// which ends the session once it spans amqpx.NackedSessionLimit; one
+	// nack followed by silence spans nothing (see amqpx.NackStreak).
 	nacks amqpx.NackStreak
 
 	// lastTakeover is when a claim last looked for lapsed claims on a
@@ -303,7 +305,7 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 				return
 			case now := <-tick.C:
 				if d, stale := r.nacks.Stale(now, amqpx.NackedSessionLimit); stale {
-					lose(fmt.Errorf("every publish nacked for %v, none confirmed: a new session (a channel that first published to a quorum queue during its leader election stays refused)", d.Round(time.Millisecond)))
+					lose(fmt.Errorf("every publish nacked to one destination for %v, none confirmed: a new session (a channel that first published to a quorum queue during its leader election stays refused)", d.Round(time.Millisecond)))
 					return
 				}
 			}
@@ -637,13 +639,18 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			err = fmt.Errorf("no confirm within PublishTimeout (%v) while the broker blocked the connection: %w", r.cfg.PublishTimeout, err)
 		case timedOut:
 			err = fmt.Errorf("no confirm from the broker within PublishTimeout (%v): %w", r.cfg.PublishTimeout, err)
+		case errors.Is(err, amqpx.ErrNacked):
+			// RabbitMQ nacks a publish that any one bound queue refused,
+			// having delivered it to the others: the row may be dead, or
+			// retried, though a consumer had it.
+			err = fmt.Errorf("%w (it may have reached other queues bound to the exchange: one refusing queue is enough for a nack)", err)
 		}
 		if r.cfg.Observer != nil {
 			r.cfg.Observer.Published(r.cfg.Table, Publication{InsertedAt: c.InsertedAt, Took: time.Since(start), Err: err})
 		}
 		ends[j](err)
 		if err == nil || errors.Is(err, amqpx.ErrNacked) {
-			r.nacks.Record(err != nil, time.Now())
+			r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[j].RoutingKey), err != nil, time.Now())
 		}
 		switch {
 		case err == nil:
@@ -674,11 +681,16 @@ func (r *Relay) encode(c claimed) (amqp.Publishing, error) {
 	if len(msg.Body) > r.cfg.MaxMessageBytes {
 		return amqp.Publishing{}, fmt.Errorf("encoded event is %d bytes, more than MaxMessageBytes (%d)", len(msg.Body), r.cfg.MaxMessageBytes)
 	}
+	// The row's trace context is carried as headers (traceMessage, or a
+	// span's shorter one): a tracestate written by SQL may be any size,
+	// and over frame_max it would close the connection in every attempt.
+	probe := msg
+	probe.Headers = tracecontext.Inject(maps.Clone(msg.Headers), c.TraceParent, c.TraceState)
+	if err := amqpx.CheckContentHeader(probe); err != nil {
+		return amqp.Publishing{}, fmt.Errorf("event %.80s with its trace context: %w", c.Event.ID, err)
+	}
 	return msg, nil
 }
-
-// maxErrorText bounds last_error.
-const maxErrorText = 2000
 
 // settleMinTimeout is the least time one settle attempt gets.
 const settleMinTimeout = 5 * time.Second
@@ -855,7 +867,7 @@ type failures struct {
 func (f *failures) add(c claimed, res result, lo, hi time.Duration) {
 	f.fence.add(c)
 	f.eventIDs = append(f.eventIDs, c.Event.ID)
-	f.errs = append(f.errs, truncate(res.err.Error(), maxErrorText))
+	f.errs = append(f.errs, outbox.ErrorText(res.err.Error()))
 	f.delays = append(f.delays, retryDelay(c.Attempts, lo, hi).Seconds())
 	f.permanent = append(f.permanent, res.outcome == rejected)
 }
@@ -867,15 +879,4 @@ func (f *failures) errorOf(id int64) string {
 		}
 	}
 	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	// Cut on a rune boundary so the result stays valid UTF-8.
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "…"
 }

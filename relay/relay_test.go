@@ -141,6 +141,7 @@ func (c *child) kill() {
 
 // The outbox row commits or rolls back with the business change.
 func TestRolledBackTransactionPublishesNothing(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -194,6 +195,7 @@ func TestRolledBackTransactionPublishesNothing(t *testing.T) {
 // attempt given back (a blocked publish) may be published again without
 // spending an attempt.
 func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -233,6 +235,7 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 // A relay that hangs after claiming holds its rows only until the lease
 // lapses; then another relay delivers them.
 func TestHungRelayRowsAreTakenOverAfterLease(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -270,6 +273,7 @@ func earliest(a, b time.Time) time.Time {
 // A relay process killed with SIGKILL right after its claim committed:
 // after the lease, another relay delivers every claimed row.
 func TestRelayKilledAfterClaim(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -299,6 +303,7 @@ func TestRelayKilledAfterClaim(t *testing.T) {
 // once, without spending their attempt: the next relay does not wait for
 // the lease.
 func TestGracefulStopReleasesUnpublishedClaims(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -327,6 +332,7 @@ func TestGracefulStopReleasesUnpublishedClaims(t *testing.T) {
 // is either settled after its confirm or released, so the next relay
 // delivers the rest and nothing arrives twice.
 func TestGracefulStopUnderLoad(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -353,8 +359,10 @@ func TestGracefulStopUnderLoad(t *testing.T) {
 // what the relay that reclaimed the rows decides, whether its own publish
 // failed or succeeded.
 func TestStaleRelayCannotOverwriteReclaimedRows(t *testing.T) {
+	t.Parallel()
 	for _, staleSucceeds := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stale publish succeeds=%v", staleSucceeds), func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			e.bindQueue()
 			got := consume(t, e.queue)
@@ -440,6 +448,7 @@ func mapsEqual[K comparable, V comparable](a, b map[K]V) bool {
 // while events are written: the relay reconnects, every event arrives, and
 // every row marked delivered was confirmed (it is in the queue).
 func TestConnectionsLostWhileEventsFlow(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		// back installs the hook that signals a reconnect.
@@ -451,6 +460,7 @@ func TestConnectionsLostWhileEventsFlow(t *testing.T) {
 		{"postgres terminates the backends", relay.SetListeningHook, testenv.TerminateBackends},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			e := newEnv(t)
 			e.bindQueue()
 			got := consume(t, e.queue)
@@ -480,6 +490,7 @@ func TestConnectionsLostWhileEventsFlow(t *testing.T) {
 // refuses connections): rows wait in the table, nothing is marked
 // delivered, and everything arrives once it is back.
 func TestBrokerOutageRowsWait(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -513,6 +524,7 @@ func TestBrokerOutageRowsWait(t *testing.T) {
 // PublishTimeout are failures, not deliveries; once it answers again every
 // event is delivered.
 func TestPublishTimeoutIsAFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -542,6 +554,7 @@ func TestPublishTimeoutIsAFailure(t *testing.T) {
 // Without LISTEN the relay still delivers everything, by polling alone,
 // and opens no listener connection.
 func TestPollingAloneDelivers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -575,6 +588,7 @@ func hostOf(t *testing.T, rawURL string) string {
 // Under mandatory, an exchange with no bound queue returns the message:
 // that is a failed attempt, not a delivery.
 func TestUnroutableIsNotDelivered(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t) // the exchange exists, nothing is bound to it
 	ids := e.publishN("ev", 5)
 	cfg := e.config(testenv.Name(t, "relay"))
@@ -594,6 +608,7 @@ func TestUnroutableIsNotDelivered(t *testing.T) {
 // help, after MaxAttempts when the broker keeps refusing — while the other
 // rows flow.
 func TestPoisonRowsDieWhileTheRestFlow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.refusePoison()
 	got := consume(t, e.queue)
@@ -649,6 +664,7 @@ func TestPoisonRowsDieWhileTheRestFlow(t *testing.T) {
 // A row whose last attempt's relay vanished (its lease lapsed with no
 // settle) is made dead at the next claim rather than tried again.
 func TestLapsedLastAttemptMakesRowDead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -670,6 +686,7 @@ func TestLapsedLastAttemptMakesRowDead(t *testing.T) {
 // With OrderByEntity, each entity's events arrive in outbox order even
 // with several relays, and a failing row holds back only its own entity.
 func TestOrderByEntity(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.refusePoison()
 	got := consume(t, e.queue)
@@ -732,6 +749,7 @@ func TestOrderByEntity(t *testing.T) {
 // idle machine; the latency is logged, not asserted, since a busy machine
 // can take seconds.)
 func TestNotifyWakesRelayBeforePoll(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -772,6 +790,7 @@ func TestNotifyWakesRelayBeforePoll(t *testing.T) {
 }
 
 func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
+	t.Parallel()
 	table := testenv.Name(t, "m")
 	r, err := relay.New(relay.Config{DatabaseURL: testenv.DatabaseURL(t), Table: table, Logger: testLogger(t)})
 	if err != nil {
@@ -791,6 +810,7 @@ func TestRunFailsClearlyWithoutTheTable(t *testing.T) {
 // A relay runs once: a second Run, while the first is running, is refused
 // with an error a caller can test for, and the first keeps running.
 func TestRunTwiceIsAnError(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -823,6 +843,7 @@ func TestRunTwiceIsAnError(t *testing.T) {
 // clean stop, not an error, even when the stop lands in the middle of its
 // schema check (here, against a Postgres that stopped answering).
 func TestStopWhileWaitingForPostgresIsClean(t *testing.T) {
+	t.Parallel()
 	dbURL := testenv.DatabaseURL(t)
 	u, _ := url.Parse(dbURL)
 	proxy := testenv.StartProxy(t, u.Host)
@@ -843,6 +864,7 @@ func TestStopWhileWaitingForPostgresIsClean(t *testing.T) {
 // away: it reconnects through the other one by itself, and every row
 // written meanwhile arrives.
 func TestFailsOverToAnotherAddressOfTheList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)

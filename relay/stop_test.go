@@ -13,6 +13,7 @@ import (
 // flowing, so no read deadline fires. Run still returns within a bound of
 // being stopped, and the rows whose publish got no confirm stay in the
 // table, not delivered.
+// Serial: its verdict is a time bound (Run returns within PublishTimeout + 5 s, 12 s of slack).
 func TestStopWhileTheBrokerStopsReading(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()

@@ -72,6 +72,7 @@ func (e *env) publishIn(ctx context.Context, ev warren.Event) {
 // headers to the handler's span: one trace id, each span the child of the
 // one before.
 func TestOneTraceFromPublishToHandler(t *testing.T) {
+	t.Parallel()
 	recorder := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
@@ -130,6 +131,7 @@ func TestOneTraceFromPublishToHandler(t *testing.T) {
 // producer's trace context still reaches the handler, unchanged, as its
 // remote parent.
 func TestTraceCarriedWithoutTracers(t *testing.T) {
+	t.Parallel()
 	tp := sdktrace.NewTracerProvider() // the producer's only
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	e := newEnv(t)
@@ -148,6 +150,7 @@ func TestTraceCarriedWithoutTracers(t *testing.T) {
 // TestNoTraceNoHeader: an event published without a span stores no trace
 // context, and its message carries no traceparent header.
 func TestNoTraceNoHeader(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -169,6 +172,7 @@ func TestNoTraceNoHeader(t *testing.T) {
 // TestRowKeepsTraceContext: Publish stores the span's trace context in the
 // row, where Dead and Purge's archive hook see it.
 func TestRowKeepsTraceContext(t *testing.T) {
+	t.Parallel()
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
 	e := newEnv(t)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
 	valid := relay.Config{DatabaseURL: "postgres://u@localhost/db"}
 	if _, err := relay.New(valid); err != nil {
 		t.Fatalf("a minimal config is refused: %v", err)
@@ -45,6 +46,7 @@ func TestNewValidatesConfig(t *testing.T) {
 }
 
 func TestRetryDelay(t *testing.T) {
+	t.Parallel()
 	lo, hi := time.Second, time.Minute
 	for attempt, nominal := range map[int]time.Duration{
 		1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 6: 32 * time.Second, 7: time.Minute, 1000: time.Minute,
@@ -69,6 +71,7 @@ func TestRetryDelay(t *testing.T) {
 // or '#') is refused by New, and neither the error nor the pieces of the
 // URL that net/url quotes reveal the password.
 func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		cfg           relay.Config
 		secret, piece string
@@ -92,6 +95,7 @@ func TestUnparsableURLIsRefusedWithoutItsPassword(t *testing.T) {
 // unprocessed, in id order), every settle fenced on the claim's
 // claimed_at, and warren's optional columns used only when migrated.
 func TestPlaneStatements(t *testing.T) {
+	t.Parallel()
 	ob, err := outbox.Open("outbox", outbox.Options{Schema: outbox.SchemaPlane, Lease: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ func (e *env) dropFiniteChecks() {
 // once — and not fail the claim, which would spend an attempt of every row
 // of the batch each cycle until all were dead, unpublished.
 func TestUnreadableTimestampDiesAloneInItsBatch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
@@ -83,6 +84,7 @@ func TestUnreadableTimestampDiesAloneInItsBatch(t *testing.T) {
 // with its DecodeErr, the others as usual, and Purge archives and deletes
 // them all.
 func TestDeadAndPurgeReportUnreadableRows(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	e.publishN("dead", 3)
@@ -135,6 +137,7 @@ func TestDeadAndPurgeReportUnreadableRows(t *testing.T) {
 // infinities are refused, and a relay then works on the table — the checks,
 // added NOT VALID, do not trip its claim.
 func TestFiniteTimestampMigration(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)

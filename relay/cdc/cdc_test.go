@@ -19,6 +19,7 @@ import (
 // The relay publishes every committed event in commit order, trims the
 // table behind the broker's confirms, and moves the slot on.
 func TestStreamsCommittedEventsInCommitOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	r, _ := e.start(e.config())
@@ -71,6 +72,7 @@ func TestStreamsCommittedEventsInCommitOrder(t *testing.T) {
 // the next session's stream, and a relay stopped in between publishes it
 // again (the duplicate every death may cost, docs/cdc.md).
 func TestResumesFromTheConfirmedPosition(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	r, stop := e.start(e.config())
@@ -107,6 +109,7 @@ func TestResumesFromTheConfirmedPosition(t *testing.T) {
 // Rows written before the slot existed are not in its stream; the first
 // relay of a group publishes them from the table.
 func TestPublishesRowsWrittenBeforeTheSlot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	old := e.ob.PublishN("before-slot", 1200)
@@ -126,6 +129,7 @@ func TestPublishesRowsWrittenBeforeTheSlot(t *testing.T) {
 // are made before the relay starts, as a relay that died just after
 // creating them leaves them, so every row is in both.
 func TestBackfilledRowsAreNotPublishedAgainFromTheStream(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	e.ob.Exec(`CREATE PUBLICATION ` + pgx.Identifier{e.slot}.Sanitize() + ` FOR TABLE {table} WITH (publish = 'insert, update')`)
@@ -162,6 +166,7 @@ func TestBackfilledRowsAreNotPublishedAgainFromTheStream(t *testing.T) {
 // recorded, the rows published and trimmed, the backfill recorded), so the
 // second session meets every shared row.
 func TestALaterSessionDoesNotPublishTheBackfilledRowsAgain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	e.ob.Exec(`CREATE PUBLICATION ` + pgx.Identifier{e.slot}.Sanitize() + ` FOR TABLE {table} WITH (publish = 'insert, update')`)
@@ -186,6 +191,7 @@ func TestALaterSessionDoesNotPublishTheBackfilledRowsAgain(t *testing.T) {
 // A state table made before backfilled_to existed gets the column, and the
 // relay streams.
 func TestStateTableOfAnEarlierVersionIsUpgraded(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	state := pgx.Identifier{e.slot}.Sanitize()
@@ -221,6 +227,7 @@ func noneTwice(t *testing.T, got []string) {
 // One relay streams the slot; another stands by and takes over when the
 // first stops, without a second slot.
 func TestStandbyTakesOverTheSlot(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	a, stopA := e.start(e.config())
@@ -246,6 +253,7 @@ func TestStandbyTakesOverTheSlot(t *testing.T) {
 // table where "warren outbox dead" lists it, and does not hold the events
 // behind it; Redrive sends it again through the stream.
 func TestRefusedEventIsDeadAndRedriveSendsIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	// Events of type poison.* are unroutable: the queue is bound to a
 	// topic exchange by "workitem.#" only.
@@ -278,6 +286,9 @@ func TestRefusedEventIsDeadAndRedriveSendsIt(t *testing.T) {
 	if len(dead) != 1 || dead[0].Event.ID != "poison" || dead[0].Attempts != 2 || dead[0].LastError == "" {
 		t.Fatalf("dead rows %+v, want the poison event after 2 attempts, with its error", dead)
 	}
+	// The relay counts a dead row once its mark has committed, so just
+	// after the row reads dead: wait for the count, then check it exactly.
+	testenv.WaitFor(t, 30*time.Second, "the relay to count the dead event", func() bool { return r.Dead() >= 1 })
 	if r.Dead() != 1 {
 		t.Errorf("relay counted %d dead, want 1", r.Dead())
 	}
@@ -301,6 +312,7 @@ func TestRefusedEventIsDeadAndRedriveSendsIt(t *testing.T) {
 // the queue has room the events arrive. (They were dead after MaxAttempts
 // nacks, 10ms here, 3s at the defaults.)
 func TestNackedEventsWaitForTheBroker(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	args := amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}
 	e.bindQueueWith(args)
@@ -335,6 +347,7 @@ func TestNackedEventsWaitForTheBroker(t *testing.T) {
 // is. That event is dead once it has been nacked for NackTimeout, and the
 // events behind it flow; the ones before and after it arrive.
 func TestEventNackedForNackTimeoutIsDead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	args := amqp.Table{"x-max-length-bytes": int32(8 << 10), "x-overflow": "reject-publish"}
 	e.bindQueueWith(args)
@@ -353,6 +366,8 @@ func TestEventNackedForNackTimeoutIsDead(t *testing.T) {
 	if len(dead) != 1 || dead[0].Event.ID != "too-big" || !strings.Contains(dead[0].LastError, "NackTimeout") {
 		t.Fatalf("dead rows %+v, want the big event, dead of NackTimeout", dead)
 	}
+	// Counted once the mark has committed, just after the row reads dead.
+	testenv.WaitFor(t, 30*time.Second, "the relay to count the dead event", func() bool { return r.Dead() >= 1 })
 	if r.Dead() != 1 {
 		t.Errorf("relay counted %d dead, want 1", r.Dead())
 	}
@@ -363,6 +378,7 @@ func TestEventNackedForNackTimeoutIsDead(t *testing.T) {
 // nacked for longer than that is still dead once its 7s are up (counted
 // again from each session, it never would be).
 func TestNackTimeoutCountsAcrossSessions(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	args := amqp.Table{"x-max-length": int32(0), "x-overflow": "reject-publish"}
 	e.bindQueueWith(args)
@@ -379,6 +395,7 @@ func TestNackTimeoutCountsAcrossSessions(t *testing.T) {
 // A redriven row whose payload Postgres stores out of line (TOAST) arrives
 // in the update without it; the relay reads it from the table.
 func TestRedriveOfALargeRowReadsItFromTheTable(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	big := testenv.OutboxEvent("big")
@@ -397,6 +414,7 @@ func TestRedriveOfALargeRowReadsItFromTheTable(t *testing.T) {
 
 // An event too large to publish is dead at once, and the stream goes on.
 func TestTooLargeEventIsDeadAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	cfg := e.config()
@@ -414,6 +432,7 @@ func TestTooLargeEventIsDeadAtOnce(t *testing.T) {
 
 // New refuses a config it cannot run, before connecting to anything.
 func TestConfigIsChecked(t *testing.T) {
+	t.Parallel()
 	for name, cfg := range map[string]cdc.Config{
 		"no database":  {},
 		"bad slot":     {DatabaseURL: "postgres://x/y", Slot: "Bad-Slot"},
@@ -448,6 +467,7 @@ func randomText(n int) string {
 // visibleSQL counts the transactions still invisible, from their 32-bit
 // xids as the stream gives them.
 func TestVisibleSQLCountsTransactionsNotVisibleYet(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -483,6 +503,7 @@ func TestVisibleSQLCountsTransactionsNotVisibleYet(t *testing.T) {
 // the relay that makes the next slot publishes them from the table,
 // whatever the state table remembers of the old slot's backfill.
 func TestALostSlotIsBackfilledAgain(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	r, stop := e.start(e.config())
@@ -502,6 +523,7 @@ func TestALostSlotIsBackfilledAgain(t *testing.T) {
 // database with the relay's name is refused with an error saying so, not
 // waited on as if another relay held it.
 func TestASlotOfAnotherDatabaseIsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, strings.Replace(testenv.DatabaseURL(t), "/test", "/postgres", 1))
@@ -526,6 +548,7 @@ func TestASlotOfAnotherDatabaseIsRefused(t *testing.T) {
 // DatabaseURL, which may carry pgxpool's and pgx's own keys; the server
 // must not see them as startup parameters.
 func TestDatabaseURLWithPoolSettings(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	cfg := e.config()

@@ -53,6 +53,7 @@ func flushed(t *testing.T, h cdc.Health) pglogrepl.LSN {
 // position moving as it publishes), a second one standing by, the first
 // stopped and the second taking over.
 func TestHealthFollowsTheGroup(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
 	idle, err := cdc.New(e.config())
@@ -104,6 +105,7 @@ func TestHealthFollowsTheGroup(t *testing.T) {
 // A relay that cannot start a session (its broker does not answer) is
 // alive, since a restart would not help, but not ready, and says why.
 func TestHealthOfARelayThatCannotStart(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.AMQPURL = "amqp://guest:guest@127.0.0.1:1/" // nothing listens on port 1
@@ -121,6 +123,7 @@ func TestHealthOfARelayThatCannotStart(t *testing.T) {
 // A missing outbox table ends Run with ErrNoTable, as the polling relay
 // refuses it: waiting would not create it.
 func TestRunStopsOnAMissingTable(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	cfg := e.config()
 	cfg.Table = testenv.Name(t, "gone")

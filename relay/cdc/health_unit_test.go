@@ -15,6 +15,7 @@ import (
 // reader, is alive and ready; a relay that retries is alive, not ready;
 // and its error is shown without the password.
 func TestHealthVerdicts(t *testing.T) {
+	t.Parallel()
 	r, err := New(Config{DatabaseURL: "postgres://localhost/test", Slot: "s1"})
 	if err != nil {
 		t.Fatal(err)

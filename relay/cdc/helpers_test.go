@@ -26,7 +26,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ob := testenv.NewOutboxTable(t)
+	return newEnvOn(t, testenv.NewOutboxTable(t))
+}
+
+// newEnvOn is newEnv with the outbox table ob (one on a private server).
+func newEnvOn(t *testing.T, ob *testenv.OutboxTable) *env {
+	t.Helper()
 	table := ob.Table.Name()
 	// Before any relay runs, so that the slot is dropped after they stopped.
 	slot := testenv.CDCSlot(t, ob.Pool, table)

@@ -19,6 +19,7 @@ import (
 // searched the id array for each of them made a trim of 1,250 ids take up
 // to 650 ms, and a backfill page read every pending row after the cursor.
 func TestSettleStatementsProbeThePrimaryKey(t *testing.T) {
+	t.Parallel()
 	ob := testenv.NewOutboxTable(t)
 	table := ob.Table.Name()
 	quoted := pgx.Identifier{table}.Sanitize()

@@ -14,6 +14,7 @@ import (
 // at the start does: the relay starts again, loudly, and streams once the
 // broker lets it in.
 func TestRefusedReconnectIsRetried(t *testing.T) {
+	t.Parallel() // the only test of the binary on its shared private node (localrabbit.Shared)
 	e := newEnv(t)
 	node := localrabbit.Shared(t)
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")

@@ -58,7 +58,7 @@ type Relay struct {
 
 // errNackStreak ends a session whose every verdict has been a nack for
 // amqpx.NackedSessionLimit.
-var errNackStreak = errors.New("every publish nacked, none confirmed")
+var errNackStreak = errors.New("every publish nacked to one destination, none confirmed")
 
 // New checks cfg and prepares a relay; it connects to nothing.
 func New(cfg Config) (*Relay, error) {
@@ -117,7 +117,10 @@ func (r *Relay) Slot() string { return r.cfg.Slot }
 // published again. While another relay streams the slot, Run stands by
 // and tries again every StandbyRetry. It returns an error only for what
 // waiting cannot mend: a server whose wal_level is not logical, a missing
-// outbox table ([ErrNoTable]), or a broker that refused the credentials or
+// outbox table ([ErrNoTable]), an outbox or state table that is not
+// logged ([ErrNotLogged]), a publication that does not publish it
+// ([ErrNotPublished]), another relay group on the table
+// ([ErrOtherGroup]), or a broker that refused the credentials or
 // the vhost of AMQPURL before it ever let the relay in (refused later, the
 // relay keeps trying and logs an error).
 func (r *Relay) Run(ctx context.Context) error {
@@ -146,7 +149,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ErrWALLevel), errors.Is(err, ErrNoTable), errors.Is(err, amqpx.ErrRefused) && !r.brokerLetIn:
+		case errors.Is(err, ErrWALLevel), errors.Is(err, ErrNoTable), errors.Is(err, ErrNotPublished), errors.Is(err, ErrOtherGroup), errors.Is(err, ErrNotLogged),
+			errors.Is(err, amqpx.ErrRefused) && !r.brokerLetIn:
 			return err
 		case errors.Is(err, amqpx.ErrRefused):
 			standingBy = false
@@ -191,7 +195,7 @@ func (r *Relay) session(ctx context.Context) error {
 		r.nackedSince.clear()
 	}
 	r.endedOnNacks = false
-	backfill, backfilledTo, err := r.setup(ctx)
+	st, err := r.setup(ctx)
 	if err != nil {
 		return err
 	}
@@ -243,7 +247,7 @@ func (r *Relay) session(ctx context.Context) error {
 	defer pub.Close()
 	r.streaming.Store(true)
 	defer r.streaming.Store(false)
-	r.log.Info("streaming", "from", start, "backfill", backfill)
+	r.log.Info("streaming", "from", start, "backfill", st.backfill, "settled", st.settled)
 
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -254,7 +258,7 @@ func (r *Relay) session(ctx context.Context) error {
 	wg.Go(func() { cancel(r.read(sctx, conn, q)) })
 	wg.Go(func() {
 		defer close(p.sent)
-		cancel(r.publishLoop(sctx, pub, q, p, backfill, backfilledTo))
+		cancel(r.publishLoop(sctx, pub, q, p, st))
 	})
 	wg.Go(func() {
 		defer close(settles)
@@ -291,8 +295,9 @@ func (r *Relay) confirmedFlush(ctx context.Context) (pglogrepl.LSN, error) {
 // transaction (end set, no row), after which the position may move to end.
 type item struct {
 	row     *outbox.Row
-	refetch bool   // read it from the table: a redriven row whose update left a value out, or a row the backfill may have published
-	xid     uint32 // the row's transaction
+	refetch bool          // read it from the table: a redriven row whose update left a value out, or a row published before
+	xid     uint32        // the row's transaction
+	commit  pglogrepl.LSN // where the row's transaction commits (its Begin's FinalLSN)
 	end     pglogrepl.LSN
 }
 
@@ -375,6 +380,7 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 	relations := map[uint32]*pglogrepl.RelationMessage{}
 	inTransaction := false
 	var xid uint32           // the transaction being read
+	var commit pglogrepl.LSN // and where it commits
 	var pushed pglogrepl.LSN // the last end pushed
 	nextStatus := time.Now()
 	// Every status sent is the heartbeat /healthz reads: the reader sends
@@ -481,11 +487,11 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 			case *pglogrepl.RelationMessage:
 				relations[m.RelationID] = m
 			case *pglogrepl.BeginMessage:
-				inTransaction, xid = true, m.Xid
+				inTransaction, xid, commit = true, m.Xid, m.FinalLSN
 			case *pglogrepl.InsertMessage:
-				r.queueRow(types, relations[m.RelationID], m.Tuple, xid, q)
+				r.queueRow(types, relations[m.RelationID], m.Tuple, item{xid: xid, commit: commit}, q)
 			case *pglogrepl.UpdateMessage:
-				r.queueRow(types, relations[m.RelationID], m.NewTuple, xid, q)
+				r.queueRow(types, relations[m.RelationID], m.NewTuple, item{xid: xid, commit: commit}, q)
 			case *pglogrepl.CommitMessage:
 				inTransaction = false
 				q.push(item{end: m.TransactionEndLSN})
@@ -495,9 +501,10 @@ func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
 	}
 }
 
-// queueRow queues a pending row of the outbox table. Rows in any other
-// state (the relay's own dead marks, a redrive's) are not events to send.
-func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, xid uint32, q *queue) {
+// queueRow queues a pending row of the outbox table, of the transaction
+// in it. Rows in any other state (the relay's own dead marks, a redrive's)
+// are not events to send.
+func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData, it item, q *queue) {
 	if rel == nil || rel.RelationName != r.cfg.Table {
 		return
 	}
@@ -513,15 +520,19 @@ func (r *Relay) queueRow(types *pgtype.Map, rel *pglogrepl.RelationMessage, tupl
 	if row.State != "" && row.State != outbox.Pending {
 		return
 	}
-	q.push(item{row: &row, refetch: refetch, xid: xid})
+	it.row, it.refetch = &row, refetch
+	q.push(it)
 }
 
 // settlement is what a batch's publish decided: the rows to trim, the rows
-// to mark dead, and the position the batch moves the slot to (0 for none).
+// to mark dead, the position the batch moves the slot to (0 for none), and
+// the commit of the latest transaction its rows belong to (0 for the
+// backfill's), recorded with the trim.
 type settlement struct {
-	done []int64
-	dead []deadRow
-	end  pglogrepl.LSN
+	done   []int64
+	dead   []deadRow
+	end    pglogrepl.LSN
+	commit pglogrepl.LSN
 }
 
 type deadRow struct {
@@ -536,14 +547,24 @@ type deadRow struct {
 // them, in the same order. Every batch sent is passed on, even in a stop:
 // confirmLoop reads sent until it is closed, and a batch must be waited
 // for to free its in-flight slots.
-func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, p pipeline, backfill bool, backfilled int64) error {
-	// backfilled is the backfill's bound, recorded by this session's
-	// backfill or an earlier one's. A streamed row at or below it that
-	// committed after the slot was made may have been published, and
-	// trimmed, by the backfill: it is read from the table instead, and
-	// published only if it is still pending. Without this every such row
-	// went out twice.
-	if backfill {
+func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue, p pipeline, st slotState) error {
+	// A streamed row may have been published, and trimmed, before this
+	// session: it is read from the table instead, and published only if
+	// it is still pending (the trim, committed after the broker's
+	// confirm, is the record that it was published). Two kinds:
+	//  - at or below the backfill's bound, recorded by this session's
+	//    backfill or an earlier one's, a row that committed after the
+	//    slot was made and that the backfill read too;
+	//  - of a transaction at or before st.settled, the latest whose rows
+	//    an earlier session trimmed: the slot moves only past whole
+	//    transactions, so a session that ended inside one leaves it to be
+	//    streamed again whole, and without this every row of it already
+	//    published went out again, and a transaction longer than the
+	//    sessions last was never passed.
+	// Every other row (every row of a transaction no session settled
+	// any of) is published as the stream has it, with no read.
+	backfilled := st.backfilledTo
+	if st.backfill {
 		bound, err := r.backfill(ctx, pub)
 		if err != nil {
 			return fmt.Errorf("backfill: %w", err)
@@ -574,14 +595,15 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 		rows := make([]outbox.Row, 0, len(items))
 		var err error
 		var refetch, xids []int64
-		var end pglogrepl.LSN
+		var end, commit pglogrepl.LSN
 		for i := range items {
-			if items[i].row != nil && items[i].row.ID <= backfilled {
+			if items[i].row != nil && (items[i].row.ID <= backfilled || items[i].commit <= st.settled) {
 				items[i].refetch = true
 			}
 			it := items[i]
 			if it.row != nil && (len(xids) == 0 || xids[len(xids)-1] != int64(it.xid)) {
 				xids = append(xids, int64(it.xid))
+				commit = it.commit
 			}
 			switch {
 			case it.row == nil:
@@ -601,7 +623,7 @@ func (r *Relay) publishLoop(ctx context.Context, pub *amqpx.Publisher, q *queue,
 			}
 		}
 		f := r.send(ctx, pub, rows)
-		f.end = end
+		f.end, f.commit = end, commit
 		p.sent <- f // never waits: room was taken for it
 	}
 }
@@ -795,6 +817,7 @@ type inFlight struct {
 	ids    []int64
 	dead   []deadRow     // the rows that could not be encoded
 	end    pglogrepl.LSN // where the position may move once the batch is settled
+	commit pglogrepl.LSN // the commit of the latest transaction of its rows
 }
 
 // deliver publishes rows in order and waits for every verdict: send and
@@ -841,7 +864,7 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 // PublishTimeout) fails the session too: the rows are published again
 // from the last position, and no attempt is spent on them.
 func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) (settlement, error) {
-	s := settlement{dead: f.dead, end: f.end}
+	s := settlement{dead: f.dead, end: f.end, commit: f.commit}
 	batch, cancel, out, ids := f.batch, f.cancel, f.out, f.ids
 	returns := make([]int, len(out)) // the returns each row has had
 	wait := r.cfg.RetryMin
@@ -850,7 +873,6 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		var failedIDs []int64
 		var failedReturns []int
 		var sessionErr error
-		var confirmed, nacked bool
 		retry := func(i, returned int) {
 			failedOut, failedIDs, failedReturns = append(failedOut, out[i]), append(failedIDs, ids[i]), append(failedReturns, returned)
 		}
@@ -861,7 +883,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				s.done = append(s.done, ids[i])
 				r.published.Add(1)
 				r.nackedSince.forget(ids[i])
-				confirmed = true
+				r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[i].RoutingKey), false, time.Now())
 			case errors.Is(err, amqpx.ErrUnroutable):
 				if returns[i]+1 >= r.cfg.MaxAttempts {
 					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, err.Error()})
@@ -869,8 +891,8 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				}
 				retry(i, returns[i]+1)
 			case errors.Is(err, amqpx.ErrNacked):
-				nacked = true
 				now := time.Now()
+				r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[i].RoutingKey), true, now)
 				if first := r.nackedSince.nacked(ids[i], now, r.cfg.NackTimeout); now.Sub(first) >= r.cfg.NackTimeout {
 					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
 					return
@@ -884,12 +906,6 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		cancel()
 		if sessionErr != nil {
 			return s, sessionErr
-		}
-		if nacked {
-			r.nacks.Record(true, time.Now())
-		}
-		if confirmed {
-			r.nacks.Record(false, time.Now())
 		}
 		if len(failedOut) == 0 {
 			return s, nil
@@ -923,6 +939,11 @@ func (r *Relay) encode(row outbox.Row) (amqp.Publishing, error) {
 		return amqp.Publishing{}, fmt.Errorf("encoded event is %d bytes, more than MaxMessageBytes (%d)", len(msg.Body), r.cfg.MaxMessageBytes)
 	}
 	msg.Headers = tracecontext.Inject(msg.Headers, row.TraceParent, row.TraceState)
+	// A tracestate written by SQL may be any size: over frame_max it
+	// would close the connection in every session, the same row first.
+	if err := amqpx.CheckContentHeader(msg); err != nil {
+		return amqp.Publishing{}, fmt.Errorf("event %.80s with its trace context: %w", row.Event.ID, err)
+	}
 	return msg, nil
 }
 
@@ -932,6 +953,7 @@ func (r *Relay) encode(row outbox.Row) (amqp.Publishing, error) {
 // ends the session through fail; the batches behind it are dropped
 // unsettled, to be streamed again by the next session.
 func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail context.CancelCauseFunc) {
+	session := ctx
 	ctx = context.WithoutCancel(ctx)
 	defer func() {
 		for range settles { // keep the publisher from waiting on a send
@@ -955,20 +977,68 @@ func (r *Relay) settleLoop(ctx context.Context, settles <-chan settlement, fail 
 					break merge
 				}
 				s.done, s.dead = append(s.done, more.done...), append(s.dead, more.dead...)
-				s.end = max(s.end, more.end)
+				s.end, s.commit = max(s.end, more.end), max(s.commit, more.commit)
 			case <-linger.C:
 				break merge
 			}
 		}
 		linger.Stop()
-		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
-		err := r.settle(sctx, s)
-		cancel()
-		if err != nil {
+		if err := r.settleRetrying(session, ctx, s); err != nil {
 			fail(err)
 			return
 		}
 	}
+}
+
+// settleRetrying settles s, trying again while the session lives when
+// the settle failed by waiting: a lock on the table (CREATE INDEX's SHARE
+// lock among them) holding the trim past settleTimeout would otherwise
+// end the session, and the next would publish every row not trimmed
+// again, once for each settleTimeout the lock lasts. Trying again is
+// safe: the trim and the dead marks commit together or not at all, the
+// DELETE and the dead mark find only pending rows, settled_lsn only moves
+// forward, and the position has not moved. Meanwhile the confirmed
+// batches queue up behind it (settleQueue), and the publisher waits for
+// room: nothing more is published.
+//
+// Any other failure (a lost connection, a server refusing connections)
+// ends the session. At a shutdown PostgreSQL waits for each walsender's
+// client to report as flushed every position it was sent, and ends the
+// settle's connection first: a relay that tried again would hold the
+// server from stopping for ever, its walsender never done. Once the
+// session ends (that way or by a stop), one attempt is made and its
+// error returned.
+func (r *Relay) settleRetrying(session, ctx context.Context, s settlement) error {
+	wait := r.cfg.RetryMin
+	for {
+		sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+		err := r.settle(sctx, s)
+		cancel()
+		if err == nil || session.Err() != nil || !waited(err) {
+			return err
+		}
+		r.log.Warn("settle waited too long; trying again", "error", err, "retry_in", wait)
+		select {
+		case <-session.Done():
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, r.cfg.RetryMax)
+	}
+}
+
+// waited reports whether a settle failed by waiting on other
+// transactions: past its timeout or a statement_timeout, a lock_timeout,
+// a deadlock or serialization failure.
+func waited(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "57014", "55P03", "40P01", "40001": // query_canceled, lock_not_available, deadlock_detected, serialization_failure
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // silenceLimit is how long the reader waits for any word from the
@@ -991,9 +1061,13 @@ const settleLinger = 100 * time.Millisecond
 // before the confirm loop waits for it. With the BatchesInFlight batches
 // published and not yet queued here and the settle being committed (which
 // merges up to settleQueue more), it bounds what a relay that dies has
-// published beyond the position Postgres knows: (BatchesInFlight + 1 +
-// 2*settleQueue) batches, plus what settled since the last status update.
-// That is what the next relay publishes again.
+// published and not settled: (BatchesInFlight + 1 + 2*settleQueue)
+// batches. That is what the next relay publishes again. What it settled
+// beyond the position Postgres knows (since the last status update, or
+// inside a transaction the position cannot pass) comes again in the
+// stream too, but its transactions are at or before the settled_lsn its
+// settles recorded, so the next relay reads those rows from the table and
+// finds them trimmed.
 const settleQueue = 4
 
 // settle trims the confirmed rows and marks the dead ones in one
@@ -1001,12 +1075,15 @@ const settleQueue = 4
 // position reported before the trim committed could let a crash leave a
 // published row in the table for ever, never streamed again. The commit
 // is synchronous for the same reason. A row the broker confirmed whose
-// trim is lost is published again, never lost.
+// trim is lost is published again, never lost. The same transaction
+// records the commit position of the batch's latest transaction
+// (settled_lsn): the trim is the record of what was published, and the
+// position tells later sessions which streamed rows to check against it.
 func (r *Relay) settle(ctx context.Context, s settlement) error {
 	if len(s.done) > 0 || len(s.dead) > 0 {
 		ids, attempts, reasons := make([]int64, len(s.dead)), make([]int32, len(s.dead)), make([]string, len(s.dead))
 		for i, d := range s.dead {
-			ids[i], attempts[i], reasons[i] = d.id, int32(d.attempts), truncate(d.reason, 2000)
+			ids[i], attempts[i], reasons[i] = d.id, int32(d.attempts), outbox.ErrorText(d.reason)
 			r.log.Error("outbox event is dead", "id", d.id, "attempts", d.attempts, "error", d.reason)
 		}
 		t := pgx.Identifier{r.cfg.Table}.Sanitize()
@@ -1017,6 +1094,13 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 			b.Queue(`SET LOCAL synchronous_commit = on`)
 			b.Queue(trimSQL(t), s.done)
 			b.Queue(markDeadSQL(t), ids, attempts, reasons)
+			if s.commit != 0 {
+				// In the trim's transaction: a later session reads the
+				// rows of this transaction and those before it from
+				// the table, where the trim shows what was published.
+				b.Queue(`UPDATE `+stateTable(r.cfg.Table)+` SET settled_lsn = $2::text::pg_lsn WHERE slot = $1 AND settled_lsn < $2::text::pg_lsn`,
+					r.cfg.Slot, s.commit.String())
+			}
 			return tx.SendBatch(ctx, b).Close()
 		})
 		if err != nil {
@@ -1074,13 +1158,6 @@ const backfillPlanSQL = `SET LOCAL enable_sort = off`
 
 func pendingRowsSQL(t string) string {
 	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id`
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 // maxSessionRetry caps the doubling wait between failed sessions: a

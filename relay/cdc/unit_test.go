@@ -40,6 +40,7 @@ func tuple(values ...string) *pglogrepl.TupleData {
 }
 
 func TestDecodeTuple(t *testing.T) {
+	t.Parallel()
 	rel := relation("id", "event_id", "event_type", "project_id", "payload", "created_at", "state", "attempts", "a_new_column")
 	row, err := decodeTuple(pgtype.NewMap(), rel, tuple("42", "ev-1", "workitem.updated", "<null>", `{"data":{"a":1}}`,
 		"2026-12-01 23:17:00.123456+00", "pending", "3", "ignored"))
@@ -75,6 +76,7 @@ func TestDecodeTuple(t *testing.T) {
 // with the transaction ends among them, so the position it settles is
 // never past a row it did not take.
 func TestQueueTake(t *testing.T) {
+	t.Parallel()
 	q := newQueue(100)
 	row := func() item { return item{row: &outbox.Row{}} }
 	for _, it := range []item{row(), row(), {end: 10}, row(), {end: 20}, {end: 30}, row()} {
@@ -105,6 +107,7 @@ func TestQueueTake(t *testing.T) {
 // full makes room by dropping entries far older than the timeout, never
 // the ones still being counted.
 func TestNackLedger(t *testing.T) {
+	t.Parallel()
 	var l nackLedger
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if first := l.nacked(1, t0, time.Minute); !first.Equal(t0) {
@@ -136,6 +139,7 @@ func TestNackLedger(t *testing.T) {
 
 // Cleared, the ledger counts an event's nacks from its next one.
 func TestNackLedgerClear(t *testing.T) {
+	t.Parallel()
 	var l nackLedger
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	l.nacked(7, t0, time.Minute)
