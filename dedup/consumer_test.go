@@ -22,6 +22,7 @@ import (
 // handler has its effect exactly once. In transactional mode the effect is
 // a row written in the handler's transaction.
 func TestSameEventFiftyTimesToReplicatedConsumers(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends {
 		if b.name == "memory" {
 			continue // replicas are processes; memory cannot be shared between them

@@ -18,6 +18,7 @@ import (
 // stayed unready until the next message, however long the store had been
 // back.
 func TestStoreDownLapsesWithoutReports(t *testing.T) {
+	t.Parallel()
 	rdb, proxy := testenv.RedisBehindProxy(t)
 	prefix := testenv.Name(t, "dd") + ":"
 	testenv.DeleteRedisKeysOnCleanup(t, prefix)

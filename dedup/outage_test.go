@@ -93,6 +93,7 @@ func dependencyDown(h consumer.Health) bool {
 // once, on its first attempt. Before the fix the claim ran on the
 // handler's context, which has no deadline, and hung with health green.
 func TestStalledPostgresStoreShowsInHealthAndHoldsNoWorker(t *testing.T) {
+	t.Parallel()
 	store, proxy := pgStoreBehindProxy(t, postgres.Config{})
 	const storeTimeout = time.Second
 	o := startOutageConsumer(t, store, middleware.DedupOptions{StoreTimeout: storeTimeout, UnavailableDelay: time.Millisecond})
@@ -130,6 +131,7 @@ func TestStalledPostgresStoreShowsInHealthAndHoldsNoWorker(t *testing.T) {
 // Before the fix each failed claim spent an attempt, and the message was
 // dead-lettered as exhausted though its handler never ran.
 func TestStoreDownLongerThanAllRetriesDeadLettersNothing(t *testing.T) {
+	t.Parallel()
 	rdb, proxy := testenv.RedisBehindProxy(t)
 	prefix := testenv.Name(t, "dd") + ":"
 	testenv.DeleteRedisKeysOnCleanup(t, prefix)

@@ -23,6 +23,7 @@ import (
 // for the index are hashed by the store and so never refused). Redis: the
 // key holds a list (WRONGTYPE).
 func TestRefusedKeyIsDeadLetteredNotDeferredForEver(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		poison func(t *testing.T, key string) dedup.Store

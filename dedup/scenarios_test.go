@@ -97,6 +97,7 @@ func outcomeOf(err error) warren.Outcome {
 // (deferred, not duplicate and not run); their redeliveries, which a
 // consumer sends after the busy delay, then meet the done key.
 func TestConcurrentDeliveriesRunOncePerConsumer(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const replicas, workers, perConsumer = 2, 8, 50
 		consumers := []string{"webhook", "automation"}
@@ -188,6 +189,7 @@ func TestConcurrentDeliveriesRunOncePerConsumer(t *testing.T) {
 // — here on the other replica — runs it instead of taking it for a
 // duplicate.
 func TestFailedAttemptIsRetriedNotDuplicate(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		stores := b.replicas(t, 2)
 		var calls, effects int
@@ -221,6 +223,7 @@ func TestFailedAttemptIsRetriedNotDuplicate(t *testing.T) {
 // its lease ends, other deliveries are deferred; after it, another replica
 // handles the event.
 func TestDeadClaimersLeaseIsTakenOver(t *testing.T) {
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const lease = 3 * time.Second
 		stores := b.replicas(t, 2)

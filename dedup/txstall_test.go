@@ -20,6 +20,7 @@ import (
 // down. Before the fix the begin ran on the handler's context, which has
 // no deadline, and waited as long as the stall lasted, with health green.
 func TestTransactionalBeginOnStalledPostgresIsBounded(t *testing.T) {
+	t.Parallel()
 	store, proxy := pgStoreBehindProxy(t, postgres.Config{CallTimeout: time.Second})
 	health := warren.NewDependency("dedup")
 	ran := false
@@ -60,6 +61,7 @@ func (s *stallAfterClaim) Claim(ctx context.Context, key string, lease time.Dura
 // down. Before the fix the mark and the commit ran on the handler's
 // context and waited as long as the stall lasted.
 func TestTransactionalCommitOnStalledPostgresIsBounded(t *testing.T) {
+	t.Parallel()
 	store, proxy := pgStoreBehindProxy(t, postgres.Config{CallTimeout: time.Second})
 	health := warren.NewDependency("dedup")
 	h := middleware.Dedup(store, middleware.DedupOptions{

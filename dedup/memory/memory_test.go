@@ -10,6 +10,8 @@ import (
 )
 
 func TestConformance(t *testing.T) {
+	// Serial: its lease and retention subtests need the store to answer
+	// within deduptest's 300 ms shortLease and shortRetention.
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
 		s, err := memory.New(memory.Config{Retention: retention})
 		if err != nil {
@@ -20,6 +22,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestNewRejectsNegativeRetention(t *testing.T) {
+	t.Parallel()
 	if s, err := memory.New(memory.Config{Retention: -time.Second}); err == nil || s != nil {
 		t.Errorf("New with a negative retention = %v, %v; want an error", s, err)
 	}

@@ -95,6 +95,7 @@ type claimResult struct {
 // only: the batch is sent again call by call and every other claim is
 // acquired.
 func TestOneKeysFailureFailsOnlyItsOwnClaim(t *testing.T) {
+	t.Parallel()
 	s := newBatchStore(t)
 	ctx := context.Background()
 	fn := testenv.Name(t, "refuse")
@@ -150,6 +151,7 @@ CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[2]s FOR EACH ROW EXECUTE FUNC
 // are: the first acquires, the second finds the key busy. The statement
 // could not take the key twice, so the batch sends it once.
 func TestRepeatedKeyInABatch(t *testing.T) {
+	t.Parallel()
 	s := newBatchStore(t)
 	release, blocked := s.holdBatch(t)
 	defer release()
@@ -187,6 +189,7 @@ func TestRepeatedKeyInABatch(t *testing.T) {
 // a release frees its key, a claim of a key completed in the same batch
 // finds it done.
 func TestMixedBatch(t *testing.T) {
+	t.Parallel()
 	s := newBatchStore(t)
 	ctx := context.Background()
 	claim := func(key string) dedup.Claim {
@@ -243,6 +246,7 @@ func TestMixedBatch(t *testing.T) {
 // still look keys up by index: the plan pgx caches for the connection's
 // life must not scan the whole table, which grows with every key.
 func TestBatchStatementsLookKeysUpByIndex(t *testing.T) {
+	t.Parallel()
 	s := newBatchStore(t)
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
@@ -281,6 +285,8 @@ func TestBatchStatementsLookKeysUpByIndex(t *testing.T) {
 // With batching off every call is a statement of its own; the store keeps
 // its contract either way.
 func TestConformanceUnbatched(t *testing.T) {
+	// Serial: its lease and retention subtests need the store to answer
+	// within deduptest's 300 ms shortLease and shortRetention.
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
 		table := testenv.Name(t, "dd")
 		testenv.DropTables(t, table)
@@ -331,6 +337,7 @@ func waitForLockWaits(t *testing.T, pool *pgxpool.Pool, app string, n int) {
 // which every call of both replicas waits, and then costs a statement per
 // call.
 func TestCrossedBatchesOfTwoReplicasDoNotDeadlock(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	table := testenv.Name(t, "dd")
 	testenv.DropTables(t, table)
@@ -409,6 +416,7 @@ func TestCrossedBatchesOfTwoReplicasDoNotDeadlock(t *testing.T) {
 // nobody holds, and every delivery of its key would be deferred until the
 // lease ran out.
 func TestFailedBatchDoesNotResendClaimsOfCallersWhoGaveUp(t *testing.T) {
+	t.Parallel()
 	s := newBatchStore(t)
 	ctx := context.Background()
 	// A trigger that refuses the key "poison", once the test lets it: the
@@ -495,6 +503,7 @@ CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON %[2]s FOR EACH ROW EXECUTE FUNC
 // A batch takes an advisory lock per key, in a lock table that every
 // session of the server shares: MaxBatch is bounded.
 func TestMaxBatchIsBounded(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	if _, err := New(pool, Config{Batching: dedup.Batching{MaxBatch: maxBatchLimit}}); err != nil {
 		t.Errorf("New rejected MaxBatch %d: %v", maxBatchLimit, err)
@@ -509,6 +518,7 @@ func TestMaxBatchIsBounded(t *testing.T) {
 // A batch at the largest MaxBatch goes out as one: its statements, and
 // its advisory locks, fit.
 func TestLargestBatchGoesOutWhole(t *testing.T) {
+	t.Parallel()
 	s := newBatchStore(t)
 	calls := make([]*call, maxBatchLimit)
 	for i := range calls {
@@ -531,6 +541,7 @@ func TestLargestBatchGoesOutWhole(t *testing.T) {
 // and the next delivery of the key acquires it instead of waiting out the
 // lease as busy.
 func TestClaimOfCallerWhoGaveUpInFlightIsGivenBack(t *testing.T) {
+	t.Parallel()
 	s := newBatchStore(t)
 	ctx := context.Background()
 	// A transaction holding "stays" uncommitted stops the next batch in

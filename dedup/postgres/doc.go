@@ -37,6 +37,24 @@
 // the handler's transaction. docs/adr/dedup-batching.md has the
 // measurements.
 //
-// [Store.Migrate] creates the table (embedded schema.sql, idempotent);
+// [Store.Migrate] creates the table (embedded schema.sql, idempotent) and
+// refuses one that is UNLOGGED, or has an UNLOGGED partition: Postgres
+// empties such a table when it recovers from a crash, and every event
+// redelivered after that would be handled twice.
+//
+// [Store.WithinTx] commits with synchronous_commit on, whatever the role
+// or database sets: the consumer acks once it returns, and a commit a
+// crash takes back afterwards would lose the handler's writes with no
+// copy of the event left to redo them.
+//
 // [Store.Purge] deletes rows that mean nothing any more, in batches.
+//
+// # What would still break it
+//
+//   - A table made UNLOGGED after Migrate ran is not seen until the next
+//     Migrate; a crash then empties it.
+//   - [Store.Complete] commits at the role's synchronous_commit: under
+//     off, a crash just after it may take the done-mark back. The message
+//     is acked by then, so this costs a second handling only if the
+//     broker delivers the event again.
 package postgres

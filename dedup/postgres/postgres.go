@@ -20,6 +20,7 @@ import (
 	"github.com/warrenmq/warren/dedup"
 	"github.com/warrenmq/warren/dedup/internal/coalesce"
 	"github.com/warrenmq/warren/dedup/internal/storedkey"
+	"github.com/warrenmq/warren/internal/pgdurable"
 )
 
 // Config configures a [Store]. The zero value is ready to use.
@@ -210,8 +211,17 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('warren/dedup/postgres migrate'))`); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, s.schemaSQL)
-		return err
+		if _, err := tx.Exec(ctx, s.schemaSQL); err != nil {
+			return err
+		}
+		// Postgres empties an UNLOGGED table (or partition) when it
+		// recovers from a crash or an immediate shutdown: every done-mark
+		// would go, and each event redelivered after it would be handled
+		// twice.
+		if err := pgdurable.Check(ctx, tx, s.table); err != nil {
+			return fmt.Errorf("%w; the store must keep its done-marks", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("dedup/postgres: migrate %s: %w", s.table, err)
@@ -269,9 +279,14 @@ func (s *Store) Complete(ctx context.Context, c dedup.Claim) error {
 // for the caller to roll back.
 func (s *Store) commitWithMark(ctx context.Context, tx pgx.Tx, c dedup.Claim) error {
 	var b pgx.Batch
+	// Whatever the role's or database's setting: the message is acked once
+	// this returns, so a commit a crash could still take back (with the
+	// handler's writes) would lose the event's effect for good.
+	b.Queue("SET LOCAL synchronous_commit = on")
 	b.Queue(s.markSQL, rowKey(c.Key), c.Token, s.retention.Milliseconds())
 	b.Queue("commit")
 	br := tx.SendBatch(ctx, &b)
+	_, setErr := br.Exec()
 	_, markErr := br.Exec()
 	tag, commitErr := br.Exec()
 	closeErr := br.Close()
@@ -279,8 +294,8 @@ func (s *Store) commitWithMark(ctx context.Context, tx pgx.Tx, c dedup.Claim) er
 	switch {
 	case errors.As(markErr, &pgErr) && pgErr.Code == "22012": // division_by_zero
 		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, dedup.ErrLeaseLost)
-	case markErr != nil:
-		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(markErr))
+	case setErr != nil || markErr != nil:
+		return fmt.Errorf("dedup/postgres: complete %q: %w", c.Key, refused(cmp.Or(setErr, markErr)))
 	case commitErr == nil && tag.String() == "ROLLBACK":
 		commitErr = pgx.ErrTxCommitRollback
 	}

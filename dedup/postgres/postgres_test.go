@@ -38,12 +38,15 @@ func newStore(t *testing.T, pool *pgxpool.Pool, cfg postgres.Config) *postgres.S
 }
 
 func TestConformance(t *testing.T) {
+	// Serial: its lease and retention subtests need the store to answer
+	// within deduptest's 300 ms shortLease and shortRetention.
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
 		return newStore(t, testenv.PgPool(t), postgres.Config{Retention: retention})
 	})
 }
 
 func TestNewValidatesTable(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	for _, bad := range []string{
 		`x; DROP TABLE users`, `"quoted"`, `1starts_with_digit`, `a.b.c`, `.x`, `x.`, `has space`, `hyphen-ated`,
@@ -71,6 +74,7 @@ func TestNewValidatesTable(t *testing.T) {
 // A schema-qualified table works end to end, and Migrate is idempotent
 // even when replicas run it at the same moment.
 func TestMigrateConcurrentlyInSchema(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	ctx := context.Background()
 	schema := testenv.Name(t, "sch")
@@ -102,6 +106,7 @@ func TestMigrateConcurrentlyInSchema(t *testing.T) {
 }
 
 func TestPurgeDeletesOnlyExpiredRowsInBatches(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	ctx := context.Background()
 	table := testenv.Name(t, "dd")
@@ -193,6 +198,7 @@ func message(id string) *warren.Message {
 }
 
 func TestTransactionalCommitsEffectAndMarkTogether(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	s, biz := newStore(t, pool, postgres.Config{}), newBusiness(t, pool)
 	h := middleware.Dedup(s, middleware.DedupOptions{Transactional: true})(warren.HandlerFunc(biz.write))
@@ -217,6 +223,7 @@ func TestTransactionalCommitsEffectAndMarkTogether(t *testing.T) {
 }
 
 func TestTransactionalRollbackLeavesNeither(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	s, biz := newStore(t, pool, postgres.Config{}), newBusiness(t, pool)
 	failures := map[string]func() error{
@@ -266,6 +273,7 @@ func TestTransactionalRollbackLeavesNeither(t *testing.T) {
 // the broker redelivers to another replica, which must not run the effect
 // again.
 func TestTransactionalCrashAfterCommitBeforeAck(t *testing.T) {
+	t.Parallel()
 	biz := newBusiness(t, testenv.PgPool(t))
 	table := testenv.Name(t, "dd")
 	crashed := newStore(t, testenv.PgPool(t), postgres.Config{Table: table})
@@ -306,6 +314,7 @@ func TestTransactionalCrashAfterCommitBeforeAck(t *testing.T) {
 // transaction, effect included, rolls back, and the event's effect still
 // happens once.
 func TestTransactionalLeaseLostRollsBack(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	s, biz := newStore(t, pool, postgres.Config{}), newBusiness(t, pool)
 	const lease = 3 * time.Second // long enough that the duplicate's first try usually lands inside it
@@ -372,12 +381,14 @@ func TestTransactionalLeaseLostRollsBack(t *testing.T) {
 }
 
 func TestTxOutsideWithinTx(t *testing.T) {
+	t.Parallel()
 	if tx, ok := postgres.Tx(context.Background()); ok || tx != nil {
 		t.Errorf("Tx outside WithinTx = %v, %v", tx, ok)
 	}
 }
 
 func TestWithinTxRejectsUnheldClaim(t *testing.T) {
+	t.Parallel()
 	s := newStore(t, testenv.PgPool(t), postgres.Config{})
 	called := false
 	err := s.WithinTx(context.Background(), dedup.Claim{Key: "k", Result: dedup.Busy}, func(context.Context) error {
@@ -393,6 +404,7 @@ func TestWithinTxRejectsUnheldClaim(t *testing.T) {
 // delivery runs the handler unclaimed, and deduplication resumes once the
 // pool reconnects.
 func TestConnectionsTerminated(t *testing.T) {
+	t.Parallel()
 	appName := testenv.Name(t, "app")
 	cfg, err := pgxpool.ParseConfig(testenv.DatabaseURL(t))
 	if err != nil {

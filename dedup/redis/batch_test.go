@@ -115,6 +115,7 @@ type claimResult struct {
 // one, and a key whose script fails — here the key holds a hash, so GET
 // answers WRONGTYPE — fails its own claim only.
 func TestOneKeysErrorFailsOnlyItsOwnClaim(t *testing.T) {
+	t.Parallel()
 	rec := &pipelineRecorder{hold: make(chan struct{}), held: make(chan struct{})}
 	s, rdb, prefix := newRecordedStore(t, rec)
 	ctx := context.Background()
@@ -148,6 +149,7 @@ func TestOneKeysErrorFailsOnlyItsOwnClaim(t *testing.T) {
 // answered NOSCRIPT without running; the store sends its source then and
 // the call runs once.
 func TestScriptMissingFromTheServersCache(t *testing.T) {
+	t.Parallel()
 	rec := &pipelineRecorder{}
 	s, rdb, prefix := newRecordedStore(t, rec)
 	ctx := context.Background()
@@ -176,6 +178,8 @@ func TestScriptMissingFromTheServersCache(t *testing.T) {
 // With batching off every call is a pipeline of one; the store keeps its
 // contract either way.
 func TestConformanceUnbatched(t *testing.T) {
+	// Serial: its lease and retention subtests need the store to answer
+	// within deduptest's 300 ms shortLease and shortRetention.
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
 		prefix := testenv.Name(t, "dd") + ":"
 		testenv.DeleteRedisKeysOnCleanup(t, prefix)

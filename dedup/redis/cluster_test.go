@@ -22,9 +22,10 @@ import (
 // stopped when t ends.
 func startCluster(t *testing.T) []string {
 	t.Helper()
+	testenv.RequireServices(t, "a private Redis cluster")
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		t.Skipf("redis-server not found (scripts/services.sh installs it): %v", err)
+		t.Fatalf("redis-server not found (scripts/services.sh installs it): %v", err)
 	}
 	ctx := context.Background()
 	const nodes = 3
@@ -85,6 +86,8 @@ func clusterClient(t *testing.T, addrs []string) *goredis.ClusterClient {
 // The store on Redis Cluster, batched: every call names one key, in a hash
 // tag, and a pipeline spans slots and nodes.
 func TestCluster(t *testing.T) {
+	// Serial: its lease and retention subtests need the store to answer
+	// within deduptest's 300 ms shortLease and shortRetention.
 	addrs := startCluster(t)
 	t.Run("PipelineAcrossSlots", func(t *testing.T) { testClusterPipelineAcrossSlots(t, clusterClient(t, addrs)) })
 	t.Run("Conformance", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 // acquired: answering busy would leave a lease nobody holds, and every
 // delivery of the event would be deferred until it expired.
 func TestClaimRetriedAfterALostReplyIsAcquired(t *testing.T) {
+	t.Parallel()
 	opts, err := goredis.ParseURL(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)

@@ -38,6 +38,8 @@ func newStore(t *testing.T, clientName string, cfg redis.Config) (*redis.Store, 
 }
 
 func TestConformance(t *testing.T) {
+	// Serial: its lease and retention subtests need the store to answer
+	// within deduptest's 300 ms shortLease and shortRetention.
 	deduptest.Run(t, func(t *testing.T, retention time.Duration) dedup.Store {
 		s, _ := newStore(t, "dedup-conformance", redis.Config{Retention: retention})
 		return s
@@ -45,6 +47,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestNewValidates(t *testing.T) {
+	t.Parallel()
 	rdb := testenv.RedisClient(t, "dedup-validate")
 	for name, cfg := range map[string]redis.Config{
 		"brace in prefix":     {Prefix: "app{1}:"},
@@ -67,6 +70,7 @@ func TestNewValidates(t *testing.T) {
 // hash tag under the prefix, the token while leased, a done value with the
 // retention as its time to live once completed.
 func TestKeyLayoutAndRetentionByTTL(t *testing.T) {
+	t.Parallel()
 	const retention = time.Hour
 	prefix := testenv.Name(t, "dd") + ":"
 	s, rdb := newStore(t, "dedup-layout", redis.Config{Prefix: prefix, Retention: retention})
@@ -100,6 +104,7 @@ func TestKeyLayoutAndRetentionByTTL(t *testing.T) {
 // still deduplicates the event; a key at the length limit keeps its
 // verbatim form, as keys written before the bound did.
 func TestLongEventIDsHaveBoundedKeys(t *testing.T) {
+	t.Parallel()
 	prefix := testenv.Name(t, "dd") + ":"
 	s, rdb := newStore(t, "dedup-long", redis.Config{Prefix: prefix})
 	h := &handler{}
@@ -186,6 +191,7 @@ func outcome(err error) warren.Outcome {
 // middleware keeps working, and what it forgot is handled again — the
 // documented at-least-once guarantee — rather than lost.
 func TestKeysVanishAsAfterRestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
 	prefix := testenv.Name(t, "dd") + ":"
 	s, rdb := newStore(t, "dedup-vanish", redis.Config{Prefix: prefix})
 	var logs bytes.Buffer
@@ -234,6 +240,7 @@ func TestKeysVanishAsAfterRestartWithoutPersistence(t *testing.T) {
 // restart): no delivery runs the handler unclaimed, and deduplication
 // resumes on the reconnected client.
 func TestConnectionKilled(t *testing.T) {
+	t.Parallel()
 	clientName := testenv.Name(t, "cli")
 	s, _ := newStore(t, clientName, redis.Config{})
 	h := &handler{}
@@ -277,6 +284,7 @@ func TestConnectionKilled(t *testing.T) {
 // and the handler does not run without deduplication, unless FailOpen says
 // it should.
 func TestStoreDownFailsClosedUnlessFailOpen(t *testing.T) {
+	t.Parallel()
 	rdb := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: time.Second})
 	t.Cleanup(func() { rdb.Close() })
 	s, err := redis.New(rdb, redis.Config{})

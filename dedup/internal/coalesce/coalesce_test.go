@@ -76,6 +76,7 @@ func waitQueued(t *testing.T, b *Batcher[*call], n int) {
 // A call made while nothing is in flight goes out at once, alone: an idle
 // store answers as fast as it would without batching.
 func TestAloneGoesOutAtOnce(t *testing.T) {
+	t.Parallel()
 	r := &recorder{}
 	b := New(8, 1, r.send)
 	c := &call{in: 21}
@@ -90,6 +91,7 @@ func TestAloneGoesOutAtOnce(t *testing.T) {
 // Calls that arrive while a batch is in flight wait and go out together in
 // the next one, in arrival order, and each gets its own answer.
 func TestCallsMadeDuringASendShareTheNextBatch(t *testing.T) {
+	t.Parallel()
 	r := gated()
 	b := New(8, 1, r.send)
 	ctx := context.Background()
@@ -124,6 +126,7 @@ func TestCallsMadeDuringASendShareTheNextBatch(t *testing.T) {
 
 // No batch carries more than MaxBatch calls; the rest go in the next.
 func TestBatchesHoldAtMostMaxBatch(t *testing.T) {
+	t.Parallel()
 	r := gated()
 	b := New(3, 1, r.send)
 	ctx := context.Background()
@@ -153,6 +156,7 @@ func TestBatchesHoldAtMostMaxBatch(t *testing.T) {
 // A caller whose context ends while it waits in the queue is taken out of
 // it: its call is never sent, and Do says why it returned.
 func TestCancelledWhileQueuedIsNotSent(t *testing.T) {
+	t.Parallel()
 	r := gated()
 	b := New(8, 1, r.send)
 	firstErr := doAsync(b, context.Background(), &call{in: 0})
@@ -180,6 +184,7 @@ func TestCancelledWhileQueuedIsNotSent(t *testing.T) {
 
 // A context that is already done fails the call before it is queued.
 func TestDoneContextFailsAtOnce(t *testing.T) {
+	t.Parallel()
 	r := &recorder{}
 	b := New(8, 1, r.send)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -195,6 +200,7 @@ func TestDoneContextFailsAtOnce(t *testing.T) {
 // The batch's context ends only when every one of its callers has given
 // up: one caller's cancellation must not fail the calls of the others.
 func TestBatchContextOutlivesAllButTheLastCaller(t *testing.T) {
+	t.Parallel()
 	inFlight, gate := make(chan struct{}, 1), make(chan struct{})
 	sendCtx, release := make(chan context.Context, 1), make(chan struct{})
 	b := New(8, 1, func(ctx context.Context, calls []*call) {
@@ -241,6 +247,7 @@ func TestBatchContextOutlivesAllButTheLastCaller(t *testing.T) {
 // the store can undo it (a claim's lease). A caller answered in time is
 // not abandoned, even if its context ends afterwards.
 func TestAnswerOfCallerWhoGaveUpGoesToAbandoned(t *testing.T) {
+	t.Parallel()
 	r := gated()
 	b := New(8, 1, r.send)
 	abandoned := make(chan []*call, 1)
@@ -281,6 +288,7 @@ func TestAnswerOfCallerWhoGaveUpGoesToAbandoned(t *testing.T) {
 // A send that panics fails its batch's calls with an error, and the
 // batcher goes on sending the calls behind them.
 func TestPanickingSendFailsItsBatch(t *testing.T) {
+	t.Parallel()
 	inFlight, gate := make(chan struct{}, 1), make(chan struct{})
 	b := New(8, 1, func(ctx context.Context, calls []*call) {
 		if calls[0].in == 0 {
@@ -310,6 +318,7 @@ func TestPanickingSendFailsItsBatch(t *testing.T) {
 // returns nil was answered exactly once, batches stay within their
 // limits, and no caller is left waiting.
 func TestConcurrentCallersUnderLoad(t *testing.T) {
+	t.Parallel()
 	const (
 		callers     = 64
 		perCaller   = 200
@@ -402,6 +411,7 @@ func equalBatches(got, want [][]int) bool {
 // Configure fills the store's defaults into the zero fields and refuses
 // negative sizes and a MaxBatch above the store's bound.
 func TestConfigure(t *testing.T) {
+	t.Parallel()
 	def := dedup.Batching{MaxBatch: 128, MaxBatchesInFlight: 2}
 	got, err := Configure("dedup/test", dedup.Batching{MaxBatchesInFlight: 5}, def, 1024)
 	if want := (dedup.Batching{MaxBatch: 128, MaxBatchesInFlight: 5}); err != nil || got != want {

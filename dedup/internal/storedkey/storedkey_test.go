@@ -9,6 +9,7 @@ import (
 // depends on it); longer ones become a digest of fixed length that depends
 // on every byte.
 func TestBounded(t *testing.T) {
+	t.Parallel()
 	atLimit := strings.Repeat("k", MaxLen)
 	if got := Bounded(atLimit); got != atLimit {
 		t.Errorf("Bounded of a %d-byte key changed it", MaxLen)
