@@ -36,7 +36,27 @@
 //
 // [Table.Migrate] creates and upgrades the table from embedded, versioned
 // migrations, and [Table.CheckSchema] says whether it is at this build's
-// [SchemaVersion]. [Table.Stats] reports depth, age, in-flight and dead
+// [SchemaVersion]. Migrate does not take its migrations record's word
+// alone: a table dropped while the record remained is created again,
+// empty, and reported (MigrateResult.Recreated; "warren outbox migrate"
+// says the events it held are gone), since producers cannot commit until
+// it exists and its rows are lost either way; a table that lost or
+// changed a column, index or constraint its migrations made is refused
+// with an error (wrapping [ErrSchema]) naming each, since its rows are
+// kept and which repair fits is the operator's call. What the migrations
+// make is compared by definition, not name: the steps are applied to a
+// temporary scratch table in a savepoint that is rolled back, and its
+// columns (name, type, NOT NULL), constraints (pg_get_constraintdef) and
+// indexes (uniqueness and pg_get_indexdef from USING on) must all be on
+// the table; what an operator added beside them is allowed. CheckSchema,
+// which a relay runs at start, makes the same check after the record's
+// version. Both, and [Table.CheckPlane], refuse an UNLOGGED table or
+// partition, or migrations record: Postgres empties one when it recovers
+// from a crash or an immediate shutdown, and every event not yet
+// published would go while the writes it describes stay (a lost record
+// keeps every relay from starting until the table is migrated again). A record dropped while the table kept everything the steps
+// make is recorded again; a table renamed away is named by where its
+// indexes went. [Table.Stats] reports depth, age, in-flight and dead
 // counts; [Table.Dead] lists the rows the relay gave up on and
 // [Table.Redrive] gives them another round; [Table.Purge] trims finished
 // rows in batches and never deletes a batch its archive hook failed to
@@ -64,4 +84,26 @@
 //
 // Package outbox/outboxtest asserts, inside a test's transaction, what the
 // code under test wrote to the outbox.
+//
+// # What would still break it
+//
+//   - The comparison with the steps leaves out column defaults, identity
+//     and a NOT VALID check that was never validated against one that was:
+//     a default dropped, or a table whose rows break a check the steps
+//     added NOT VALID, passes.
+//   - A table changed between CheckSchema and the relay's first claim, or
+//     while it runs, is seen only by the statements that then fail; one
+//     made UNLOGGED under a running polling relay is not seen at all until
+//     the relay starts again.
+//   - CheckSchema, the relay's start, does not require the CHECK
+//     constraints (Migrate does): a relay drains a table whose checks a
+//     DBA dropped, and rows written around them die as undecodable.
+//   - CheckSchema and Migrate compare by definition through a temporary
+//     table: for a role without TEMP on the database, or in a read-only
+//     transaction, that comparison is skipped, and only the table and the
+//     names of what its steps make are checked.
+//   - On a SchemaPlane table, warren's columns are checked against the
+//     record by name and type only, its indexes by name and validity; Plane's
+//     own columns by name and type. A Plane table re-created with some of
+//     warren's columns is refused, not repaired.
 package outbox

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,8 +68,13 @@ func (o *Table) migratePlane(ctx context.Context, db DB) (res MigrateResult, err
 	if latest := len(seq.steps); res.From > latest {
 		return res, fmt.Errorf("migrate %s: %w: the table is at %s %d, newer than this build of warren knows (%d)", o.table, ErrSchema, seq.what, res.From, latest)
 	}
+	from, err := o.checkPlaneRecord(ctx, conn, res.From)
+	if err != nil {
+		return res, fmt.Errorf("migrate %s: %w", o.table, err)
+	}
+	res.Recreated = from != res.From
 	for _, m := range seq.steps {
-		applied := m.version <= res.From
+		applied := m.version <= from
 		switch {
 		case m.index != "":
 			if err := o.buildIndex(ctx, conn, m); err != nil {
@@ -88,6 +95,37 @@ func (o *Table) migratePlane(ctx context.Context, db DB) (res MigrateResult, err
 		}
 	}
 	return res, nil
+}
+
+// checkPlaneRecord checks warren's columns against the record, under the
+// migration lock, and returns the version to migrate from. A record says
+// only what ran once: Plane may have created its table again since (a
+// reset, a restore of the table alone), which takes warren's columns and
+// indexes with it. With none of the columns there, the record is cleared
+// and every step runs again; the steps add what a re-created table lacks.
+// With some there and some missing or changed, no step can run on the
+// table as it is (ADD COLUMN fails on those present), and the error names
+// what is wrong, by the check CheckPlane makes.
+func (o *Table) checkPlaneRecord(ctx context.Context, conn *pgx.Conn, version int) (int, error) {
+	if version == 0 {
+		return 0, nil
+	}
+	types, err := o.planeColumns(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	problems := checkColumns(types, planeOptional)
+	switch {
+	case len(problems) == 0:
+		return version, nil
+	case len(problems) == len(planeOptional) && !slices.ContainsFunc(planeOptional, func(c planeColumn) bool { _, ok := types[c.name]; return ok }):
+		if _, err := conn.Exec(ctx, render(o.table, `DELETE FROM `+planeSequence.log)); err != nil {
+			return 0, fmt.Errorf("clear the record of a table without warren's columns: %w", err)
+		}
+		return 0, nil
+	}
+	return 0, fmt.Errorf("%w: its record %s says %s %d, but %s; add them back as warren's outbox/migrations_plane define them",
+		ErrSchema, render(o.table, planeSequence.log), planeSequence.what, version, strings.Join(problems, "; "))
 }
 
 // alterStep runs a step that changes the table in its own transaction,

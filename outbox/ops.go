@@ -80,7 +80,10 @@ type Filter struct {
 	EventTypePrefix string   // event_type starts with this
 	EntityID        string   // entity_id equals this
 	EventIDs        []string // event_id is one of these
-	Limit           int      // at most this many rows, oldest first; 0 means no limit
+	// IDs selects exactly these rows (Row.ID): the ones a listing showed,
+	// so that a redrive confirmed after it touches no row that died since.
+	IDs   []int64
+	Limit int // at most this many rows, oldest first; 0 means no limit
 }
 
 func (f Filter) args() []any {
@@ -88,11 +91,14 @@ func (f Filter) args() []any {
 	if f.Limit > 0 {
 		limit = f.Limit
 	}
-	ids := f.EventIDs
+	ids, rows := f.EventIDs, f.IDs
 	if ids == nil {
 		ids = []string{}
 	}
-	return []any{f.EventTypePrefix, f.EntityID, ids, limit}
+	if rows == nil {
+		rows = []int64{}
+	}
+	return []any{f.EventTypePrefix, f.EntityID, ids, limit, rows}
 }
 
 // Dead lists dead rows matching f, oldest first. A row holding a value
@@ -131,6 +137,26 @@ func (o *Table) CountDead(ctx context.Context, db DB, f Filter) (int64, error) {
 		return 0, fmt.Errorf("outbox %s: count dead rows: %w", o.table, err)
 	}
 	return n, nil
+}
+
+// DeadIDs lists the ids of the dead rows matching f, oldest first (at
+// most f.Limit): what an operator is asked about, for a [Table.Redrive]
+// of exactly those rows (Filter.IDs) once confirmed, so that a row that
+// dies while the question waits is not redriven unasked.
+func (o *Table) DeadIDs(ctx context.Context, db DB, f Filter) ([]int64, error) {
+	query, err := o.deadQuery(ctx, db, func(s planeStatements) string { return s.dead }, o.sql.dead)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
+	}
+	rows, err := db.Query(ctx, `SELECT id FROM (`+query+`) AS dead ORDER BY id`, f.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("outbox %s: list dead rows: %w", o.table, err)
+	}
+	return ids, nil
 }
 
 // Redrive makes the dead rows matching f pending again with their attempts

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,15 +117,23 @@ func TestPurge(t *testing.T) {
 	}
 }
 
-func TestMigrate(t *testing.T) {
-	pool := testenv.PgPool(t)
-	ctx := context.Background()
+// unmigratedTable is a table name for the test, dropped with its
+// migrations record when the test ends, not yet created.
+func unmigratedTable(t *testing.T) (string, *outbox.Table) {
+	t.Helper()
 	table := testenv.Name(t, "ob")
 	testenv.DropTables(t, table, table+"_migrations")
 	ob, err := outbox.New(table)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return table, ob
+}
+
+func TestMigrate(t *testing.T) {
+	pool := testenv.PgPool(t)
+	ctx := context.Background()
+	table, ob := unmigratedTable(t)
 	if err := ob.CheckSchema(ctx, pool); !errors.Is(err, outbox.ErrSchema) {
 		t.Fatalf("CheckSchema before Migrate: %v, want ErrSchema", err)
 	}
@@ -165,5 +174,58 @@ func TestMigrate(t *testing.T) {
 	}
 	if _, err := ob.Migrate(ctx, pool); !errors.Is(err, outbox.ErrSchema) {
 		t.Errorf("Migrate on a newer schema: %v", err)
+	}
+}
+
+// Migrate checks what its record says it made. A table dropped while its
+// record remained is created again (reported as Recreated): producers
+// can write again, and the loss is said. A table that lost an index or a
+// constraint its steps made is an error naming each.
+func TestMigrateAfterTheTableWasDropped(t *testing.T) {
+	pool := testenv.PgPool(t)
+	ctx := context.Background()
+	table, ob := unmigratedTable(t)
+	if _, err := ob.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	exec(fmt.Sprintf(`DROP TABLE %q`, table))
+	res, err := ob.Migrate(ctx, pool)
+	if err != nil || !res.Recreated || res.From != outbox.SchemaVersion() || res.To != outbox.SchemaVersion() {
+		t.Fatalf("Migrate after DROP TABLE: %+v, %v; want the table created again at version %d", res, err, outbox.SchemaVersion())
+	}
+	if err := ob.CheckSchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := ob.Publish(ctx, tx, testenv.OutboxEvent("after-recreate")); err != nil {
+		t.Fatalf("Publish to the re-created table: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := ob.Migrate(ctx, pool); err != nil || res.Recreated || res.From != res.To {
+		t.Errorf("Migrate again: %+v, %v; want up to date", res, err)
+	}
+
+	exec(fmt.Sprintf(`DROP INDEX %q`, table+"_claim_idx"))
+	exec(fmt.Sprintf(`ALTER TABLE %q DROP CONSTRAINT %q`, table, table+"_event_id_key"))
+	_, err = ob.Migrate(ctx, pool)
+	if !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), table+"_claim_idx, "+table+"_event_id_key") {
+		t.Errorf("Migrate without an index and a constraint: %v; want ErrSchema naming both", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, fmt.Sprintf(`SELECT count(*) FROM %q`, table)).Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d rows (%v) after the refused Migrate, want the one kept", n, err)
 	}
 }

@@ -58,7 +58,8 @@ SELECT
 const planeDeadFilter = `warren_dead_at IS NOT NULL AND processed_at IS NULL
 	AND ($1::text = '' OR starts_with(event_type::text, $1::text))
 	AND ($2::text = '' OR entity_id::text = $2::text)
-	AND (cardinality($3::text[]) = 0 OR event_id::text = ANY($3::text[]))`
+	AND (cardinality($3::text[]) = 0 OR event_id::text = ANY($3::text[]))
+	AND (cardinality($5::bigint[]) = 0 OR id = ANY($5::bigint[]))`
 
 const planeDeadSQL = `SELECT {columns} FROM {table} WHERE ` + planeDeadFilter + ` ORDER BY id LIMIT $4`
 
@@ -70,7 +71,7 @@ WITH redriven AS (
 	WHERE id IN (SELECT id FROM {table} WHERE ` + planeDeadFilter + ` ORDER BY id LIMIT $4 FOR UPDATE)
 	RETURNING 1
 )
-SELECT count(*) FROM (SELECT pg_notify($5, '') FROM redriven) AS notified`
+SELECT count(*) FROM (SELECT pg_notify($6, '') FROM redriven) AS notified`
 
 // PlaneValues are the placeholders of the SQL that reads and writes a
 // SchemaPlane table, for the variant without ("live" rows are all
@@ -199,6 +200,9 @@ func (o *Table) CheckPlane(ctx context.Context, db DB) (PlaneSchema, error) {
 	types, err := o.planeColumns(ctx, db)
 	if err != nil {
 		return ps, err
+	}
+	if err := o.checkLogged(ctx, db, planeSequence); err != nil {
+		return ps, fmt.Errorf("outbox %s: %w", o.table, err)
 	}
 	ps.TimeZone = types["claimed_at"] == "timestamp with time zone"
 	version, err := o.migrationVersion(ctx, db, planeSequence)

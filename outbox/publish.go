@@ -41,9 +41,10 @@ func PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event) (inserted 
 // event_id is the deduplication key: inserting an event whose event_id is
 // already in the table does nothing and reports inserted = false. An event
 // that cannot be stored (no event_id or event_type, a NUL byte, invalid
-// UTF-8, an event_id or event_type over 255 bytes) is refused with an
-// error wrapping [warren.ErrInvalidEvent] before anything reaches tx. An
-// error from Postgres itself aborts tx, as any failed statement does.
+// UTF-8, an event_id, event_type, entity_id or initiator_type over 255
+// bytes) is refused with an error wrapping [warren.ErrInvalidEvent]
+// before anything reaches tx. An error from Postgres itself aborts tx, as
+// any failed statement does.
 //
 // A zero CreatedAt is stored as the transaction's time. When ctx carries
 // an OpenTelemetry span, its W3C trace context is stored with the event,
@@ -122,9 +123,16 @@ func (c *insertColumns) add(ev warren.Event) error {
 			return err
 		}
 	}
-	for name, v := range map[string]string{"event_id": ev.ID, "event_type": ev.Type} {
-		if len(v) > maxShortString {
-			return invalidf("%s is %d bytes, more than AMQP's %d", name, len(v), maxShortString)
+	// event_id and event_type are AMQP short strings; entity_id and
+	// initiator_type are carried as headers, where a large value would
+	// push the message's headers past frame_max and the relay would make
+	// the event dead: refused here, where the producer sees why. 255 bytes
+	// holds any id (Plane's are UUIDs) and initiator type (USER, SYSTEM…).
+	for _, f := range []struct{ name, value string }{
+		{"event_id", ev.ID}, {"event_type", ev.Type}, {"entity_id", ev.EntityID}, {"initiator_type", ev.InitiatorType},
+	} {
+		if len(f.value) > maxShortString {
+			return invalidf("%s is %d bytes, more than the %d an AMQP property or warren header holds", f.name, len(f.value), maxShortString)
 		}
 	}
 	payload, err := ev.Payload.MarshalJSON()

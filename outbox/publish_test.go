@@ -86,16 +86,19 @@ func TestPublishRefusesUnstorableEvents(t *testing.T) {
 	ctx := context.Background()
 	long := strings.Repeat("x", 256)
 	cases := map[string]warren.Event{
-		"no event_id":       {Type: "a.b"},
-		"no event_type":     {ID: "1"},
-		"long event_id":     {ID: long, Type: "a.b"},
-		"long event_type":   {ID: "1", Type: long},
-		"NUL in entity_id":  {ID: "1", Type: "a.b", EntityID: "x\x00y"},
-		"invalid UTF-8":     {ID: "1", Type: "a.b", WorkspaceID: "\xff"},
-		"\\u0000 in data":   {ID: "1", Type: "a.b", Payload: warren.Payload{Data: json.RawMessage(`{"a":"\u0000"}`)}},
-		"bad extra JSON":    {ID: "1", Type: "a.b", Extra: map[string]json.RawMessage{"k": json.RawMessage(`{`)}},
-		"\\u0000 in extra":  {ID: "1", Type: "a.b", Extra: map[string]json.RawMessage{"k": json.RawMessage(`"\u0000"`)}},
-		"bad payload extra": {ID: "1", Type: "a.b", Payload: warren.Payload{Extra: map[string]json.RawMessage{"k": json.RawMessage(`nope`)}}},
+		"no event_id":     {Type: "a.b"},
+		"no event_type":   {ID: "1"},
+		"long event_id":   {ID: long, Type: "a.b"},
+		"long event_type": {ID: "1", Type: long},
+		// Carried as AMQP headers: a large one would pass frame_max.
+		"long entity_id":      {ID: "1", Type: "a.b", EntityID: long},
+		"long initiator_type": {ID: "1", Type: "a.b", InitiatorType: long},
+		"NUL in entity_id":    {ID: "1", Type: "a.b", EntityID: "x\x00y"},
+		"invalid UTF-8":       {ID: "1", Type: "a.b", WorkspaceID: "\xff"},
+		"\\u0000 in data":     {ID: "1", Type: "a.b", Payload: warren.Payload{Data: json.RawMessage(`{"a":"\u0000"}`)}},
+		"bad extra JSON":      {ID: "1", Type: "a.b", Extra: map[string]json.RawMessage{"k": json.RawMessage(`{`)}},
+		"\\u0000 in extra":    {ID: "1", Type: "a.b", Extra: map[string]json.RawMessage{"k": json.RawMessage(`"\u0000"`)}},
+		"bad payload extra":   {ID: "1", Type: "a.b", Payload: warren.Payload{Extra: map[string]json.RawMessage{"k": json.RawMessage(`nope`)}}},
 	}
 	tx, err := e.pool.Begin(ctx)
 	if err != nil {

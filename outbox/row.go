@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -131,4 +133,27 @@ func collectRows(rows pgx.Rows) ([]Row, error) {
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// MaxErrorText is the most bytes of error text a relay writes to a row's
+// last_error.
+const MaxErrorText = 2000
+
+// ErrorText is s as a relay stores it in last_error: what a text column
+// refuses (invalid UTF-8, NUL) replaced by U+FFFD, and cut to at most
+// MaxErrorText bytes on a character boundary, "…" marking the cut. A cut
+// inside a character, or a byte Postgres refuses, would fail the
+// statement that records the row's failure, and with it every attempt to
+// record it.
+func ErrorText(s string) string {
+	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
+	if len(s) <= MaxErrorText {
+		return s
+	}
+	const cut = "…"
+	n := MaxErrorText - len(cut)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + cut
 }

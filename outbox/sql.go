@@ -77,7 +77,8 @@ SELECT
 const deadFilter = `state = 'dead'
 	AND ($1 = '' OR starts_with(event_type, $1))
 	AND ($2 = '' OR entity_id = $2)
-	AND (cardinality($3::text[]) = 0 OR event_id = ANY($3::text[]))`
+	AND (cardinality($3::text[]) = 0 OR event_id = ANY($3::text[]))
+	AND (cardinality($5::bigint[]) = 0 OR id = ANY($5::bigint[]))`
 
 const deadSQL = `SELECT ` + Columns + ` FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4`
 
@@ -87,7 +88,7 @@ WITH redriven AS (
 	WHERE id IN (SELECT id FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4 FOR UPDATE)
 	RETURNING 1
 )
-SELECT count(*) FROM (SELECT pg_notify($5, '') FROM redriven) AS notified`
+SELECT count(*) FROM (SELECT pg_notify($6, '') FROM redriven) AS notified`
 
 // The purge locks its batch so that a concurrent Redrive cannot turn a row
 // back to pending between the archive and the delete. $1 never holds

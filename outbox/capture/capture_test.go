@@ -20,6 +20,7 @@ const ws = "7f5e5b8a-1c2d-4e3f-9a0b-1c2d3e4f5a6b"
 // Each kind of change on a captured table writes exactly the event it
 // should, and a change to nothing tracked writes none.
 func TestCaptureWritesOneEventPerChange(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.install(e.spec())
 	_, last := e.events(0)
@@ -123,6 +124,7 @@ func TestCaptureWritesOneEventPerChange(t *testing.T) {
 // One UPDATE of 10,000 rows writes 10,000 events, one per row, each with
 // its own old value, and wakes the relay once it commits.
 func TestCaptureBulkUpdate(t *testing.T) {
+	t.Parallel()
 	const n = 10000
 	e := newEnv(t)
 	e.install(e.spec())
@@ -170,6 +172,7 @@ func (e *env) poison(entityID string) {
 // Fail: an event that cannot be written fails the statement, so the
 // change is not made either.
 func TestCaptureFailPolicyFailsTheStatement(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	e.install(e.spec())
 	e.poison("bad")
@@ -190,6 +193,7 @@ func TestCaptureFailPolicyFailsTheStatement(t *testing.T) {
 // Record: the statement succeeds, and the failure is a row in the
 // capture errors table, counted by Stats.
 func TestCaptureRecordPolicyRecordsTheFailure(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.spec()
 	spec.OnFailure = capture.Record
@@ -233,6 +237,7 @@ func TestCaptureRecordPolicyRecordsTheFailure(t *testing.T) {
 // and 'Done' to 'DONE' under a case-insensitive collation (citext's
 // case too), are changes although = calls them equal.
 func TestCaptureUpdateComparesWhatThePayloadShows(t *testing.T) {
+	t.Parallel()
 	pool := testenv.PgPool(t)
 	ctx := context.Background()
 	collation := pgx.Identifier{testenv.Name(t, "ci")}.Sanitize()
@@ -270,6 +275,7 @@ func TestCaptureUpdateComparesWhatThePayloadShows(t *testing.T) {
 // cannot get its lock in lock_timeout fails the statement, so the
 // application retries it, and no capture error is written.
 func TestCaptureRecordPolicyLetsRetryableErrorsFail(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.spec()
 	spec.OnFailure = capture.Record

@@ -30,19 +30,70 @@ type Migration struct {
 
 // objects are a capture's function and triggers as its SQL creates them.
 type objects struct {
-	source   string // the captured table, quoted
-	function string // the function's signature, quoted: "public"."issues_warren_capture"()
-	body     string // the function's body, as pg_proc.prosrc holds it
+	source     string    // the captured table, quoted
+	outbox     string    // the outbox it writes to, quoted, schema-qualified
+	errors     string    // under Record, the capture errors table, quoted, schema-qualified
+	partitions []string  // its partitions at every level, quoted
+	function   string    // the function's signature, quoted: "public"."issues_warren_capture"()
+	body       string    // the function's body, as pg_proc.prosrc holds it
+	triggers   []trigger // on source; the row-level ones and the TRUNCATE one on each partition too
 }
+
+// trigger is one of the capture's triggers.
+type trigger struct {
+	name, event string // event: INSERT, UPDATE, DELETE or TRUNCATE
+	row         bool   // FOR EACH ROW
+	replicaOnly bool   // ENABLE REPLICA, else ENABLE ALWAYS
+	guard       bool   // the guard: never fires, see triggerGuard
+}
+
+// sources are where a trigger call reads its rows from: the statement's
+// transition tables, or the row-level call's NEW and OLD.
+type sources struct{ new, old string }
+
+var (
+	statementRows = sources{newRows, oldRows}
+	rowRows       = sources{"(SELECT NEW.*)", "(SELECT OLD.*)"}
+)
 
 // The names the generated objects use.
 const (
-	triggerInsert = "warren_capture_insert"
-	triggerUpdate = "warren_capture_update"
-	triggerDelete = "warren_capture_delete"
-	newRows       = "warren_new_rows" // the statement's transition tables
-	oldRows       = "warren_old_rows"
-	bodyTag       = "$warren_capture$" // the function body's dollar quote
+	triggerInsert   = "warren_capture_insert"
+	triggerUpdate   = "warren_capture_update"
+	triggerDelete   = "warren_capture_delete"
+	triggerTruncate = "warren_capture_truncate"
+	// The row-level triggers of a statement-level capture, enabled for
+	// replica sessions only: logical replication's apply worker fires
+	// row-level triggers only.
+	triggerReplicaInsert = "warren_capture_replica_insert"
+	triggerReplicaUpdate = "warren_capture_replica_update"
+	triggerReplicaDelete = "warren_capture_replica_delete"
+	// The guard of a statement-level capture: a row-level trigger with a
+	// transition table, WHEN (false) so that it never fires, which
+	// PostgreSQL does not allow on a partition or an inheritance child.
+	// It makes ALTER TABLE … ATTACH PARTITION and INHERIT refuse the
+	// table, whose statement-level triggers would not fire for statements
+	// naming the new parent.
+	triggerGuard = "warren_capture_guard"
+	guardRows    = "warren_guard_rows"
+	newRows      = "warren_new_rows" // the statement's transition tables
+	oldRows      = "warren_old_rows"
+	// functionConfig is the function's SET clause as pg_proc.proconfig
+	// holds it. The search_path is pinned so that nothing on the writing
+	// session's path (a look-alike jsonb_build_object, =, or text in a
+	// schema it can create in) is what the function calls; the function
+	// names every function it calls with its schema besides. The output
+	// settings are pinned because the change test and the payload are
+	// made of the columns' text forms, which the writer's settings change:
+	// extra_float_digits below 1 rounds floats (a changed float would
+	// write no event), and bytea_output, IntervalStyle, DateStyle,
+	// TimeZone (timestamptz) and lc_monetary (money) change the payload's
+	// text for the same row.
+	functionConfig = "jit=off\nsearch_path=pg_catalog, pg_temp\nextra_float_digits=3\nbytea_output=hex\n" +
+		"IntervalStyle=postgres\nDateStyle=ISO, MDY\nTimeZone=UTC\nlc_monetary=C"
+	// functionSettings is the same as CREATE FUNCTION's SET clauses.
+	functionSettings = "SET jit = off SET search_path = pg_catalog, pg_temp SET extra_float_digits = 3 SET bytea_output = hex\n" +
+		"\tSET IntervalStyle = postgres SET DateStyle = 'ISO, MDY' SET TimeZone = 'UTC' SET lc_monetary = 'C'"
 )
 
 // maxBuildPairs is how many key-value pairs one jsonb_build_object call
@@ -51,8 +102,13 @@ const maxBuildPairs = 50
 
 // plan is a Spec resolved against the catalog: everything the SQL needs.
 type plan struct {
-	spec       Spec
-	source     *table
+	spec   Spec
+	source *table
+	// rowLevel: the table is in a partition or inheritance hierarchy, and
+	// only row-level triggers fire for every statement that writes its
+	// rows (PostgreSQL clones them to every partition, present and
+	// future).
+	rowLevel   bool
 	tracked    []column
 	key        []string // primary key, pairs old and new rows
 	entityID   string
@@ -98,6 +154,13 @@ func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The events' own tables: capturing one would write an event for
+	// each event (or failure) written, without end.
+	for _, own := range []string{ob.Name(), ob.CaptureErrorsTable()} {
+		if src.schema == outboxSchema && src.name == own {
+			return nil, invalidf("%s.%s is the outbox's own table; capturing it would write events about its events without end", src.schema, src.name)
+		}
+	}
 	p := &plan{
 		spec: spec, source: src, channel: ob.Channel(),
 		outbox: quote(outboxSchema) + "." + quote(ob.Name()),
@@ -108,6 +171,20 @@ func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
 	if err := p.resolveColumns(); err != nil {
 		return nil, err
 	}
+	// What the trigger writes to runs as every writer of the captured
+	// table: a trigger on the outbox (another capture's, which would also
+	// make two captures write each other's events without end) or an
+	// outbox owned by another role is refused.
+	writes := []string{p.outbox}
+	if spec.OnFailure == Record {
+		writes = append(writes, p.errors)
+	}
+	for _, rel := range writes {
+		if err := ownTable(ctx, db, rel); err != nil {
+			return nil, fmt.Errorf("capture %s: %w", spec.Table, err)
+		}
+	}
+	p.rowLevel = src.inHierarchy
 	return p, nil
 }
 
@@ -147,14 +224,26 @@ func (p *plan) resolveColumns() error {
 	}
 
 	p.key = t.primaryKey
-	if len(p.key) == 0 {
+	switch {
+	case len(p.key) == 0:
 		return invalidf("table %s has no primary key; the update trigger pairs each row's old and new versions by it", p.name())
+	case t.deferrableKey:
+		return invalidf("table %s has a DEFERRABLE primary key: two rows may share a key between a transaction's statements, and the update trigger pairing old and new versions by it would write the wrong events; make it NOT DEFERRABLE", p.name())
 	}
 	p.entityID = spec.EntityIDColumn
 	switch {
 	case p.entityID != "":
 		if err := need("EntityIDColumn", p.entityID); err != nil {
 			return err
+		}
+		if c, _ := t.column(p.entityID); !c.notNull {
+			return invalidf("EntityIDColumn %q of %s may be NULL; every event needs an entity id: make it NOT NULL", p.entityID, p.name())
+		}
+		// A change of the entity id is the old entity's end and a new
+		// one's start, as a key change is: pairing by it too makes it
+		// .deleted and .created.
+		if !slices.Contains(p.key, p.entityID) {
+			p.key = append(slices.Clone(p.key), p.entityID)
 		}
 	case len(p.key) > 1:
 		return invalidf("table %s has a composite primary key (%s); set EntityIDColumn to the column that identifies the entity",
@@ -175,19 +264,20 @@ func (p *plan) resolveColumns() error {
 		if err := need("SoftDeleteColumn", spec.SoftDeleteColumn); err != nil {
 			return err
 		}
+		// A live row is one whose soft delete column is NULL, and a hard
+		// DELETE of a row that is not writes no event (its .deleted was
+		// written when the column was set): on a NOT NULL column every
+		// DELETE would commit without its event.
+		if c, _ := t.column(spec.SoftDeleteColumn); c.notNull {
+			return invalidf("SoftDeleteColumn %q of table %s is NOT NULL: a soft delete is the column going from NULL to a value, so every row would count as deleted already and its DELETE would write no event", spec.SoftDeleteColumn, p.name())
+		}
 		p.softDelete = spec.SoftDeleteColumn
 	default:
-		if _, ok := t.column(DefaultSoftDeleteColumn); ok {
+		// Taken by its name only when it can mean a soft delete (see above):
+		// a NOT NULL deleted_at (say DEFAULT 'infinity') is an ordinary
+		// column, and DELETEs write their events.
+		if c, ok := t.column(DefaultSoftDeleteColumn); ok && !c.notNull {
 			p.softDelete = DefaultSoftDeleteColumn
-		}
-	}
-	// Every column name reaches the SQL quoted, and as a JSON key in a
-	// string literal; a backslash would mean different things there
-	// depending on standard_conforming_strings, and the dollar quote would
-	// end the function body early.
-	for _, c := range t.columns {
-		if strings.ContainsRune(c.name, '\\') || strings.Contains(c.name, bodyTag) {
-			return invalidf("column %q of %s: capture cannot quote a name with a backslash or %s", c.name, p.name(), bodyTag)
 		}
 	}
 	return nil
@@ -205,7 +295,7 @@ func (p *plan) data(side string) string {
 		for _, c := range chunk {
 			args = append(args, literal(c.name), ref(side, c.name))
 		}
-		parts = append(parts, "jsonb_build_object("+strings.Join(args, ", ")+")")
+		parts = append(parts, "pg_catalog.jsonb_build_object("+strings.Join(args, ", ")+")")
 	}
 	return strings.Join(parts, "\n\t\t\t|| ")
 }
@@ -227,7 +317,7 @@ func (p *plan) changed() string {
 		// COLLATE "C": a text column's collation survives the cast, and a
 		// case-insensitive one would call 'A' and 'a' equal again.
 		o, n := ref("o", c.name)+`::text COLLATE "C"`, ref("n", c.name)+`::text COLLATE "C"`
-		parts = append(parts, fmt.Sprintf("CASE WHEN %s IS DISTINCT FROM %s THEN jsonb_build_object(%s, %s) ELSE '{}'::jsonb END",
+		parts = append(parts, fmt.Sprintf("CASE WHEN %s IS DISTINCT FROM %s THEN pg_catalog.jsonb_build_object(%s, %s) ELSE '{}'::jsonb END",
 			o, n, literal(c.name), ref("o", c.name)))
 	}
 	return strings.Join(parts, "\n\t\t\t|| ")
@@ -256,14 +346,14 @@ func (p *plan) insert(eventType, entityID, workspace, project, payload, from str
 		version = literal(p.spec.Version)
 	}
 	return fmt.Sprintf(`INSERT INTO %s (%s)
-		SELECT gen_random_uuid()::text,
+		SELECT pg_catalog.gen_random_uuid()::text,
 			%s,
 			%s,
 			%s,
 			%s,
 			%s,
-			nullif(current_setting(%s, true), ''),
-			coalesce(nullif(current_setting(%s, true), ''), %s),
+			nullif(pg_catalog.current_setting(%s, true), ''),
+			coalesce(nullif(pg_catalog.current_setting(%s, true), ''), %s),
 			%s,
 			%s
 		%s;`,
@@ -275,18 +365,18 @@ func (p *plan) insert(eventType, entityID, workspace, project, payload, from str
 func (p *plan) eventType(verb string) string { return literal(p.spec.EventPrefix + "." + verb) }
 
 // onInsert writes a .created event per inserted row.
-func (p *plan) onInsert() string {
+func (p *plan) onInsert(src sources) string {
 	id, ws, proj := p.envelope("n")
-	payload := "jsonb_build_object('data', " + p.data("n") + ",\n\t\t\t'previous_attributes', NULL)"
-	return p.insert(p.eventType("created"), id, ws, proj, payload, "FROM "+newRows+" AS n")
+	payload := "pg_catalog.jsonb_build_object('data', " + p.data("n") + ",\n\t\t\t'previous_attributes', NULL)"
+	return p.insert(p.eventType("created"), id, ws, proj, payload, "FROM "+src.new+" AS n")
 }
 
 // onDelete writes a .deleted event per deleted row, carrying the old row;
 // a row that was already soft deleted had its event then.
-func (p *plan) onDelete() string {
+func (p *plan) onDelete(src sources) string {
 	id, ws, proj := p.envelope("o")
-	payload := "jsonb_build_object('data', " + p.data("o") + ",\n\t\t\t'previous_attributes', NULL)"
-	from := "FROM " + oldRows + " AS o"
+	payload := "pg_catalog.jsonb_build_object('data', " + p.data("o") + ",\n\t\t\t'previous_attributes', NULL)"
+	from := "FROM " + src.old + " AS o"
 	if p.softDelete != "" {
 		from += "\n\t\tWHERE " + ref("o", p.softDelete) + " IS NULL"
 	}
@@ -298,10 +388,14 @@ func (p *plan) onDelete() string {
 // soft deleted. A row whose key the update changed has no partner: it is
 // the entity's end (.deleted, with its old values) and a new entity's
 // start (.created).
-func (p *plan) onUpdate() string {
+func (p *plan) onUpdate(src sources) string {
+	// Paired by the key's text form, which has an = in pg_catalog
+	// whatever the key's type (citext's is in the schema citext was
+	// installed in, which the pinned search_path leaves out). Distinct
+	// keys have distinct text forms within one statement.
 	var on []string
 	for _, k := range p.key {
-		on = append(on, ref("o", k)+" = "+ref("n", k))
+		on = append(on, ref("o", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
 	}
 	k := p.key[0] // NOT NULL in both versions, so NULL means "no partner"
 	oldGone, newGone := ref("o", k)+" IS NULL", ref("n", k)+" IS NULL"
@@ -321,7 +415,7 @@ func (p *plan) onUpdate() string {
 	}
 	oid, ows, oproj := p.envelope("o")
 	nid, nws, nproj := p.envelope("n")
-	payload := "jsonb_build_object('data', " + either(p.data("o"), p.data("n")) +
+	payload := "pg_catalog.jsonb_build_object('data', " + either(p.data("o"), p.data("n")) +
 		",\n\t\t\t'previous_attributes', CASE WHEN " + oldGone + " OR " + newGone + " THEN NULL ELSE d.changed END)"
 
 	// OFFSET 0 keeps the diff a subquery computed once per pair, rather
@@ -331,7 +425,7 @@ func (p *plan) onUpdate() string {
 		FULL JOIN %s AS n ON %s
 		CROSS JOIN LATERAL (SELECT %s AS changed OFFSET 0) AS d
 		WHERE %s OR %s OR d.changed <> '{}'::jsonb`,
-		oldRows, newRows, strings.Join(on, " AND "), p.changed(), oldGone, newGone)
+		src.old, src.new, strings.Join(on, " AND "), p.changed(), oldGone, newGone)
 	if softDeleted != "" {
 		from += " OR (" + softDeleted + ")"
 	}
@@ -357,11 +451,12 @@ func (p *plan) guarded(op, insert, ids string) string {
 	return fmt.Sprintf(`		BEGIN
 		%s
 		GET DIAGNOSTICS written = ROW_COUNT;
-		-- Catching opens a subtransaction per statement, not per row.
+		-- Catching opens a subtransaction per trigger call: per statement
+		-- for statement-level triggers, per row for row-level ones.
 		EXCEPTION WHEN others THEN
 			GET STACKED DIAGNOSTICS err_state = RETURNED_SQLSTATE, err_message = MESSAGE_TEXT, err_detail = PG_EXCEPTION_DETAIL;
 			-- Retryable: fail the statement so that the application retries it.
-			IF left(err_state, 2) IN ('08', '40', '53', '57') OR err_state = '55P03' THEN
+			IF pg_catalog.left(err_state, 2) IN ('08', '40', '53', '57') OR err_state = '55P03' THEN
 				RAISE;
 			END IF;
 			INSERT INTO %s (source_table, operation, entity_ids, sqlstate, message, detail)
@@ -378,19 +473,15 @@ func (p *plan) ids(rows, alias string) string {
 	return fmt.Sprintf("SELECT %s::text FROM %s AS %s", ref(alias, p.entityID), rows, alias)
 }
 
-// sql is the whole migration, and what it installs.
+// sql is the whole migration, and what it installs. No catalog or
+// operator text reaches it but through quote and literal: the comments
+// are fixed text, what the capture is about is the function's COMMENT,
+// a literal, and the body's dollar quote is a tag the body does not hold.
 func (p *plan) sql() (string, *objects) {
 	var b strings.Builder
 	source := quote(p.source.schema) + "." + quote(p.source.name)
 	function := quote(p.source.schema) + "." + quote(p.source.name+functionSuffix)
-	tracked := make([]string, len(p.tracked))
-	for i, c := range p.tracked {
-		tracked[i] = c.name
-	}
-	fmt.Fprintf(&b, "-- warren outbox capture: %s → %s (%s.created, .updated, .deleted), generated from the catalog; do not edit.\n",
-		p.name(), p.outbox, p.spec.EventPrefix)
-	fmt.Fprintf(&b, "-- tracked columns: %s\n", strings.Join(tracked, ", "))
-	fmt.Fprintf(&b, "-- on failure: %s\n", p.spec.OnFailure)
+	b.WriteString("-- warren outbox capture, generated from the catalog; do not edit. COMMENT ON FUNCTION says what it captures.\n")
 	if p.spec.OnFailure == Record {
 		fmt.Fprintf(&b, `
 -- Where the trigger records the events it could not write.
@@ -406,51 +497,249 @@ CREATE TABLE IF NOT EXISTS %s (
 );
 `, p.errors)
 	}
-	declare := "\twritten bigint := 0;\n"
+	body := p.body()
+	tag := dollarTag(body)
+	fmt.Fprintf(&b, `
+-- One function for the table's triggers. The column lists are written
+-- out: nothing is looked up in the catalog at run time.
+-- jit = off: a session keeps the plan its first statement made; planned for
+-- a bulk statement's transition tables it costs over jit_above_cost, and
+-- every later one-row statement would pay ~60 ms of JIT compilation.
+-- search_path: only pg_catalog's functions and operators are called.
+-- The output settings: the events' text is the same whatever the writer's.
+CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql
+	%s
+	AS %s%s%s;
+COMMENT ON FUNCTION %s() IS %s;
+`, function, functionSettings, tag, body, tag, function, literal(p.description()))
+
+	triggers := p.triggers()
+	if p.rowLevel {
+		b.WriteString("\n-- Row-level: PostgreSQL clones these to every partition, present and future, and\n" +
+			"-- they fire for statements naming a partition, the parent, or an inheritance parent.\n")
+	} else {
+		b.WriteString("\n-- Statement-level: a statement touching 10,000 rows writes its events in\n" +
+			"-- one INSERT … SELECT from its transition tables. Logical replication's\n" +
+			"-- apply worker fires row-level triggers only: the replica ones are for it.\n")
+	}
+	for _, t := range []string{triggerInsert, triggerUpdate, triggerDelete, triggerReplicaInsert, triggerReplicaUpdate, triggerReplicaDelete, triggerGuard, triggerTruncate} {
+		fmt.Fprintf(&b, "DROP TRIGGER IF EXISTS %s ON %s;\n", t, source)
+	}
+	for _, t := range triggers {
+		if t.event != "TRUNCATE" {
+			b.WriteString(t.create(source, function))
+		}
+	}
+	b.WriteString(`
+-- TRUNCATE would remove rows without their events: it is refused. Not
+-- cloned to partitions, so each present partition gets its own.
+`)
+	truncate := triggers[len(triggers)-1]
+	for _, rel := range append([]string{source}, p.source.partitions...) {
+		if rel != source {
+			fmt.Fprintf(&b, "DROP TRIGGER IF EXISTS %s ON %s;\n", triggerTruncate, rel)
+		}
+		b.WriteString(truncate.create(rel, function))
+	}
+	b.WriteString(`
+-- ALWAYS: they fire under session_replication_role = replica too (bulk
+-- loaders, restores, logical replication's workers); see the function for
+-- what a replication worker's writes do. On a partitioned table this
+-- reaches the clones, present and future.
+`)
+	for _, t := range triggers {
+		fmt.Fprintf(&b, "ALTER TABLE %s ENABLE %s TRIGGER %s;\n", source, t.enable(), t.name)
+	}
+	for _, rel := range p.source.partitions {
+		fmt.Fprintf(&b, "ALTER TABLE %s ENABLE %s TRIGGER %s;\n", rel, truncate.enable(), truncate.name)
+	}
+	o := &objects{source: source, outbox: p.outbox, partitions: p.source.partitions, function: function + "()", body: body, triggers: triggers}
+	if p.spec.OnFailure == Record {
+		o.errors = p.errors
+	}
+	return b.String(), o
+}
+
+// triggers are the capture's triggers on the table, the TRUNCATE one last.
+func (p *plan) triggers() []trigger {
+	ts := []trigger{{triggerInsert, "INSERT", p.rowLevel, false, false}, {triggerUpdate, "UPDATE", p.rowLevel, false, false},
+		{triggerDelete, "DELETE", p.rowLevel, false, false}}
+	if !p.rowLevel {
+		ts = append(ts, trigger{triggerReplicaInsert, "INSERT", true, true, false}, trigger{triggerReplicaUpdate, "UPDATE", true, true, false},
+			trigger{triggerReplicaDelete, "DELETE", true, true, false}, trigger{triggerGuard, "INSERT", true, false, true})
+	}
+	return append(ts, trigger{triggerTruncate, "TRUNCATE", false, false, false})
+}
+
+// create is the trigger's CREATE TRIGGER on rel.
+func (t trigger) create(rel, function string) string {
+	if t.event == "TRUNCATE" {
+		return fmt.Sprintf("CREATE TRIGGER %s BEFORE TRUNCATE ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s();\n", t.name, rel, function)
+	}
+	level, transition, when := "STATEMENT", "", ""
+	if t.row {
+		level = "ROW"
+	}
+	if oldTable, newTable := t.transition(); oldTable != "" || newTable != "" {
+		transition = " REFERENCING"
+		if oldTable != "" {
+			transition += " OLD TABLE AS " + oldTable
+		}
+		if newTable != "" {
+			transition += " NEW TABLE AS " + newTable
+		}
+	}
+	if t.guard {
+		when = " WHEN (false)"
+	}
+	return fmt.Sprintf("CREATE TRIGGER %s AFTER %s ON %s%s\n\tFOR EACH %s%s EXECUTE FUNCTION %s();\n", t.name, t.event, rel, transition, level, when, function)
+}
+
+// transition names the trigger's transition tables, "" for none.
+func (t trigger) transition() (oldTable, newTable string) {
+	switch {
+	case t.guard:
+		return "", guardRows
+	case t.row:
+		return "", ""
+	case t.event == "INSERT":
+		return "", newRows
+	case t.event == "UPDATE":
+		return oldRows, newRows
+	case t.event == "DELETE":
+		return oldRows, ""
+	}
+	return "", ""
+}
+
+// tgtype is pg_trigger.tgtype of the trigger: its level, timing and
+// event bits (TRIGGER_TYPE_ROW 1, BEFORE 2, INSERT 4, DELETE 8, UPDATE
+// 16, TRUNCATE 32).
+func (t trigger) tgtype() int {
+	bits := map[string]int{"INSERT": 4, "DELETE": 8, "UPDATE": 16, "TRUNCATE": 32 | 2}[t.event]
+	if t.row {
+		bits |= 1
+	}
+	return bits
+}
+
+func (t trigger) enable() string {
+	if t.replicaOnly {
+		return "REPLICA"
+	}
+	return "ALWAYS"
+}
+
+// body is the trigger function's body.
+func (p *plan) body() string {
+	declare := "\twritten bigint := 0;\n\tsubscription text;\n"
 	if p.spec.OnFailure == Record {
 		declare += "\terr_state text;\n\terr_message text;\n\terr_detail text;\n"
 	}
-	body := fmt.Sprintf(`
+	dispatch := p.ops(rowRows)
+	if !p.rowLevel {
+		dispatch = "\tIF TG_LEVEL = 'ROW' THEN\n" + p.ops(rowRows) + "\n\tELSE\n" + p.ops(statementRows) + "\n\tEND IF;"
+	}
+	return fmt.Sprintf(`
 DECLARE
 %sBEGIN
-	IF TG_OP = 'INSERT' THEN
+%s
+	IF TG_OP = 'TRUNCATE' THEN
+		RAISE EXCEPTION 'warren capture: TRUNCATE of %% would remove its rows without their events', %s
+			USING ERRCODE = 'feature_not_supported',
+				HINT = 'DELETE the rows (which writes their events), or uninstall the capture first (warren outbox capture --uninstall) to remove them without events.';
+	END IF;
+%s
+	-- Wakes the relay when the transaction commits, as outbox.Publish does.
+	IF written > 0 THEN
+		PERFORM pg_catalog.pg_notify(%s, '');
+	END IF;
+	RETURN NULL;
+END
+`, declare, p.replica(), literal(p.name()), dispatch, literal(p.channel))
+}
+
+// ops writes the events of one trigger call, reading its rows from src.
+func (p *plan) ops(src sources) string {
+	return fmt.Sprintf(`	IF TG_OP = 'INSERT' THEN
 %s
 	ELSIF TG_OP = 'UPDATE' THEN
 %s
 	ELSIF TG_OP = 'DELETE' THEN
 %s
-	END IF;
-	-- Wakes the relay when the transaction commits, as outbox.Publish does.
-	IF written > 0 THEN
-		PERFORM pg_notify(%s, '');
-	END IF;
-	RETURN NULL;
-END
-`, declare,
-		p.guarded("INSERT", p.onInsert(), p.ids(newRows, "n")),
-		p.guarded("UPDATE", p.onUpdate(), p.ids(newRows, "n")+" UNION "+p.ids(oldRows, "o")),
-		p.guarded("DELETE", p.onDelete(), p.ids(oldRows, "o")),
-		literal(p.channel))
-	fmt.Fprintf(&b, `
--- One function for the table's three statement-level triggers. The column
--- lists are written out: nothing is looked up in the catalog at run time.
--- jit = off: a session keeps the plan its first statement made; planned for
--- a bulk statement's transition tables it costs over jit_above_cost, and
--- every later one-row statement would pay ~60 ms of JIT compilation.
-CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql SET jit = off AS %s%s%s;
-`, function, bodyTag, body, bodyTag)
-	fmt.Fprintf(&b, `
--- Statement-level: a statement touching 10,000 rows writes its events in
--- one INSERT … SELECT from its transition tables.
-DROP TRIGGER IF EXISTS %[1]s ON %[4]s;
-DROP TRIGGER IF EXISTS %[2]s ON %[4]s;
-DROP TRIGGER IF EXISTS %[3]s ON %[4]s;
-CREATE TRIGGER %[1]s AFTER INSERT ON %[4]s REFERENCING NEW TABLE AS %[6]s
-	FOR EACH STATEMENT EXECUTE FUNCTION %[5]s();
-CREATE TRIGGER %[2]s AFTER UPDATE ON %[4]s REFERENCING OLD TABLE AS %[7]s NEW TABLE AS %[6]s
-	FOR EACH STATEMENT EXECUTE FUNCTION %[5]s();
-CREATE TRIGGER %[3]s AFTER DELETE ON %[4]s REFERENCING OLD TABLE AS %[7]s
-	FOR EACH STATEMENT EXECUTE FUNCTION %[5]s();
-`, triggerInsert, triggerUpdate, triggerDelete, source, function, newRows, oldRows)
-	return b.String(), &objects{source: source, function: function + "()", body: body}
+	END IF;`,
+		p.guarded("INSERT", p.onInsert(src), p.ids(src.new, "n")),
+		p.guarded("UPDATE", p.onUpdate(src), p.ids(src.new, "n")+" UNION "+p.ids(src.old, "o")),
+		p.guarded("DELETE", p.onDelete(src), p.ids(src.old, "o")))
+}
+
+// replica is what the function does first in a session under
+// session_replication_role = replica. A logical replication worker is
+// such a session listed, by its pid, in pg_stat_subscription, which no
+// other session can be: there Spec.Subscriber decides. The worker that
+// applies changes fires row-level triggers only, and a table sync's COPY
+// fires both kinds, so for a statement-level capture its row-level
+// (replica) triggers write in a worker and its statement-level ones
+// everywhere else. See docs/adr/capture-replication-role.md.
+func (p *plan) replica() string {
+	if p.rowLevel && p.spec.Subscriber == SubscriberCapture {
+		return "\t-- Subscriber: capture. Every session's writes write their events."
+	}
+	var action string
+	switch p.spec.Subscriber {
+	case SubscriberCapture:
+		action = "\t\t\t-- Subscriber: capture. A logical replication worker's writes write their events."
+	case SubscriberSkip:
+		action = "\t\t\t-- Subscriber: skip. The publisher captures this table: its outbox has the events.\n\t\t\tRETURN NULL;"
+	default:
+		action = fmt.Sprintf(`			RAISE EXCEPTION 'warren capture: logical replication (subscription %%) writes %%, and the capture was installed with no choice of whether this end writes those events', subscription, %s
+				USING ERRCODE = 'object_not_in_prerequisite_state',
+					HINT = 'Install the capture again with Subscriber capture (this end writes the events) or skip (the publisher captures this table and writes them): warren outbox capture --subscriber capture|skip.';`,
+			literal(p.name()))
+	}
+	levels := ""
+	if !p.rowLevel {
+		action += "\n\t\t\tIF TG_LEVEL = 'STATEMENT' AND TG_OP <> 'TRUNCATE' THEN\n\t\t\t\tRETURN NULL; -- the row-level calls write\n\t\t\tEND IF;"
+		levels = "\n\t\tELSIF TG_LEVEL = 'ROW' THEN\n\t\t\tRETURN NULL; -- the statement-level call writes"
+	}
+	return fmt.Sprintf(`	IF pg_catalog.current_setting('session_replication_role') = 'replica' THEN
+		SELECT s.subname INTO subscription FROM pg_catalog.pg_stat_subscription AS s WHERE s.pid = pg_catalog.pg_backend_pid() LIMIT 1;
+		IF FOUND THEN
+%s%s
+		END IF;
+	END IF;`, action, levels)
+}
+
+// descriptionOutbox is the outbox a description names.
+func descriptionOutbox(description, name string) string {
+	rest, ok := strings.CutPrefix(description, "warren outbox capture: "+name+" -> ")
+	outbox, _, found := strings.Cut(rest, " (")
+	if !ok || !found {
+		return ""
+	}
+	return outbox
+}
+
+// description is the function's COMMENT: what the capture is about.
+func (p *plan) description() string {
+	tracked := make([]string, len(p.tracked))
+	for i, c := range p.tracked {
+		tracked[i] = c.name
+	}
+	level := "statement"
+	if p.rowLevel {
+		level = "row"
+	}
+	return fmt.Sprintf("warren outbox capture: %s -> %s (%s.created, .updated, .deleted); tracked columns: %s; on failure: %s; subscriber: %s; %s-level triggers",
+		p.name(), p.outbox, p.spec.EventPrefix, strings.Join(tracked, ", "), p.spec.OnFailure, p.spec.Subscriber, level)
+}
+
+// dollarTag is a dollar quote that body does not contain, so that
+// nothing in it (a column name, an event prefix) ends the body early.
+func dollarTag(body string) string {
+	tag := "$warren_capture$"
+	for i := 1; strings.Contains(body, tag); i++ {
+		tag = fmt.Sprintf("$warren_capture_%d$", i)
+	}
+	return tag
 }

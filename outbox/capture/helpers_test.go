@@ -44,6 +44,13 @@ const issuesDDL = `CREATE TABLE {source} (
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvWith(t, issuesDDL)
+}
+
+// newEnvWith is newEnv with the captured table made by ddl, in which
+// {source} is its name.
+func newEnvWith(t *testing.T, ddl string) *env {
+	t.Helper()
 	ob := testenv.NewOutboxTable(t)
 	e := &env{t: t, pool: ob.Pool, outbox: ob.Table, table: testenv.Name(t, "src")}
 	testenv.DropTables(t, e.table, ob.Table.CaptureErrorsTable())
@@ -59,7 +66,7 @@ func newEnv(t *testing.T) *env {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	e.exec(issuesDDL)
+	e.exec(ddl)
 	return e
 }
 
@@ -87,6 +94,27 @@ func (e *env) exec(sql string, args ...any) {
 	if err := e.try(sql, args...); err != nil {
 		e.t.Fatalf("%s: %v", sql, err)
 	}
+}
+
+// execAs runs sql as exec does, in a transaction whose
+// session_replication_role is role ("replica", as bulk loaders and
+// logical replication's workers set it).
+func (e *env) execAs(role, sql string, args ...any) {
+	e.t.Helper()
+	if err := e.tryAs(role, sql, args...); err != nil {
+		e.t.Fatalf("%s (session_replication_role %s): %v", sql, role, err)
+	}
+}
+
+func (e *env) tryAs(role, sql string, args ...any) error {
+	ctx := context.Background()
+	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('session_replication_role', $1, true)`, role); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, e.render(sql), args...)
+		return err
+	})
 }
 
 func (e *env) try(sql string, args ...any) error {

@@ -18,6 +18,7 @@ import (
 // or table is the next version and replaces the function, and Uninstall
 // is a version too.
 func TestInstallIsVersioned(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.spec()
 	first := e.install(spec)
@@ -71,6 +72,7 @@ func TestInstallIsVersioned(t *testing.T) {
 // A spec the table cannot satisfy is refused with a clear error, and
 // nothing is installed.
 func TestGenerateRefusesBadSpecs(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	composite := testenv.Name(t, "cmp")
 	keyless := testenv.Name(t, "nok")
@@ -92,9 +94,9 @@ func TestGenerateRefusesBadSpecs(t *testing.T) {
 		"bad setting":        {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), InitiatorTypeSetting: "initiator"}, "custom setting"},
 		"soft delete twice":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), SoftDeleteColumn: "deleted_at", NoSoftDelete: true}, "exclude each other"},
 		"control in prefix":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), EventPrefix: "work\nitem"}, "control character"},
-		"backslash: prefix":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), EventPrefix: `work\item`}, "EventPrefix \"work\\\\item\" contains a backslash"},
-		"backslash: entity":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), EntityType: `is\sue`}, "EntityType \"is\\\\sue\" contains a backslash"},
-		"backslash: version": {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), Version: `1\0`}, "Version \"1\\\\0\" contains a backslash"},
+		"not UTF-8: prefix":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), EventPrefix: "work\xffitem"}, "EventPrefix \"work\\xffitem\" is not UTF-8"},
+		"not UTF-8: version": {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), Version: "1\xc3"}, "is not UTF-8"},
+		"bad subscriber":     {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), Subscriber: "ignore"}, "Subscriber must be"},
 		"unknown id column":  {capture.Spec{Table: composite, Outbox: e.outbox.Name(), EntityIDColumn: "c"}, `EntityIDColumn: table`},
 		"unknown soft.del.":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), SoftDeleteColumn: "removed_at"}, `no column "removed_at"`},
 		"unknown workspace":  {capture.Spec{Table: e.table, Outbox: e.outbox.Name(), WorkspaceColumn: "ws"}, `no column "ws"`},
@@ -119,24 +121,34 @@ func TestGenerateRefusesBadSpecs(t *testing.T) {
 // last version created is no longer in place, since the table's changes
 // write no events until it is; and says why.
 func TestInstallRepairsWhatIsNoLongerInPlace(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	spec := e.spec()
 	version := e.install(spec).Version
 	function := pgx.Identifier{e.table + "_warren_capture"}.Sanitize() + "()"
-	for i, c := range []struct{ name, breakSQL, want string }{
-		{"dropped trigger", `DROP TRIGGER warren_capture_insert ON {source}`, "trigger warren_capture_insert is missing"},
-		{"disabled trigger", `ALTER TABLE {source} DISABLE TRIGGER warren_capture_insert`, "trigger warren_capture_insert is disabled"},
-		{"replica-only trigger", `ALTER TABLE {source} ENABLE REPLICA TRIGGER warren_capture_insert`, "trigger warren_capture_insert is disabled"},
-		{"every trigger disabled", `ALTER TABLE {source} DISABLE TRIGGER USER`, "trigger warren_capture_update is disabled"},
-		{"function edited", `CREATE OR REPLACE FUNCTION ` + function + ` RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$`,
-			"is not the generated one"},
-		{"function dropped", `DROP FUNCTION ` + function + ` CASCADE`, `function "public".` + function + " is missing"},
-		{"table rebuilt", `DROP TABLE {source}; ` + issuesDDL, "trigger warren_capture_delete is missing"},
+	for i, c := range []struct {
+		name, breakSQL, want string
+		replica              bool // the broken capture misses only writes under session_replication_role = replica
+	}{
+		{name: "dropped trigger", breakSQL: `DROP TRIGGER warren_capture_insert ON {source}`, want: "trigger warren_capture_insert is missing"},
+		{name: "disabled trigger", breakSQL: `ALTER TABLE {source} DISABLE TRIGGER warren_capture_insert`, want: "trigger warren_capture_insert is disabled"},
+		{name: "replica-only trigger", breakSQL: `ALTER TABLE {source} ENABLE REPLICA TRIGGER warren_capture_insert`, want: "trigger warren_capture_insert is disabled"},
+		{name: "origin-only trigger", breakSQL: `ALTER TABLE {source} ENABLE TRIGGER warren_capture_insert`, replica: true,
+			want: "trigger warren_capture_insert does not fire under session_replication_role = replica"},
+		{name: "every trigger disabled", breakSQL: `ALTER TABLE {source} DISABLE TRIGGER USER`, want: "trigger warren_capture_update is disabled"},
+		{name: "function edited", breakSQL: `CREATE OR REPLACE FUNCTION ` + function + ` RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$`,
+			want: "is not the generated one"},
+		{name: "function dropped", breakSQL: `DROP FUNCTION ` + function + ` CASCADE`, want: `function "public".` + function + " is missing"},
+		{name: "table rebuilt", breakSQL: `DROP TABLE {source}; ` + issuesDDL, want: "trigger warren_capture_delete is missing"},
 	} {
 		id := fmt.Sprintf("row-%d", i)
 		e.exec(c.breakSQL)
 		_, last := e.events(0)
-		e.exec(`INSERT INTO {source} (id, name) VALUES ($1, 'x')`, id)
+		if c.replica {
+			e.execAs("replica", `INSERT INTO {source} (id, name) VALUES ($1, 'x')`, id)
+		} else {
+			e.exec(`INSERT INTO {source} (id, name) VALUES ($1, 'x')`, id)
+		}
 		e.none(last, c.name+": the broken capture")
 		res := e.install(spec)
 		if !res.Applied || res.Version != version+1 || !strings.Contains(res.Repaired, c.want) {
@@ -156,6 +168,8 @@ func TestInstallRepairsWhatIsNoLongerInPlace(t *testing.T) {
 // Install locks the table before it reads its columns: an ALTER TABLE
 // in progress finishes first, and the trigger knows its column.
 func TestInstallWaitsForAnAlterTableInProgress(t *testing.T) {
+	// Serial: its install holds the one advisory lock of every install
+	// while it waits for the ALTER TABLE.
 	e := newEnv(t)
 	ctx := context.Background()
 	alter, err := e.pool.Begin(ctx)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/warrenmq/warren/outbox"
 )
@@ -26,6 +28,27 @@ const (
 	// lock_not_available) is not recorded: it fails the statement, for
 	// the application to retry.
 	Record FailurePolicy = "record"
+)
+
+// SubscriberPolicy says what the trigger does when a logical replication
+// worker writes the captured table: the table is on the subscriber's end of
+// a logical replication, and whether the publisher captures it too is
+// something only the operator knows. See docs/adr/capture-replication-role.md.
+type SubscriberPolicy string
+
+const (
+	// SubscriberRefuse fails the replicated write with an error naming
+	// the subscription, so the subscription stops (and retries) until
+	// the operator installs again with one of the others: neither a
+	// write without its event nor an event written twice. The default.
+	SubscriberRefuse SubscriberPolicy = "refuse"
+	// SubscriberCapture writes the events of replicated writes like any
+	// other: the subscriber is the only end that captures the table.
+	SubscriberCapture SubscriberPolicy = "capture"
+	// SubscriberSkip writes no event for what a replication worker
+	// writes: the publisher captures the same table and its outbox holds
+	// the events already. Every other session still writes its events.
+	SubscriberSkip SubscriberPolicy = "skip"
 )
 
 // Defaults of [Spec].
@@ -82,12 +105,27 @@ type Spec struct {
 	// OnFailure is the failure policy; default Fail.
 	OnFailure FailurePolicy
 
+	// Subscriber says what a logical replication worker's writes do;
+	// default SubscriberRefuse. Every other session, including one that
+	// sets session_replication_role = replica, writes its events.
+	Subscriber SubscriberPolicy
+
 	// Outbox is the outbox table the events go to; default
 	// outbox.DefaultTable. It must exist (warren outbox migrate).
 	Outbox string
 
 	// Version, when set, is each event's version field.
 	Version string
+
+	// LockTimeout is how long Install waits for a lock (the captured
+	// table's, which every writer of the table then queues behind) before
+	// it gives up, changing nothing; default outbox.DefaultLockTimeout.
+	LockTimeout time.Duration
+
+	// MoveOutbox lets Install change the outbox an installed capture of
+	// the table writes to. Without it that is refused: the relay of the
+	// old outbox would stop seeing the table's events without a word.
+	MoveOutbox bool
 }
 
 // ErrInvalidSpec is wrapped by the errors that say a Spec cannot be
@@ -154,6 +192,13 @@ func (s Spec) withDefaults() (Spec, error) {
 	default:
 		return s, invalidf("OnFailure must be %q or %q, not %q", Fail, Record, s.OnFailure)
 	}
+	switch s.Subscriber {
+	case "":
+		s.Subscriber = SubscriberRefuse
+	case SubscriberRefuse, SubscriberCapture, SubscriberSkip:
+	default:
+		return s, invalidf("Subscriber must be %q, %q or %q, not %q", SubscriberRefuse, SubscriberCapture, SubscriberSkip, s.Subscriber)
+	}
 	if s.NoSoftDelete && s.SoftDeleteColumn != "" {
 		return s, invalidf("SoftDeleteColumn %q and NoSoftDelete exclude each other", s.SoftDeleteColumn)
 	}
@@ -165,15 +210,14 @@ func (s Spec) withDefaults() (Spec, error) {
 
 // plainText refuses what does not belong in an event's envelope field: a
 // control character or white space at either end (warren.Event.Validate
-// refuses those in event types), and a backslash, which the generated
-// SQL's string literals could not carry unchanged whatever
-// standard_conforming_strings is.
+// refuses those in event types), and text that is not UTF-8. Whatever
+// it lets through reaches the SQL only as a quoted literal.
 func plainText(field, v string) error {
 	if strings.TrimSpace(v) != v {
 		return invalidf("%s %q has leading or trailing white space", field, v)
 	}
-	if strings.ContainsRune(v, '\\') {
-		return invalidf("%s %q contains a backslash", field, v)
+	if !utf8.ValidString(v) {
+		return invalidf("%s %q is not UTF-8", field, v)
 	}
 	for _, r := range v {
 		if unicode.IsControl(r) {
