@@ -33,6 +33,17 @@ const (
 	HeaderFirstDeathReason = "x-warren-first-death-reason" // "expired", "maxlen", "delivery_limit", "rejected"
 	HeaderFirstDeathQueue  = "x-warren-first-death-queue"  // the queue it was dead-lettered from
 	HeaderFirstDeathTime   = "x-warren-first-death-time"   // RFC 3339 time, when the broker recorded one
+
+	// HeaderUnreadable marks a message whose headers the AMQP client
+	// (amqp091-go) could not read (nested more than 32 deep, a table or
+	// array of more than 8192 entries, a field of a type it does not
+	// know, a content header over frame_max). warren's connections put it in place
+	// of the entries at fault (all of them when the table itself is), with
+	// the reason as its value, so that such a message can be read at all:
+	// the consumer dead-letters it as undecodable, the dead-letter tools
+	// show it. A producer who sets it itself only gets its message
+	// dead-lettered as undecodable.
+	HeaderUnreadable = "x-warren-unreadable-headers"
 )
 
 // Class says why a message is dead.
@@ -140,9 +151,14 @@ var brokerDeathHeaders = []string{
 	"x-last-death-queue", "x-last-death-reason", "x-last-death-exchange",
 }
 
+// RoutingHeaders are the headers RabbitMQ routes by besides the routing
+// key (sender-selected distribution): a message published with them is
+// also copied into every queue they name.
+var RoutingHeaders = []string{"CC", "BCC"}
+
 // StripDeaths returns a copy of headers without RabbitMQ's death headers
-// (x-death, x-first-death-*, x-last-death-*) and a quorum queue's
-// x-delivery-count, for a client to publish. Every
+// (x-death, x-first-death-*, x-last-death-*), a quorum queue's
+// x-delivery-count and the [RoutingHeaders], for a client to publish. Every
 // client-side publish of a message that may carry them goes through it: the
 // consumer's retries, deferrals and dead letters, and a replay or import out
 // of a dead-letter queue.
@@ -162,7 +178,13 @@ var brokerDeathHeaders = []string{
 // death. Entries naming other queues are dropped: they are the hops through
 // the consumer's own retry tiers (a retry is a dead-letter by expiry) or
 // another system's queues. So the record is three headers however often a
-// message goes round. headers itself is not changed.
+// message goes round.
+//
+// The routing headers go because the client that re-publishes is not the
+// producer: a producer's CC kept on a retry, a dead letter or a replay
+// would have the broker copy the message, with the consumer's or the
+// operator's rights, into every queue it names. headers itself is not
+// changed.
 func StripDeaths(headers amqp.Table, origin string) amqp.Table {
 	out := maps.Clone(headers)
 	if _, recorded := out[HeaderFirstDeathReason]; !recorded && origin != "" {
@@ -182,6 +204,9 @@ func StripDeaths(headers amqp.Table, origin string) amqp.Table {
 		}
 	}
 	for _, name := range brokerDeathHeaders {
+		delete(out, name)
+	}
+	for _, name := range RoutingHeaders {
 		delete(out, name)
 	}
 	return out
@@ -323,6 +348,13 @@ func ParseMetadata(headers amqp.Table) Metadata {
 			if m.FirstFailure.IsZero() {
 				m.FirstFailure = d.Time
 			}
+		}
+	}
+	// Neither warren nor the broker says why it died, and its headers
+	// could not be read (they may have held the record): that is why.
+	if m.Class == "" {
+		if why := r.str(HeaderUnreadable); why != "" {
+			m.Class, m.Error = ClassUndecodable, why
 		}
 	}
 	return m

@@ -76,6 +76,7 @@ func ids[T amqp.Delivery | amqp.Publishing | dlqtool.Message](xs []T) []string {
 }
 
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	for _, name := range []string{f.top.Consumer, f.top.DLQ} {
@@ -107,6 +108,7 @@ func TestOpen(t *testing.T) {
 // removes the messages with basic.get, a different mechanism from the
 // reader under test.
 func TestReadsLeaveQueueUnchanged(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	msgs := mixed(f.top, 300, time.Now().Add(-time.Hour))
@@ -165,6 +167,7 @@ func TestReadsLeaveQueueUnchanged(t *testing.T) {
 }
 
 func TestPeekDecodesMetadata(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	at := time.Date(2025, 3, 1, 10, 0, 0, 0, time.UTC)
@@ -198,6 +201,7 @@ func TestPeekDecodesMetadata(t *testing.T) {
 }
 
 func TestStatsGroups(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	msgs := mixed(f.top, 700, time.Now())
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
@@ -246,6 +250,7 @@ func TestStatsGroups(t *testing.T) {
 // fanout exchange gets nothing), resets their failure record and counts the
 // replay; the rest stay in the DLQ in their order.
 func TestReplayFiltered(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	sibling := testenv.Name(t, "sibling")
@@ -333,6 +338,7 @@ func messageOf(pos int, p amqp.Publishing) dlqtool.Message {
 }
 
 func TestReplayLimitTargetAndDryRun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	msgs := mixed(f.top, 50, time.Now())
@@ -381,6 +387,7 @@ func TestReplayLimitTargetAndDryRun(t *testing.T) {
 // another consumer's queue must not reach that queue; the replay counts it.
 // When the DLQ's own queue is gone, the replay stops before moving anything.
 func TestReplayGoesToTheQueueTheDLQBelongsTo(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	victim := testenv.Name(t, "victim")
@@ -444,6 +451,7 @@ func TestReplayGoesToTheQueueTheDLQBelongsTo(t *testing.T) {
 // the origin queue, and (since the message in flight is finished before
 // stopping) in exactly one of them.
 func TestReplayInterrupted(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	msgs := mixed(f.top, 200, time.Now())
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
@@ -478,6 +486,7 @@ func TestReplayInterrupted(t *testing.T) {
 // first retry through a retry tier (which dead-letters back to the origin
 // queue) would silently destroy it.
 func TestReplayedExpiredMessageSurvivesRetryTier(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	retry := f.top.Consumer + ".retry.1s"
@@ -507,6 +516,7 @@ func TestReplayedExpiredMessageSurvivesRetryTier(t *testing.T) {
 }
 
 func TestPurgeFiltered(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	msgs := mixed(f.top, 100, time.Now().Add(-2*time.Hour))
@@ -540,6 +550,7 @@ func TestPurgeFiltered(t *testing.T) {
 // binary), every property, and headers of every AMQP type, including the
 // broker's own x-death.
 func TestExportImportRoundTrip(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	odd := f.top.Message(testenv.Dead{ID: "odd", Type: "workitem.updated", Class: dlq.ClassExhausted, Err: "boom", Attempts: 5})
@@ -603,6 +614,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 // kept in warren's first-death headers. Imported into a dead-letter queue,
 // where history belongs, the message keeps them all.
 func TestImportStripsBrokerDeathsOutsideDeadLetterQueues(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	f.top.Expire(t, f.conn, []amqp.Publishing{{MessageId: "x1", Type: "workitem.updated", Body: []byte(`{"event_id":"x1"}`), Headers: amqp.Table{"keep": "me"}}})
@@ -665,6 +677,7 @@ func allTypes() amqp.Table {
 
 // A damaged export is refused whole: nothing is published.
 func TestImportRefusesDamagedFile(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	ctx := context.Background()
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, mixed(f.top, 3, time.Now()))
@@ -683,6 +696,7 @@ func TestImportRefusesDamagedFile(t *testing.T) {
 // When the broker refuses the copy, the original stays in the DLQ: the
 // removal waits for the confirm.
 func TestReplayKeepsMessageWhenPublishFails(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	full := testenv.Name(t, "full")
 	testenv.CleanupQueues(t, full)
@@ -705,6 +719,7 @@ func TestReplayKeepsMessageWhenPublishFails(t *testing.T) {
 // there returned part of the queue, with no error (seen under load as a
 // peek of 14 out of 250 dead letters).
 func TestScanSeesMessagesStillOnTheirWay(t *testing.T) {
+	// Serial: sets the package's idleWait, which every scan reads.
 	defer dlqtool.SetIdleWait(time.Nanosecond)()
 	f := newFixture(t)
 	ctx := context.Background()
@@ -733,6 +748,7 @@ func TestScanSeesMessagesStillOnTheirWay(t *testing.T) {
 // after the channel's close), and replay moves exactly the dead messages
 // back, in order.
 func TestQuorumDeadLetterQueue(t *testing.T) {
+	t.Parallel()
 	conn := testenv.AMQPConn(t)
 	ch, err := conn.Channel()
 	if err != nil {
@@ -780,6 +796,7 @@ func (*syncFails) Sync() error { return errors.New("no space left on device") }
 // A purge whose archive cannot be synced deletes nothing: the messages are
 // written, then synced, and deleted only after that succeeded.
 func TestPurgeArchiveSyncFailureDeletesNothing(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, mixed(f.top, 50, time.Now()))
 	var archive syncFails
@@ -791,4 +808,55 @@ func TestPurgeArchiveSyncFailureDeletesNothing(t *testing.T) {
 		t.Fatalf("archive got %d lines, want 50", n)
 	}
 	testenv.WaitFor(t, 30*time.Second, "all 50 back", func() bool { return testenv.QueueDepth(t, f.ch, f.top.DLQ) == 50 })
+}
+
+// A quorum queue hands every message back with x-delivery-count one
+// higher after each read. Fingerprints taken by a dry run (as `warren dlq
+// replay` / `purge` and the console take them when they ask their
+// question) still select those messages after more reads.
+func TestFingerprintsSurviveReadsOfAQuorumDLQ(t *testing.T) {
+	t.Parallel()
+	conn := testenv.AMQPConn(t)
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := testenv.DeclareDeadLetterTopologyOfType(t, ch, "quorum")
+	testenv.PublishInOrder(t, conn, top.DLQ, mixed(top, 3, time.Now().Add(-time.Hour)))
+	q, err := dlqtool.Open(t.Context(), conn, top.DLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fps []string
+	if _, err := q.Purge(t.Context(), dlqtool.PurgeOptions{DryRun: true, OnMatch: func(m *dlqtool.Message) { fps = append(fps, m.Fingerprint()) }}); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := q.Peek(t.Context(), dlqtool.PeekOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("headers after two reads: x-delivery-count=%v", msgs[0].Headers["x-delivery-count"])
+	var buf strings.Builder
+	n, err := q.Export(t.Context(), &buf, dlqtool.ExportOptions{Filter: dlqtool.Filter{Fingerprints: fps}, Limit: len(fps)})
+	if err != nil || n != 3 {
+		t.Errorf("export of the 3 messages a dry run counted exported %d (err %v)", n, err)
+	}
+}
+
+// Peek with Each hands each matching message to it, up to Limit, and
+// keeps none itself: what a reader keeps of a queue (a page keeps no
+// bodies) is all a scan costs it in memory.
+func TestPeekEachKeepsNothing(t *testing.T) {
+	t.Parallel()
+	conn, _, top := testenv.NewDeadLetterTopology(t)
+	testenv.PublishInOrder(t, conn, top.DLQ, mixed(top, 10, time.Now()))
+	q, err := dlqtool.Open(t.Context(), conn, top.DLQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	got, err := q.Peek(t.Context(), dlqtool.PeekOptions{Limit: 4, Each: func(m *dlqtool.Message) { seen = append(seen, m.EventID) }})
+	if err != nil || len(got) != 0 || !slices.Equal(seen, []string{"m-0", "m-1", "m-2", "m-3"}) {
+		t.Errorf("Peek with Each: returned %d, handed %v (err %v); want none returned, m-0…m-3 handed", len(got), seen, err)
+	}
 }

@@ -29,6 +29,11 @@
 // every AMQP header value kept with its type so an import restores it
 // exactly.
 //
+// A message whose headers the AMQP client cannot read (dlq.HeaderUnreadable,
+// docs/adr/unreadable-headers.md) is read like any other, with that header
+// in place of the entries it could not read: shown, exported, replayed and
+// purged with them, never a failure of the whole queue.
+//
 // No operation waits for the broker without a deadline: a broker that does
 // not answer a round trip in time (it stopped reading the connection, as
 // RabbitMQ does to publishers during an alarm) has the connection closed

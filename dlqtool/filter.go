@@ -53,12 +53,21 @@ type Filter struct {
 	// one group of `warren dlq stats` or the console, whatever ids and
 	// numbers its error texts hold.
 	Signatures []string
+	// Fingerprints selects exactly these messages, by
+	// [Message.Fingerprint]: what a dry run showed an operator, so that
+	// the action confirmed next touches those and nothing that arrived or
+	// changed since. A replay, purge or export takes a message listed n
+	// times (identical copies) at most n times; a message that matches
+	// every other criterion but is not listed, or is listed fewer times,
+	// is left in place and counted in [Progress].Unlisted.
+	Fingerprints []string
 }
 
 // IsZero reports whether f selects every message.
 func (f Filter) IsZero() bool {
 	return len(f.TypePrefixes) == 0 && len(f.Classes) == 0 && f.ErrorContains == "" &&
-		f.OlderThan == 0 && f.NewerThan == 0 && len(f.EventIDs) == 0 && len(f.Signatures) == 0
+		f.OlderThan == 0 && f.NewerThan == 0 && len(f.EventIDs) == 0 && len(f.Signatures) == 0 &&
+		len(f.Fingerprints) == 0
 }
 
 // Validate returns an error wrapping [ErrBadFilter] when f is
@@ -82,8 +91,15 @@ func (f Filter) Validate() error {
 	return nil
 }
 
-// Match reports whether m passes f, measuring ages from now.
+// Match reports whether m passes f, measuring ages from now. A message
+// passes Fingerprints when it is listed at all; an action also counts
+// how many times (see [Filter].Fingerprints).
 func (f Filter) Match(m *Message, now time.Time) bool {
+	return f.matchCriteria(m, now) && (len(f.Fingerprints) == 0 || slices.Contains(f.Fingerprints, m.Fingerprint()))
+}
+
+// matchCriteria is Match but for Fingerprints.
+func (f Filter) matchCriteria(m *Message, now time.Time) bool {
 	if len(f.TypePrefixes) > 0 && !slices.ContainsFunc(f.TypePrefixes, func(p string) bool { return strings.HasPrefix(m.EventType, p) }) {
 		return false
 	}
@@ -112,5 +128,43 @@ func (f Filter) Match(m *Message, now time.Time) bool {
 			return false
 		}
 	}
+	return true
+}
+
+// selector applies a Filter for one replay, purge or export: each message
+// listed in Fingerprints is taken as many times as it is listed.
+type selector struct {
+	f    Filter
+	now  time.Time
+	left map[string]int // fingerprints not yet taken; nil when none are listed
+}
+
+func (f Filter) selector(now time.Time) *selector {
+	s := &selector{f: f, now: now}
+	if len(f.Fingerprints) > 0 {
+		s.left = make(map[string]int, len(f.Fingerprints))
+		for _, fp := range f.Fingerprints {
+			s.left[fp]++
+		}
+	}
+	return s
+}
+
+// take reports whether m is selected, and counts it taken. A message that
+// passes every criterion but is not (or no longer) listed is counted in
+// p.Unlisted.
+func (s *selector) take(m *Message, p *Progress) bool {
+	if !s.f.matchCriteria(m, s.now) {
+		return false
+	}
+	if s.left == nil {
+		return true
+	}
+	fp := m.Fingerprint()
+	if s.left[fp] == 0 {
+		p.Unlisted++
+		return false
+	}
+	s.left[fp]--
 	return true
 }

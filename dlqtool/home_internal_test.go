@@ -6,6 +6,7 @@ import "testing"
 // origin; they are home, and so is the consumer's own queue. Nothing else
 // is, however it starts.
 func TestIsHome(t *testing.T) {
+	t.Parallel()
 	q := &Queue{name: "webhook.dlq", consumer: "webhook"}
 	for queue, want := range map[string]bool{
 		"webhook": true, "webhook.p0": true, "webhook.p12": true,

@@ -25,6 +25,7 @@ import (
 // exchange, so when the import kept the file's x-warren-attempts, the one
 // failure dead-lettered it again as exhausted.)
 func TestImportIntoConsumerQueueGivesFreshAttempts(t *testing.T) {
+	t.Parallel()
 	cfg := consumer.Config{
 		URL: testenv.AMQPURL(t), Name: testenv.Name(t, "c"), Exchange: testenv.Name(t, "ex"),
 		MaxAttempts: 3, RetryDelays: []time.Duration{20 * time.Millisecond},

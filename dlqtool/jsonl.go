@@ -579,7 +579,7 @@ func (m *Message) decode(data []byte, withBody bool) error {
 	if rawBody == nil || string(rawBody) == "null" {
 		return errors.New(`"body" is missing`)
 	}
-	body, err := decodeBody(rawBody, encoding, withBody)
+	body, size, err := decodeBody(rawBody, encoding, withBody)
 	if err != nil {
 		return fmt.Errorf("body: %w", err)
 	}
@@ -608,6 +608,9 @@ func (m *Message) decode(data []byte, withBody bool) error {
 		UserId: string(pr.UserID), AppId: string(pr.AppID),
 		Body: body,
 	})
+	if !withBody { // read without its body: its size stands for it
+		m.bodySize = size
+	}
 	return nil
 }
 
@@ -622,38 +625,41 @@ func (v *rawValue) UnmarshalJSON(b []byte) error {
 }
 
 // decodeBody returns the body that raw, a JSON string in the line, stands
-// for, in memory of its own: the reader reuses the line's buffer. Without
-// keep it only checks the body and returns nil.
-func decodeBody(raw rawValue, encoding string, keep bool) ([]byte, error) {
-	if !keep && (encoding == "" || encoding == "text") && len(raw) > 0 && raw[0] == '"' {
-		return nil, nil // valid JSON (the line parsed), so its text is too
+// for, in memory of its own (the reader reuses the line's buffer), and its
+// size. Without keep it only checks the body and measures it, and returns
+// no body.
+func decodeBody(raw rawValue, encoding string, keep bool) ([]byte, int, error) {
+	if !keep && (encoding == "" || encoding == "text") && len(raw) > 1 && raw[0] == '"' && !bytes.ContainsRune(raw, '\\') {
+		return nil, len(raw) - 2, nil // valid JSON (the line parsed) with nothing escaped: its text is raw's
 	}
 	text, shared, err := unquote(raw)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	switch encoding {
 	case "", "text":
-		if len(text) == 0 {
-			return []byte{}, nil
+		switch {
+		case !keep:
+			return nil, len(text), nil
+		case len(text) == 0:
+			return []byte{}, 0, nil
+		case shared:
+			return bytes.Clone(text), len(text), nil
 		}
-		if shared {
-			return bytes.Clone(text), nil
-		}
-		return text, nil
+		return text, len(text), nil
 	case "base64":
 		if !keep {
-			_, err := io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, bytes.NewReader(text)))
-			return nil, err
+			n, err := io.Copy(io.Discard, base64.NewDecoder(base64.StdEncoding, bytes.NewReader(text)))
+			return nil, int(n), err
 		}
 		body := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
 		n, err := base64.StdEncoding.Decode(body, text)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		return body[:n], nil
+		return body[:n], n, nil
 	}
-	return nil, fmt.Errorf("body_encoding %q: want \"text\" or \"base64\"", encoding)
+	return nil, 0, fmt.Errorf("body_encoding %q: want \"text\" or \"base64\"", encoding)
 }
 
 // unquotedText is a JSON string's text as encoding/json unquotes it.
@@ -699,9 +705,9 @@ func (q *Queue) Export(ctx context.Context, w io.Writer, opts ExportOptions) (in
 	}
 	bw := bufio.NewWriter(w)
 	var p Progress
-	now := time.Now()
+	sel := opts.Filter.selector(time.Now())
 	err := q.scan(ctx, prefetchFor(opts.Filter, opts.Limit, false), &p, opts.Progress, func(_ *amqp.Delivery, m *Message) (bool, error) {
-		if !opts.Filter.Match(m, now) {
+		if !sel.take(m, &p) {
 			return true, nil
 		}
 		p.Matched++
@@ -826,7 +832,12 @@ type ImportOptions struct {
 
 // Import publishes msgs, in order, to the dead-letter queue or opts.To,
 // each with publisher confirms. Every message is checked before any is
-// published. It stops at the first failure or when ctx ends (after the
+// published: that it may go to the target, that the client can write it
+// and a consumer's client read it back, and that the broker takes it (the
+// message is sent to the broker under a routing key no queue has, which
+// the broker checks and returns; nothing is stored). A refused message
+// refuses the import, with an error wrapping [ErrUnpublishable] or
+// [ErrForeignOrigin]. It stops at the first failure or when ctx ends (after the
 // message in flight is confirmed or DrainTimeout passes); Result.Done says
 // how many of msgs are now in the queue, so a caller can resume with
 // msgs[Done:].
@@ -850,15 +861,18 @@ type ImportOptions struct {
 // with opts.To is the operator saying the move is meant.
 func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) (Result, error) {
 	im := q.newImport(opts, len(msgs))
+	defer im.close()
 	for i := range msgs {
-		if _, err := im.publishing(&msgs[i]); err != nil {
+		if err := im.check(ctx, &msgs[i]); err != nil {
 			return im.res, fmt.Errorf("import message %d (%s): %w", i+1, describe(&msgs[i]), err)
 		}
+	}
+	if err := im.checkSizes(ctx); err != nil {
+		return im.res, fmt.Errorf("import: %w", err)
 	}
 	if err := im.start(ctx); err != nil {
 		return im.res, err
 	}
-	defer im.close()
 	for i := range msgs {
 		if err := im.publish(ctx, &msgs[i]); err != nil {
 			return im.res, fmt.Errorf("import message %d (%s) to %q: %w", i+1, describe(&msgs[i]), im.target, err)
@@ -870,7 +884,8 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 // ImportFile publishes the messages of an export file, as [Queue.Import]
 // does, holding one line of it in memory at a time: it reads src twice.
 // The first pass checks every line (lines of at most opts.MaxLineBytes)
-// and counts the messages, so a damaged file is refused whole, before
+// and every message as Import does, and counts them, so a damaged file or
+// a message the client or broker would refuse is refused whole, before
 // anything is published; then opts.Checked is called. Memory holds the
 // longest line and one decoded message, about twice the line. The second pass
 // reads src again from the start and publishes each message as it is
@@ -879,6 +894,7 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 // with Result.Done messages published.
 func (q *Queue) ImportFile(ctx context.Context, src io.ReadSeeker, opts ImportOptions) (Result, error) {
 	im := q.newImport(opts, 0)
+	defer im.close()
 	start, err := src.Seek(0, io.SeekCurrent)
 	if err != nil {
 		return im.res, fmt.Errorf("import: %w", err)
@@ -895,10 +911,13 @@ func (q *Queue) ImportFile(ctx context.Context, src io.ReadSeeker, opts ImportOp
 		if err != nil {
 			return im.res, err
 		}
-		if _, err := im.publishing(&m); err != nil {
+		if err := im.check(ctx, &m); err != nil {
 			return im.res, fmt.Errorf("import: line %d (%s): %w", checks.line, describe(&m), err)
 		}
 		im.res.Total++
+	}
+	if err := im.checkSizes(ctx); err != nil {
+		return im.res, fmt.Errorf("import: %w", err)
 	}
 	if opts.Checked != nil {
 		if err := opts.Checked(im.res.Total); err != nil {
@@ -911,7 +930,6 @@ func (q *Queue) ImportFile(ctx context.Context, src io.ReadSeeker, opts ImportOp
 	if err := im.start(ctx); err != nil {
 		return im.res, err
 	}
-	defer im.close()
 	lines := checks
 	lines.rewind(src)
 	for {
@@ -942,20 +960,71 @@ type importer struct {
 	target string
 	toDLQ  bool
 	pub    *amqpx.Publisher
-	res    Result
+	probe  *prober
+	// maxBody is the largest body checked, which checkSizes sends; body is
+	// that body when it is in memory.
+	maxBody int
+	body    []byte
+	res     Result
 }
 
 func (q *Queue) newImport(opts ImportOptions, total int) *importer {
 	target := cmp.Or(opts.To, q.name)
 	return &importer{q: q, opts: opts, target: target, toDLQ: target == q.name || dlq.IsQueueName(target),
-		res: Result{Progress: Progress{Total: total}}}
+		probe: newProber(q.conn), res: Result{Progress: Progress{Total: total}}}
+}
+
+// check is the checking pass's look at m, before anything is published:
+// whether it may go to the target (publishing), whether the client can
+// write it and a consumer's client read it back (checkPublishable), and
+// whether the broker takes it (a probe that stores nothing). What it
+// passes, the publishing pass can publish: an import does not stop part
+// way on a message the broker or the client refuses. (What can still stop
+// it is what changes in between: the broker's limits, the target queue's
+// room, the connection.)
+func (im *importer) check(ctx context.Context, m *Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p, err := im.publishing(m)
+	if err != nil {
+		return err
+	}
+	if err := checkPublishable(p, im.q.conn.Config.FrameSize); err != nil {
+		return err
+	}
+	// The broker judges a body by its size alone, so the probe of each
+	// message goes without it and one probe of the largest body, at the
+	// end (checkSizes), stands for them all: memory holds no more bodies
+	// than the import itself does.
+	if size := max(len(p.Body), m.bodySize); size > im.maxBody {
+		im.maxBody, im.body = size, p.Body
+	}
+	p.Body = nil
+	return im.probe.check(ctx, p)
+}
+
+// checkSizes asks the broker whether it takes the largest body checked
+// (max_message_size), once every message has been checked.
+func (im *importer) checkSizes(ctx context.Context) error {
+	if im.maxBody == 0 {
+		return nil
+	}
+	body := im.body
+	if len(body) != im.maxBody { // read from a file without its body: its size stands for it
+		body = make([]byte, im.maxBody)
+	}
+	im.body = nil
+	if err := im.probe.check(ctx, amqp.Publishing{Body: body}); err != nil {
+		return fmt.Errorf("the largest body, of %d bytes: %w", im.maxBody, err)
+	}
+	return nil
 }
 
 // publishing is what m becomes in the import's target, or why it may not
 // go there. Both passes call it for every message — the checking pass
 // before anything is published, so one refused message refuses the whole
-// import — making it the one place for a decision about a message. (In
-// ImportFile's checking pass m has no body: it is checked, not kept.)
+// import — making it the one place for a decision about a message.
 func (im *importer) publishing(m *Message) (amqp.Publishing, error) {
 	p := m.Publishing
 	if im.opts.To == "" {
@@ -968,7 +1037,7 @@ func (im *importer) publishing(m *Message) (amqp.Publishing, error) {
 		// it: the consumer trusts the headers of a delivery from the
 		// default exchange, so spent attempts would dead-letter it again
 		// on its first failure. Reset exactly as a replay does.
-		p = replayPublishing(m, im.q.consumer)
+		p = replayPublishing(m, im.q.consumer, im.q.conn.Config.FrameSize)
 	}
 	if im.opts.ImportID != "" {
 		h := make(amqp.Table, len(p.Headers)+1)
@@ -1000,6 +1069,7 @@ func (q *Queue) Imported(ctx context.Context, queue, id string) (bool, error) {
 
 // start checks that the target exists and opens the publisher.
 func (im *importer) start(ctx context.Context) error {
+	im.probe.close() // the checking is over
 	if _, err := im.q.depth(ctx, im.target); err != nil {
 		return fmt.Errorf("import target: %w", err)
 	}
@@ -1008,7 +1078,12 @@ func (im *importer) start(ctx context.Context) error {
 	return err
 }
 
-func (im *importer) close() { im.pub.Close() }
+func (im *importer) close() {
+	im.probe.close()
+	if im.pub != nil {
+		im.pub.Close()
+	}
+}
 
 // publish publishes m and waits for the broker's confirm; only then does
 // it count m done.

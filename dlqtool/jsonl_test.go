@@ -16,6 +16,7 @@ import (
 )
 
 func TestHeaderCodecRoundTrip(t *testing.T) {
+	t.Parallel()
 	in := amqp.Table{
 		"i8": int8(-128), "u8": uint8(255), "i16": int16(math.MinInt16), "u16": uint16(math.MaxUint16),
 		"i32": int32(math.MinInt32), "u32": uint32(math.MaxUint32), "i64": int64(math.MaxInt64),
@@ -67,6 +68,7 @@ func TestHeaderCodecRoundTrip(t *testing.T) {
 }
 
 func TestHeaderCodecRejects(t *testing.T) {
+	t.Parallel()
 	for _, in := range []string{
 		`{"type":"int8","value":128}`,
 		`{"type":"uint8","value":-1}`,
@@ -107,6 +109,7 @@ func TestHeaderCodecRejects(t *testing.T) {
 }
 
 func TestMessageJSON(t *testing.T) {
+	t.Parallel()
 	m := newMessage(4, amqp.Publishing{
 		MessageId: "\xff-id", Type: "workitem.updated", Timestamp: time.Unix(1700000000, 0), DeliveryMode: 2,
 		Headers: amqp.Table{dlq.HeaderErrorClass: "permanent", dlq.HeaderAttempts: int32(3)}, Body: []byte("\x00\xff"),
@@ -148,6 +151,7 @@ func TestMessageJSON(t *testing.T) {
 }
 
 func TestReadMessagesNamesTheLine(t *testing.T) {
+	t.Parallel()
 	in := `{"body":"a"}` + "\n\n" + `{"body":"b","headers":{"x":{"type":"int8","value":1}}}` + "\n" + `not json` + "\n"
 	_, err := ReadMessages(strings.NewReader(in))
 	if !errors.Is(err, ErrBadExport) || !strings.Contains(err.Error(), "line 4") {
@@ -160,6 +164,7 @@ func TestReadMessagesNamesTheLine(t *testing.T) {
 }
 
 func TestFilter(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	msg := func(typ string, class dlq.Class, errText string, died time.Time, id string) *Message {
 		m := newMessage(0, amqp.Publishing{MessageId: id, Type: typ, Headers: dlq.Stamp(nil, dlq.Failure{Err: errText, At: died}, 1, class)})
@@ -215,6 +220,7 @@ func TestFilter(t *testing.T) {
 }
 
 func TestReplayPublishing(t *testing.T) {
+	t.Parallel()
 	died := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	headers := dlq.Stamp(amqp.Table{"keep": "me", dlq.HeaderReplays: int32(2)}, dlq.Failure{
 		Err: "boom", At: died, Queue: "webhook", Exchange: "events", RoutingKey: "rk", Consumer: "webhook", Host: "h",
@@ -224,7 +230,7 @@ func TestReplayPublishing(t *testing.T) {
 	headers["x-last-death-reason"] = "expired"
 	m := newMessage(0, amqp.Publishing{MessageId: "id", Headers: headers, Body: []byte("b")})
 
-	p := replayPublishing(&m, "webhook")
+	p := replayPublishing(&m, "webhook", 0)
 	for _, gone := range []string{dlq.HeaderError, dlq.HeaderErrorClass, dlq.HeaderAttempts, dlq.HeaderFirstFailure, dlq.HeaderLastFailure, "x-death", "x-first-death-queue", "x-last-death-reason"} {
 		if _, ok := p.Headers[gone]; ok {
 			t.Errorf("replayed message keeps %s", gone)
@@ -245,7 +251,7 @@ func TestReplayPublishing(t *testing.T) {
 	expired := newMessage(0, amqp.Publishing{Headers: amqp.Table{"x-death": []any{amqp.Table{
 		"queue": "webhook", "reason": "expired", "exchange": "events", "routing-keys": []any{"k"}, "count": int64(1),
 	}}}})
-	p = replayPublishing(&expired, "webhook")
+	p = replayPublishing(&expired, "webhook", 0)
 	want = amqp.Table{dlq.HeaderReplays: int32(1), dlq.HeaderOriginQueue: "webhook", dlq.HeaderOriginExchange: "events", dlq.HeaderOriginRoutingKey: "k",
 		dlq.HeaderFirstDeathReason: "expired", dlq.HeaderFirstDeathQueue: "webhook"}
 	if !reflect.DeepEqual(p.Headers, want) {
@@ -257,7 +263,7 @@ func TestReplayPublishing(t *testing.T) {
 	foreign := newMessage(0, amqp.Publishing{Headers: amqp.Table{dlq.HeaderOriginQueue: "billing", "x-death": []any{amqp.Table{
 		"queue": "billing", "reason": "expired", "count": int64(1),
 	}}}})
-	p = replayPublishing(&foreign, "webhook")
+	p = replayPublishing(&foreign, "webhook", 0)
 	want = amqp.Table{dlq.HeaderReplays: int32(1), dlq.HeaderOriginQueue: "webhook"}
 	if !reflect.DeepEqual(p.Headers, want) {
 		t.Errorf("foreign replay headers\n got %v\nwant %v", p.Headers, want)
@@ -265,6 +271,7 @@ func TestReplayPublishing(t *testing.T) {
 }
 
 func TestPacer(t *testing.T) {
+	t.Parallel()
 	p := pacer{rate: 200}
 	start := time.Now()
 	for range 21 {

@@ -2,8 +2,11 @@ package dlqtool
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -33,6 +36,9 @@ type Message struct {
 	// replayTo is where a replay of the queue the message was read from
 	// sends it; empty for a message read from a file.
 	replayTo string
+	// bodySize is the size of the body, for a message read from a file
+	// without it (the checking pass of an import).
+	bodySize int
 }
 
 // newMessage reads a message from its AMQP form.
@@ -50,6 +56,39 @@ func newMessage(position int, p amqp.Publishing) Message {
 // class and error text: what [Filter].Signatures matches and the console
 // groups by.
 func (m *Message) Signature() string { return dlq.Signature(m.Metadata.Class, m.Metadata.Error) }
+
+// Fingerprint identifies the message by its content: properties, headers
+// and body (not its position, which changes as messages ahead of it leave,
+// nor the headers the broker changes when it hands a message back:
+// readHeaders). Two reads of one message give the same fingerprint; two
+// messages share one only when they are identical copies.
+// [Filter].Fingerprints selects by it.
+func (m *Message) Fingerprint() string {
+	c := *m
+	c.Position, c.replayTo = 0, ""
+	if slices.ContainsFunc(readHeaders, func(h string) bool { _, ok := m.Headers[h]; return ok }) {
+		c.Headers = maps.Clone(m.Headers)
+		for _, h := range readHeaders {
+			delete(c.Headers, h)
+		}
+	}
+	line, err := c.MarshalJSON()
+	if err != nil { // a header value no export can hold: its Go form
+		line = fmt.Appendf(nil, "%#v", c.Publishing)
+	}
+	sum := sha256.Sum256(line)
+	return hex.EncodeToString(sum[:16]) // 128 bits: no producer can make two messages share one
+}
+
+// readHeaders are the headers a broker changes on a message each time it
+// is read and handed back (a scan's reject with requeue, a closed
+// channel): a quorum queue counts deliveries in x-delivery-count (and
+// RabbitMQ 4's in x-acquired-count). A fingerprint that hashed them would
+// change with every read, and an action confirmed after its dry run (which
+// read every message once) would find none of the messages it counted.
+// The redelivered flag is not a header; x-death changes only when the
+// message is dead-lettered again, which makes it another message.
+var readHeaders = []string{"x-delivery-count", "x-acquired-count"}
 
 // hasEventID reports whether id is m's event id: its EventID, or the
 // body's event_id when a message_id took EventID's place. A client may set
@@ -118,7 +157,10 @@ func (m *Message) Origin() string {
 // RabbitMQ's death headers are removed by [dlq.StripDeaths], or the consumer's
 // first retry of the copy could be dropped as a dead-letter cycle. The
 // broker's first death in home is kept in warren's first-death headers.
-func replayPublishing(m *Message, home string) amqp.Publishing {
+// Headers that would come back over what a client reads on a connection
+// of frameMax lose the producer's entries ([dlq.Fit]), as the consumer's
+// copies do.
+func replayPublishing(m *Message, home string, frameMax int) amqp.Publishing {
 	p := m.Publishing
 	h := dlq.StripDeaths(p.Headers, home)
 	if h == nil {
@@ -137,7 +179,7 @@ func replayPublishing(m *Message, home string) amqp.Publishing {
 	setIfMissing(dlq.HeaderOriginExchange, md.OriginExchange)
 	setIfMissing(dlq.HeaderOriginRoutingKey, md.OriginRoutingKey)
 	h[dlq.HeaderReplays] = int32(min(max(md.Replays, 0), math.MaxInt32-1) + 1)
-	p.Headers = h
+	p.Headers = dlq.Fit(h, frameMax)
 	return p
 }
 

@@ -18,6 +18,11 @@ type PeekOptions struct {
 	Limit int
 	// Progress, if set, is called after each message looked at.
 	Progress func(Progress)
+	// Each, if set, is handed each matching message in place of Peek
+	// returning it: for a reader that keeps only part of each (a page
+	// that shows no bodies), whose memory is then what it keeps, not the
+	// queue's bytes. m is valid only during the call.
+	Each func(m *Message)
 }
 
 // Peek returns the messages that match, head of the queue first, and
@@ -35,11 +40,15 @@ func (q *Queue) Peek(ctx context.Context, opts PeekOptions) ([]Message, error) {
 	now := time.Now()
 	err := q.scan(ctx, prefetchFor(opts.Filter, opts.Limit, false), &p, opts.Progress, func(_ *amqp.Delivery, m *Message) (bool, error) {
 		if opts.Filter.Match(m, now) {
-			out = append(out, *m)
+			if opts.Each != nil {
+				opts.Each(m)
+			} else {
+				out = append(out, *m)
+			}
 			p.Matched++
 			p.Done++
 		}
-		return opts.Limit == 0 || len(out) < opts.Limit, nil
+		return opts.Limit == 0 || p.Matched < opts.Limit, nil
 	})
 	return out, err
 }

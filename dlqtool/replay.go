@@ -50,6 +50,11 @@ type ReplayOptions struct {
 	DrainTimeout time.Duration
 	// Progress, if set, is called after each message looked at.
 	Progress func(Progress)
+	// OnMatch, if set, is called with each message the replay takes (in a
+	// dry run, would take), before it is published: a dry run can list
+	// their [Message.Fingerprint]s, for the replay confirmed next to take
+	// exactly those.
+	OnMatch func(*Message)
 }
 
 // Replay sends matching messages back to the queue the dead-letter queue
@@ -118,7 +123,7 @@ func (q *Queue) Replay(ctx context.Context, opts ReplayOptions) (Result, error) 
 	target := destination{queue: cmp.Or(opts.To, q.consumer)}
 	targetChecked := opts.To != ""
 	pace := pacer{rate: opts.Rate}
-	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message, p *Progress) (string, error) {
+	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, opts.OnMatch, func(d *amqp.Delivery, m *Message, p *Progress) (string, error) {
 		if !targetChecked {
 			// Asked at the first match, so that replaying an empty
 			// queue, or a filter nothing matches, does not fail.
@@ -195,7 +200,7 @@ func (q *Queue) replayOne(ctx context.Context, pub *amqpx.Publisher, d *amqp.Del
 	defer cancel()
 	// Mandatory publishing (amqpx.Publisher) makes a copy no queue took a
 	// failure: through a partition exchange too, the original stays.
-	if err := pub.Publish(pctx, target.exchange, target.queue, replayPublishing(m, q.consumer)); err != nil {
+	if err := pub.Publish(pctx, target.exchange, target.queue, replayPublishing(m, q.consumer, q.conn.Config.FrameSize)); err != nil {
 		return fmt.Errorf("replay message %s to %q (it is still in %s): %w", describe(m), target, q.name, err)
 	}
 	// Only now that the broker has confirmed the copy in target may the
@@ -215,6 +220,8 @@ type PurgeOptions struct {
 	// DryRun selects and counts without deleting anything.
 	DryRun   bool
 	Progress func(Progress)
+	// OnMatch is as in [ReplayOptions].
+	OnMatch func(*Message)
 	// Archive, if set, gets every message to delete, written as
 	// [Queue.Export] writes it, and is synced before any is deleted (see
 	// [Queue.Purge]). A dry run leaves it alone.
@@ -249,7 +256,7 @@ func (q *Queue) Purge(ctx context.Context, opts PurgeOptions) (Result, error) {
 	if opts.Archive != nil && !opts.DryRun {
 		return q.purgeArchived(ctx, opts)
 	}
-	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, func(d *amqp.Delivery, m *Message, _ *Progress) (string, error) {
+	return q.drain(ctx, opts.Filter, opts.Limit, opts.DryRun, opts.Progress, opts.OnMatch, func(d *amqp.Delivery, m *Message, _ *Progress) (string, error) {
 		if opts.DryRun {
 			return "", nil
 		}
@@ -288,10 +295,13 @@ func (q *Queue) purgeArchived(ctx context.Context, opts PurgeOptions) (Result, e
 		}
 		return nil
 	}
-	now := time.Now()
+	sel := opts.Filter.selector(time.Now())
 	err := q.scanThen(ctx, prefetchFor(opts.Filter, opts.Limit, false), &res.Progress, opts.Progress, func(d *amqp.Delivery, m *Message) (bool, error) {
-		if !opts.Filter.Match(m, now) {
+		if !sel.take(m, &res.Progress) {
 			return true, nil
+		}
+		if opts.OnMatch != nil {
+			opts.OnMatch(m)
 		}
 		if err := ctx.Err(); err != nil {
 			return false, err
@@ -315,12 +325,15 @@ func (q *Queue) purgeArchived(ctx context.Context, opts PurgeOptions) (Result, e
 // drain runs act on each matching message, up to limit, and counts.
 // act returns the queue the message went to, if any, and may count in the
 // Progress it is given.
-func (q *Queue) drain(ctx context.Context, f Filter, limit int, dryRun bool, progress func(Progress), act func(*amqp.Delivery, *Message, *Progress) (string, error)) (Result, error) {
+func (q *Queue) drain(ctx context.Context, f Filter, limit int, dryRun bool, progress func(Progress), onMatch func(*Message), act func(*amqp.Delivery, *Message, *Progress) (string, error)) (Result, error) {
 	res := Result{DryRun: dryRun, Queues: map[string]int{}}
-	now := time.Now()
+	sel := f.selector(time.Now())
 	err := q.scan(ctx, prefetchFor(f, limit, !dryRun), &res.Progress, progress, func(d *amqp.Delivery, m *Message) (bool, error) {
-		if !f.Match(m, now) {
+		if !sel.take(m, &res.Progress) {
 			return true, nil
+		}
+		if onMatch != nil {
+			onMatch(m)
 		}
 		// The scan may still pick a buffered delivery over a cancelled
 		// context; nothing is acted on once ctx has ended.

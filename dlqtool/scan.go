@@ -31,6 +31,10 @@ type Progress struct {
 	// (a producer can forge them): each such message is replayed into the
 	// dead-letter queue's own queue like the rest.
 	ForeignOrigin int `json:"foreign_origin,omitempty"`
+	// Unlisted counts, for a [Filter] with Fingerprints, the messages that
+	// matched everything else but were not among those listed (they
+	// arrived or changed after the list was made): left where they were.
+	Unlisted int `json:"unlisted,omitempty"`
 }
 
 // idleWait is how long a scan waits for a delivery before it asks the

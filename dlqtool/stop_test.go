@@ -17,13 +17,18 @@ import (
 
 // throughProxy opens the fixture's DLQ again on a connection through a
 // proxy that can stop passing what the client sends while the broker's
-// heartbeats (every second) keep arriving.
+// heartbeats keep arriving. The heartbeat is the default (10s): the
+// client's own read deadline, three heartbeats, then outlasts the
+// SetupTimeout these tests wait for. At one second it was three seconds,
+// which a starved machine's late heartbeat passed: amqp091-go closed the
+// connection itself ("i/o timeout") before warren gave up on the broker
+// (TestReplayReturnsWhenTheBrokerStopsReadingBeforeItStarts, busy.sh).
 func (f *fixture) throughProxy(t *testing.T) (*dlqtool.Queue, *testenv.Proxy) {
 	t.Helper()
 	brokerURL := testenv.AMQPURL(t)
 	u, _ := url.Parse(brokerURL)
 	proxy := testenv.StartAMQPProxy(t, u.Host)
-	conn, err := amqpx.Dial(context.Background(), proxy.URL(t, brokerURL), amqpx.DialOptions{Name: "dlq " + t.Name(), Heartbeat: time.Second})
+	conn, err := amqpx.Dial(context.Background(), proxy.URL(t, brokerURL), amqpx.DialOptions{Name: "dlq " + t.Name()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +68,7 @@ func returnsWithin[T any](t *testing.T, proxy *testenv.Proxy, limit time.Duratio
 // blocks publishing connections): Replay returns within a bound, and every
 // message is in the DLQ or its origin queue.
 func TestReplayReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	msgs := mixed(f.top, 50, time.Now())
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
@@ -107,6 +113,7 @@ func TestReplayReturnsWhenTheBrokerStopsReading(t *testing.T) {
 // error saying the broker did not answer, and every message stays in the
 // DLQ.
 func TestReplayReturnsWhenTheBrokerStopsReadingBeforeItStarts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	msgs := mixed(f.top, 5, time.Now())
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
@@ -127,6 +134,7 @@ func TestReplayReturnsWhenTheBrokerStopsReadingBeforeItStarts(t *testing.T) {
 // The broker stops reading an import's connection halfway: Import returns
 // within a bound, and the messages it reports done are in the queue.
 func TestImportReturnsWhenTheBrokerStopsReading(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	var msgs []dlqtool.Message
 	for i, p := range mixed(f.top, 50, time.Now()) {
@@ -169,6 +177,7 @@ func toPublishings(ms []dlqtool.Message) []amqp.Publishing {
 // the broker did not answer, as Open promises for every round trip (it hung
 // when the cancel was bounded only by the caller's context).
 func TestPeekReturnsWhenTheBrokerStopsReadingAsItEnds(t *testing.T) {
+	// Serial: sets the package's idleWait, which every scan reads.
 	defer dlqtool.SetIdleWait(10 * time.Millisecond)()
 	f := newFixture(t)
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, mixed(f.top, 3, time.Now()))
@@ -209,6 +218,7 @@ func TestPeekReturnsWhenTheBrokerStopsReadingAsItEnds(t *testing.T) {
 // a success while the messages are still queued. They are: the broker
 // puts them back when the connection goes.
 func TestPurgeSaysWhenItsDeletesAreUnconfirmed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	msgs := mixed(f.top, 3, time.Now())
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, msgs)
@@ -234,6 +244,7 @@ func TestPurgeSaysWhenItsDeletesAreUnconfirmed(t *testing.T) {
 
 // With the broker reading, the close's answer confirms the acks: no error.
 func TestPurgeThroughAProxyIsConfirmed(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t)
 	testenv.PublishConfirmed(t, f.conn, f.top.DLQ, mixed(f.top, 3, time.Now()))
 	q, _ := f.throughProxy(t)
