@@ -15,6 +15,7 @@ import (
 // Every command made of verbs picks and explains them the same way: one
 // mechanism (subcommands.parse), so the errors and the help agree.
 func TestCommandsWithVerbsBehaveAlike(t *testing.T) {
+	t.Parallel()
 	verbs := map[string][]string{}
 	for _, v := range dlqVerbs.verbs {
 		verbs["dlq"] = append(verbs["dlq"], v.name)
@@ -60,6 +61,7 @@ func TestCommandsWithVerbsBehaveAlike(t *testing.T) {
 // machines through GOFLAGS=-buildvcs=false, and go does not stamp a build
 // in a git worktree), the version names the revision the build recorded.
 func TestVersionNamesTheRevision(t *testing.T) {
+	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal(err)
@@ -93,6 +95,7 @@ func TestVersionNamesTheRevision(t *testing.T) {
 // The CDC relay's own flags are refused in the polling mode, where they
 // would be ignored.
 func TestRelayCDCFlagsNeedCDCMode(t *testing.T) {
+	t.Parallel()
 	for _, flag := range [][]string{{"--slot", "s"}, {"--drop-slot"}, {"--nack-timeout", "10s"}} {
 		var out, errOut bytes.Buffer
 		env := &cliEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
@@ -109,6 +112,7 @@ func TestRelayCDCFlagsNeedCDCMode(t *testing.T) {
 // -buildvcs=false; this worktree's builds were not stamped either); then it is the
 // checkout's.
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	want := regexp.MustCompile(`^warren (v\S+|\(devel\))( revision [0-9a-f]{40}( \(modified\))?)? ` + regexp.QuoteMeta(runtime.Version()) + ` \S+/\S+\n$`)
 	for _, arg := range []string{"--version", "version"} {
 		r := ok(t, arg)

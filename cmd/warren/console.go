@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
@@ -24,13 +23,19 @@ type consoleOptions struct {
 	listen, amqpURL, managementURL string
 	db                             outboxDBFlags
 	token, basicAuth, archiveDir   string
-	readOnly                       bool
+	allowHosts                     listFlag
+	tlsCert, tlsKey                string
+	readOnly, behindTLSProxy       bool
 	refresh                        ageFlag
 	scanLimit                      int
 }
 
 func (o *consoleOptions) register(fs *flagSet) {
-	fs.String(&o.listen, "listen", "ADDR", "serve on this address; anything but localhost should set --token or --basic-auth", console.DefaultListen)
+	fs.String(&o.listen, "listen", "ADDR", "serve on this address; one other machines reach needs --token or --basic-auth, and --tls-cert/--tls-key or --behind-tls-proxy", console.DefaultListen)
+	fs.Var(&o.allowHosts, "allow-host", "NAME[:PORT],...", "answer requests addressed to these names too (besides localhost, loopback addresses and the --listen address; with --behind-tls-proxy, only these, and at least one is needed): every other Host header is refused, against DNS rebinding")
+	fs.String(&o.tlsCert, "tls-cert", "FILE", "serve HTTPS with this PEM certificate (chain)", "")
+	fs.String(&o.tlsKey, "tls-key", "FILE", "the PEM private key of --tls-cert", "")
+	fs.Bool(&o.behindTLSProxy, "behind-tls-proxy", "a proxy in front terminates TLS: mark cookies Secure, require --token or --basic-auth and --allow-host; the proxy must pass the original Host header on (X-Forwarded-* headers are not trusted)")
 	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker, or a cluster's nodes separated by commas; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
 	fs.String(&o.managementURL, "management-url", "URL", "RabbitMQ's management API, for the overview; default http://HOST:15672 of the broker, same user", "")
 	fs.String(&o.db.databaseURL, "database-url", "URL", "the Postgres database of the outbox table; default $DATABASE_URL, else no outbox section", "")
@@ -64,16 +69,20 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 		return usagef("unexpected argument %q", rest[0])
 	}
 	cfg := console.Config{
-		Listen:        o.listen,
-		AMQPURL:       cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
-		ManagementURL: o.managementURL,
-		Token:         cmp.Or(o.token, env.getenv("WARREN_CONSOLE_TOKEN")),
-		BasicAuth:     cmp.Or(o.basicAuth, env.getenv("WARREN_CONSOLE_BASIC_AUTH")),
-		ReadOnly:      o.readOnly,
-		ArchiveDir:    o.archiveDir,
-		Refresh:       time.Duration(o.refresh),
-		ScanLimit:     o.scanLimit,
-		Logger:        redact.Logger(slog.New(slog.NewTextHandler(env.stderr, nil))),
+		Listen:         o.listen,
+		AMQPURL:        cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
+		ManagementURL:  o.managementURL,
+		Token:          cmp.Or(o.token, env.getenv("WARREN_CONSOLE_TOKEN")),
+		BasicAuth:      cmp.Or(o.basicAuth, env.getenv("WARREN_CONSOLE_BASIC_AUTH")),
+		AllowedHosts:   o.allowHosts,
+		TLSCertFile:    o.tlsCert,
+		TLSKeyFile:     o.tlsKey,
+		BehindTLSProxy: o.behindTLSProxy,
+		ReadOnly:       o.readOnly,
+		ArchiveDir:     o.archiveDir,
+		Refresh:        time.Duration(o.refresh),
+		ScanLimit:      o.scanLimit,
+		Logger:         redact.Logger(slog.New(slog.NewTextHandler(env.stderr, nil))),
 	}
 	if o.db.databaseURL = cmp.Or(o.db.databaseURL, env.getenv("DATABASE_URL")); o.db.databaseURL != "" {
 		if err := o.db.resolve(env); err != nil {
@@ -83,11 +92,6 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 	}
 	if cfg.ScanLimit <= 0 {
 		return usagef("--scan-limit must be positive")
-	}
-	if host, _, err := net.SplitHostPort(cfg.Listen); err == nil && cfg.Token == "" && cfg.BasicAuth == "" {
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			cfg.Logger.Warn("the console listens beyond this machine without --token or --basic-auth: anyone who reaches it can replay and purge", "listen", cfg.Listen)
-		}
 	}
 	s, err := console.New(cfg)
 	if err != nil {
@@ -103,12 +107,12 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 func printConsoleUsage(w io.Writer, fs *flagSet) {
 	fmt.Fprintln(w, "Usage: warren console [flags]")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, wrap("Serve the operator's web console until SIGINT or SIGTERM: every consumer's queues, dead-letter and retry depths and rates; each dead-letter queue's messages grouped by failure signature (class and error text with ids, numbers, hosts and durations normalised), each group opening to its messages and each message to its headers, failure history and body; replay, export and purge of a group, a selection or one message, and redrive of dead outbox rows. Every action shows a dry run with the number of messages it will touch and acts only once confirmed. Pages need no JavaScript. Passwords and secret-looking header values are never shown.", 78))
+	fmt.Fprintln(w, wrap("Serve the operator's web console until SIGINT or SIGTERM: every consumer's queues, dead-letter and retry depths and rates; each dead-letter queue's messages grouped by failure signature (class and error text with ids, numbers, hosts and durations normalised), each group opening to its messages and each message to its headers, failure history and body; replay, export and purge of a group, a selection or one message, and redrive of dead outbox rows. Every action shows a dry run with the number of messages it will touch and acts, once confirmed, on exactly those. Beyond this machine it needs --token or --basic-auth, and --tls-cert/--tls-key or --behind-tls-proxy; it answers only to localhost, loopback addresses, the --listen address and --allow-host names. Pages need no JavaScript. Passwords and secret-looking header values are never shown.", 78))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags:")
 	fs.printDefaults(w)
 	fmt.Fprintln(w, "\nExamples:")
 	fmt.Fprintln(w, "  warren console")
-	fmt.Fprintln(w, "  WARREN_CONSOLE_TOKEN=$(openssl rand -hex 16) warren console --listen :8089 --archive-dir /var/lib/warren/archive")
+	fmt.Fprintln(w, "  WARREN_CONSOLE_TOKEN=$(openssl rand -hex 16) warren console --listen :8443 --allow-host console.example.com --tls-cert cert.pem --tls-key key.pem --archive-dir /var/lib/warren/archive")
 	fmt.Fprintln(w, "  warren console --read-only --database-url postgres://app@db/app")
 }

@@ -16,6 +16,7 @@ import (
 // broker with its password masked, refuses actions when read-only, and
 // stops on SIGINT with status 0.
 func TestCLIConsoleServesAndStops(t *testing.T) {
+	t.Parallel()
 	testenv.RequireManagement(t)
 	cmd := warrenCmd(t, nil, "console", "--listen", "127.0.0.1:0", "--read-only")
 	stderr, err := cmd.StderrPipe()
@@ -74,8 +75,29 @@ func TestCLIConsoleServesAndStops(t *testing.T) {
 }
 
 func TestCLIConsoleBadListen(t *testing.T) {
+	t.Parallel()
 	r := runWarren(t, nil, "console", "--listen", "127.0.0.1:notaport")
 	if r.code != 1 || !strings.Contains(r.stderr, "listen") {
 		t.Fatalf("console --listen 127.0.0.1:notaport: exit %d, want 1 and why\nstderr: %s", r.code, r.stderr)
+	}
+}
+
+// A console other machines could reach does not start without a token or
+// basic auth, and says why; with one (--basic-auth), not over plain HTTP
+// unless a TLS proxy is named.
+func TestCLIConsoleRefusesToServeTheNetworkOpen(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", ":0"}, "set a token"},
+		{[]string{"--listen", "0.0.0.0:0", "--read-only"}, "set a token"},
+		{[]string{"--listen", ":0", "--basic-auth", "ops:pa55word"}, "--behind-tls-proxy"},
+	} {
+		r := runWarren(t, nil, append([]string{"console"}, c.args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, c.want) || strings.Contains(r.stderr, "serving") {
+			t.Errorf("console %v: exit %d, want 1 and %q\nstderr: %s", c.args, r.code, c.want, r.stderr)
+		}
 	}
 }

@@ -101,6 +101,7 @@ type peakRSSReport struct {
 // TestPeakRSSChild is peakRSS's child: it runs the command in process and
 // reports how it ended and its VmHWM.
 func TestPeakRSSChild(t *testing.T) {
+	t.Parallel()
 	args := os.Getenv(peakRSSArgs)
 	if args == "" {
 		t.Skip("the child process of peakRSS")
@@ -133,6 +134,7 @@ func TestPeakRSSChild(t *testing.T) {
 // publishing). Above the default line cap it is refused, whole, with the
 // flag that raises it named; with the flag it goes through intact.
 func TestCLIImportStreamsALongLine(t *testing.T) {
+	t.Parallel()
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	big := amqp.Publishing{MessageId: "big", Type: "blob.created", ContentType: "application/json", DeliveryMode: amqp.Persistent,
 		Body: jsonEventBody("big", 35<<20)}
@@ -166,5 +168,32 @@ func TestCLIImportStreamsALongLine(t *testing.T) {
 	got := testenv.Drain(t, conn, top.DLQ)
 	if len(got) != 3 || got[1].MessageId != "big" || !bytes.Equal(got[1].Body, big.Body) {
 		t.Fatalf("imported %d messages; want small, big (its body intact), small", len(got))
+	}
+}
+
+// An import whose file holds a message the broker refuses (here an
+// expiration that is not a number of milliseconds) publishes nothing and
+// names the line, instead of stopping after the messages before it.
+func TestCLIImportRefusesWhatTheBrokerRefusesBeforePublishing(t *testing.T) {
+	t.Parallel()
+	_, ch, top := testenv.NewDeadLetterTopology(t)
+	var file []byte
+	for _, p := range []amqp.Publishing{
+		{MessageId: "ok-1", Body: []byte(`{"event_id":"ok-1"}`)},
+		{MessageId: "ok-2", Body: []byte(`{"event_id":"ok-2"}`)},
+		{MessageId: "bad", Expiration: "soon", Body: []byte(`{"event_id":"bad"}`)},
+	} {
+		file = append(file, exportLine(t, p)...)
+	}
+	path := filepath.Join(t.TempDir(), "dead.jsonl")
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runWarren(t, nil, "dlq", "import", "--queue", top.Consumer, "--yes", path)
+	if r.code != 1 || !strings.Contains(r.stderr, "line 3") || !strings.Contains(r.stderr, "refuses") {
+		t.Errorf("import: exit %d, want 1 naming line 3 and the refusal\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	if n := testenv.QueueDepth(t, ch, top.DLQ); n != 0 {
+		t.Errorf("the DLQ holds %d messages: the import stopped part way", n)
 	}
 }

@@ -394,8 +394,9 @@ func runDLQReplay(ctx context.Context, c *dlqCall) error {
 			q += fmt.Sprintf(" (%d of them name another origin queue in their headers, which the replay ignores)", dry.ForeignOrigin)
 		}
 		return q
-	}, func(dryRun bool, limit int, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
-		opts.DryRun, opts.Limit, opts.Progress = dryRun, limit, progress
+	}, func(s step) (dlqtool.Result, error) {
+		opts.DryRun, opts.Limit, opts.Progress, opts.OnMatch = s.dryRun, s.limit, s.progress, s.onMatch
+		opts.Filter.Fingerprints = s.fingerprints
 		return c.queue.Replay(ctx, opts)
 	})
 }
@@ -426,8 +427,9 @@ func runDLQPurge(ctx context.Context, c *dlqCall) (err error) {
 		}
 		return q
 	}
-	err = c.change(ctx, "purge", question, func(dryRun bool, limit int, progress func(dlqtool.Progress)) (dlqtool.Result, error) {
-		opts.DryRun, opts.Limit, opts.Progress = dryRun, limit, progress
+	err = c.change(ctx, "purge", question, func(s step) (dlqtool.Result, error) {
+		opts.DryRun, opts.Limit, opts.Progress, opts.OnMatch = s.dryRun, s.limit, s.progress, s.onMatch
+		opts.Filter.Fingerprints = s.fingerprints
 		res, err = c.queue.Purge(ctx, opts)
 		return res, err
 	})
@@ -437,17 +439,31 @@ func runDLQPurge(ctx context.Context, c *dlqCall) (err error) {
 	return err
 }
 
+// step is one run of a replay or purge for change: its options beyond
+// the filter.
+type step struct {
+	dryRun       bool
+	limit        int
+	progress     func(dlqtool.Progress)
+	onMatch      func(*dlqtool.Message) // the dry run's, listing what it counts
+	fingerprints []string               // the confirmed run's: exactly those
+}
+
 // change runs a replay or a purge. Asked on a terminal (no --yes, no
 // --dry-run), it first runs do as a dry run so the question can give the
-// real numbers, and then acts on at most the number the operator said yes
-// to: messages that matched while the question waited are left alone, as
-// the console does. do runs with limit as its Limit.
-func (c *dlqCall) change(ctx context.Context, op string, question func(dlqtool.Result) string, do func(dryRun bool, limit int, progress func(dlqtool.Progress)) (dlqtool.Result, error)) error {
+// real numbers, and then acts on exactly the messages the operator said
+// yes to (their fingerprints, listed by the dry run): messages that
+// matched while the question waited are left alone and counted, as the
+// console does. Without the question (--yes), it acts on what the filter
+// matches when it runs; so does a run after a separate --dry-run.
+func (c *dlqCall) change(ctx context.Context, op string, question func(dlqtool.Result) string, do func(step) (dlqtool.Result, error)) error {
 	var res dlqtool.Result
 	var err error
-	limit := c.opts.limit
+	run := step{dryRun: c.opts.dryRun, limit: c.opts.limit}
 	if !c.opts.dryRun && !c.opts.yes {
-		c.withProgress("checking", "matched", func(p func(dlqtool.Progress)) { res, err = do(true, limit, p) })
+		var listed []string
+		dry := step{dryRun: true, limit: run.limit, onMatch: func(m *dlqtool.Message) { listed = append(listed, m.Fingerprint()) }}
+		c.withProgress("checking", "matched", func(p func(dlqtool.Progress)) { dry.progress = p; res, err = do(dry) })
 		if err != nil && ctx.Err() != nil {
 			// Ctrl-C while counting: a dry run changes nothing, so this
 			// is the same stop as Ctrl-C at the question.
@@ -462,9 +478,9 @@ func (c *dlqCall) change(ctx context.Context, op string, question func(dlqtool.R
 		if err := c.confirm(ctx, question(res)); err != nil {
 			return err
 		}
-		limit = res.Matched // never more than the limit, which the dry run had
+		run.limit, run.fingerprints = res.Matched, listed
 	}
-	c.withProgress(verbs[op].doing, verbs[op].did, func(p func(dlqtool.Progress)) { res, err = do(c.opts.dryRun, limit, p) })
+	c.withProgress(verbs[op].doing, verbs[op].did, func(p func(dlqtool.Progress)) { run.progress = p; res, err = do(run) })
 	return c.report(op, res, err)
 }
 
@@ -705,6 +721,9 @@ func (c *dlqCall) report(op string, res dlqtool.Result, opErr error) error {
 		}
 		for _, q := range slices.Sorted(mapsKeys(res.Queues)) {
 			fmt.Fprintf(w, "  %6d → %s\n", res.Queues[q], clean(q))
+		}
+		if res.Unlisted > 0 {
+			fmt.Fprintf(w, "  %6d others matching arrived after the question and were left where they were\n", res.Unlisted)
 		}
 		if res.ForeignOrigin > 0 {
 			// Headers a producer may have forged: say where they pointed

@@ -29,6 +29,7 @@ func exportOf(t *testing.T, top testenv.DeadLetterTopology, n int) []byte {
 // every message (it failed with "illegal seek" when it read the path as a
 // file).
 func TestCLIImportFromAFIFO(t *testing.T) {
+	t.Parallel()
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	data := exportOf(t, top, 5)
 	fifo := filepath.Join(t.TempDir(), "dead.fifo")
@@ -63,6 +64,7 @@ func TestCLIImportFromAFIFO(t *testing.T) {
 // Input that must be copied to $TMPDIR is refused past --max-spool-bytes,
 // with the flag named, before anything is published.
 func TestCLIImportRefusesInputOverTheSpoolLimit(t *testing.T) {
+	t.Parallel()
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	data := exportOf(t, top, 5)
 	r := runWarren(t, data, "dlq", "import", "--queue", top.Consumer, "--yes", "--max-spool-bytes", "100", "-")
@@ -83,6 +85,8 @@ func TestCLIImportRefusesInputOverTheSpoolLimit(t *testing.T) {
 // writer is an io.Pipe, whose Write returns only once the import has read
 // the bytes, so the test knows the import is waiting for more.
 func TestCLIImportFromAStalledWriterStopsOnCancel(t *testing.T) {
+	// Serial: replaces the package's dlqStdin, which every in-process run
+	// reads.
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	pr, pw := io.Pipe()
 	t.Cleanup(func() { pw.Close() })

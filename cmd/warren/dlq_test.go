@@ -146,6 +146,7 @@ func expiredMessages(n int) []amqp.Publishing {
 // exactly the matching ones, to the origin queue only (a second queue on
 // the consumer's fanout exchange stays empty), and the rest stay.
 func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	sibling := testenv.Name(t, "sibling")
 	testenv.CleanupQueues(t, sibling)
@@ -234,6 +235,7 @@ func TestCLIStatsAndFilteredReplayOf10000(t *testing.T) {
 // it names, and the command says how many such messages it met. show says
 // where a replay sends it.
 func TestCLIReplayIgnoresTheOriginInHeaders(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	victim := testenv.DeclareDeadLetterTopology(t, ch)
 	crafted := top.Message(testenv.Dead{ID: "crafted", Type: "workitem.created", Class: dlq.ClassPermanent, Err: "x"})
@@ -268,6 +270,8 @@ func TestCLIReplayIgnoresTheOriginInHeaders(t *testing.T) {
 // non-zero exit and one line saying so, and every message is afterwards in
 // the DLQ or the origin queue, exactly once.
 func TestCLIReplayInterruptedBySIGINT(t *testing.T) {
+	// Serial: its SIGINT must land within the 1.3 s the rate-limited
+	// replay has left.
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	const total = 600
 	msgs := deadMessages(top, total)
@@ -319,6 +323,7 @@ func TestCLIReplayInterruptedBySIGINT(t *testing.T) {
 // Export then import reproduces every message: body, every property, and
 // headers of every AMQP type, RabbitMQ's x-death included.
 func TestCLIExportImportRoundTrip(t *testing.T) {
+	t.Parallel()
 	conn, ch, src := testenv.NewDeadLetterTopology(t)
 	dst := testenv.DeclareDeadLetterTopology(t, ch)
 	odd := src.Message(testenv.Dead{ID: "odd", Type: "workitem.updated", Class: dlq.ClassExhausted, Err: "boom\nsecond line", Attempts: 5})
@@ -420,6 +425,7 @@ func TestCLIExportImportRoundTrip(t *testing.T) {
 // ls, show, stats and export leave the DLQ as it was: same count, same
 // order, same content.
 func TestCLIReadsLeaveQueueUnchanged(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	msgs := deadMessages(top, 200)
 	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
@@ -461,6 +467,7 @@ func TestCLIReadsLeaveQueueUnchanged(t *testing.T) {
 }
 
 func TestCLIPurge(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 100))
 	r := ok(t, "dlq", "purge", "--queue", top.Consumer, "--class", "undecodable", "--dry-run")
@@ -483,6 +490,7 @@ func TestCLIPurge(t *testing.T) {
 // Bad input of every kind gets one line on stderr, no stack trace, and a
 // non-zero exit: 2 for a wrong command line, 1 for a failed operation.
 func TestCLIBadInput(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
 	badFile := filepath.Join(t.TempDir(), "bad.jsonl")
@@ -544,6 +552,7 @@ func TestCLIBadInput(t *testing.T) {
 }
 
 func TestCLIHelp(t *testing.T) {
+	t.Parallel()
 	r := ok(t, "--help")
 	if !strings.Contains(r.stdout, "dlq ") {
 		t.Fatalf("warren --help lacks dlq:\n%s", r.stdout)
@@ -574,6 +583,8 @@ func TestCLIHelp(t *testing.T) {
 // numbers, and do nothing unless the answer is yes. (In process, with the
 // terminal faked: the binary tests never have one.)
 func TestDLQConfirmsOnATerminal(t *testing.T) {
+	// Serial: replaces the package's dlqStdin and isTerminal, which every
+	// in-process run reads.
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
 
@@ -633,6 +644,8 @@ func (a *answerAfter) Read(b []byte) (int, error) {
 // counted: the operator said yes to that number, not to whatever matches
 // by the time the answer comes.
 func TestDLQActsOnAtMostWhatWasConfirmed(t *testing.T) {
+	// Serial: replaces the package's dlqStdin and isTerminal, which every
+	// in-process run reads.
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
 
@@ -668,6 +681,7 @@ func TestDLQActsOnAtMostWhatWasConfirmed(t *testing.T) {
 }
 
 func TestProgressBar(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	bar := &progressBar{w: &out, verb: "replaying", doneWord: "replayed", start: time.Now()}
 	bar.update(dlqtool.Progress{Total: 100, Scanned: 1})
@@ -697,6 +711,7 @@ func TestProgressBar(t *testing.T) {
 }
 
 func TestCleanEscapesTerminalControls(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"plain ✓":          "plain ✓",
 		"red \x1b[31m":     `red \x1b[31m`,
@@ -714,6 +729,7 @@ func TestCleanEscapesTerminalControls(t *testing.T) {
 // A message moved back from a DLQ and dead again has lost the broker's
 // x-death; show still says the broker once dead-lettered it, and why.
 func TestShowPrintsFirstBrokerDeath(t *testing.T) {
+	t.Parallel()
 	died := time.Unix(1700000000, 0)
 	h := dlq.StripDeaths(amqp.Table{"x-death": []any{amqp.Table{"queue": "webhook", "reason": "expired", "count": int64(1), "time": died}}}, "webhook")
 	h = dlq.Stamp(h, dlq.Failure{Err: "boom", At: died.Add(time.Hour), Queue: "webhook", Consumer: "webhook"}, 3, dlq.ClassExhausted)
@@ -732,6 +748,7 @@ func TestShowPrintsFirstBrokerDeath(t *testing.T) {
 // `dlq show` must find a dead letter by its body's event_id in both cases,
 // and by the message_id too.
 func TestCLIShowFindsByBodyEventID(t *testing.T) {
+	t.Parallel()
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	plane := top.Message(testenv.Dead{ID: "plane-ev-1", Type: "issue.updated", Class: dlq.ClassPermanent, Err: "plane failure", Attempts: 1})
 	plane.MessageId, plane.Type = "", "" // as Plane's services publish
@@ -756,6 +773,7 @@ func TestCLIShowFindsByBodyEventID(t *testing.T) {
 // command, whether it was given with --amqp-url or in $AMQP_URL; the error
 // says which, and never shows the password.
 func TestCLIMalformedURLIsAUsageError(t *testing.T) {
+	t.Parallel()
 	const bad = "amqp://guest:s3cret@127.0.0.1:notaport/"
 	check := func(t *testing.T, r result, want string) {
 		t.Helper()
@@ -778,6 +796,7 @@ func TestCLIMalformedURLIsAUsageError(t *testing.T) {
 // (on stderr for export, whose standard output is the data); --json output
 // stays pure JSON.
 func TestCLIPrintsTheBroker(t *testing.T) {
+	t.Parallel()
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 3))
 	rawURL := testenv.AMQPURL(t)
@@ -831,6 +850,7 @@ func TestCLIPrintsTheBroker(t *testing.T) {
 // A list cut by --limit says so, with how many match in all (--json too);
 // output that is not a terminal has every text whole.
 func TestCLIListSaysWhenCut(t *testing.T) {
+	t.Parallel()
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	msgs := deadMessages(top, 30)
 	long := "upstream said: " + strings.Repeat("a very long reason ", 12) + "(the end)"
@@ -884,6 +904,7 @@ func TestCLIListSaysWhenCut(t *testing.T) {
 // asks or publishes anything, with one clear line and exit 1; it used to
 // print "replayed 0 of 0" first.
 func TestCLIReplayToMissingQueue(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 5))
 	file := filepath.Join(t.TempDir(), "dead.jsonl")
@@ -907,6 +928,7 @@ func TestCLIReplayToMissingQueue(t *testing.T) {
 // stats --by error groups by failure signature: 12 dead letters whose
 // errors differ only by an id are one row of 12, with an example error.
 func TestCLIStatsGroupsBySignature(t *testing.T) {
+	t.Parallel()
 	conn, _, top := testenv.NewDeadLetterTopology(t)
 	var msgs []amqp.Publishing
 	for i := range 12 {
@@ -932,6 +954,7 @@ func TestCLIStatsGroupsBySignature(t *testing.T) {
 // export does, before purging them, and the file imports back; an archive
 // that cannot be written purges nothing.
 func TestCLIPurgeArchive(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	msgs := deadMessages(top, 20) // permanent: ev-00000 to ev-00004
 	testenv.PublishInOrder(t, conn, top.DLQ, msgs)
@@ -1000,6 +1023,7 @@ func TestCLIPurgeArchive(t *testing.T) {
 // messages are in the target queue, with any name for the file; with
 // --allow-duplicates it goes ahead.
 func TestCLIImportTwice(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 6))
 	dir := t.TempDir()
@@ -1045,6 +1069,8 @@ func TestCLIImportTwice(t *testing.T) {
 // stats without --queue finds every warren DLQ of the vhost through the
 // management API and counts each exactly, in JSON and for a human.
 func TestCLIStatsOfEveryDLQ(t *testing.T) {
+	// Serial: reads every DLQ of the vhost, which the other tests declare
+	// and delete.
 	testenv.RequireManagement(t)
 	conn, _, full := testenv.NewDeadLetterTopology(t)
 	_, _, empty := testenv.NewDeadLetterTopology(t)
@@ -1116,6 +1142,7 @@ func TestCLIStatsOfEveryDLQ(t *testing.T) {
 // An import --to a consumer's queue does not read that queue for an
 // earlier import (it would hold the consumer's backlog), and says so.
 func TestCLIImportToAConsumerQueueIsNotChecked(t *testing.T) {
+	t.Parallel()
 	conn, ch, top := testenv.NewDeadLetterTopology(t)
 	testenv.PublishInOrder(t, conn, top.DLQ, deadMessages(top, 3))
 	file := filepath.Join(t.TempDir(), "dead.jsonl")
@@ -1129,4 +1156,28 @@ func TestCLIImportToAConsumerQueueIsNotChecked(t *testing.T) {
 	if n := testenv.QueueDepth(t, ch, top.Consumer); n != 6 {
 		t.Fatalf("the consumer's queue holds %d, want both imports' 3", n)
 	}
+}
+
+// warren dlq failed on a DLQ holding a message whose headers amqp091-go
+// refuses: ls, show, stats, export and purge read it now.
+func TestCLIReadsMessagesWithUnreadableHeaders(t *testing.T) {
+	t.Parallel()
+	conn, ch, top := testenv.NewDeadLetterTopology(t)
+	bad := top.ExpireUnreadable(t, conn)
+	for id := range bad {
+		if ls := ok(t, "dlq", "ls", "--queue", top.Consumer).stdout; !strings.Contains(ls, id) {
+			t.Errorf("ls does not list %s:\n%s", id, ls)
+		}
+		if show := ok(t, "dlq", "show", "--queue", top.Consumer, id).stdout; !strings.Contains(show, dlq.HeaderUnreadable) || !strings.Contains(show, bad[id].Reason) {
+			t.Errorf("show %s:\n%s", id, show)
+		}
+	}
+	ok(t, "dlq", "stats", "--queue", top.Consumer)
+	if out := ok(t, "dlq", "export", "--queue", top.Consumer).stdout; strings.Count(out, dlq.HeaderUnreadable) != len(bad) {
+		t.Errorf("export:\n%.2000s", out)
+	}
+	if res := decodeJSON[dlqtool.Result](t, ok(t, "dlq", "purge", "--queue", top.Consumer, "--yes", "--json").stdout); res.Done != len(bad) {
+		t.Fatalf("purge purged %d, want %d", res.Done, len(bad))
+	}
+	testenv.WaitFor(t, 60*time.Second, "the DLQ empty", func() bool { return testenv.QueueDepth(t, ch, top.DLQ) == 0 })
 }

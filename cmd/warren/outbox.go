@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -43,7 +44,7 @@ var outboxVerbs = &subcommands[outboxOptions, *outboxCall]{
 var outboxSubs = []outboxSub{
 	{
 		name: "migrate", summary: "create the outbox table or bring it up to date",
-		about: "Create the outbox table, its indexes and its migrations record, or apply the migrations it lacks. Safe to run at every deploy and from several places at once.",
+		about: "Create the outbox table, its indexes and its migrations record, or apply the migrations it lacks. Safe to run at every deploy and from several places at once. A table dropped while its migrations record remained is created again, empty, and said so; one missing an index or constraint its migrations made is refused, naming each.",
 		examples: []string{
 			"warren outbox migrate",
 			"warren outbox migrate --table orders_outbox",
@@ -109,7 +110,7 @@ var outboxSubs = []outboxSub{
 	},
 	{
 		name: "capture", summary: "install triggers that write a table's changes to the outbox",
-		about: "Generate, from the catalog, one statement-level trigger function for --source and its insert, update and delete triggers, which write <prefix>.created, .updated (previous_attributes: the old values of the changed tracked columns only; none for an update that changed nothing tracked) and .deleted (a hard delete, or --soft-delete-column going from NULL to a value) events to the outbox, in the changing statement's transaction. The column lists are written into the trigger: run this again after a migration changes the table. The SQL is applied in one transaction and recorded as the table's next version in " + capture.MigrationsTable + "; an unchanged result is not applied again, unless its triggers or function were dropped, disabled or edited since (then it is reinstalled, and the command says why). With --on-failure fail (the default) an event the outbox refuses fails the statement; with record the statement succeeds and the failure is written to the outbox's capture errors table, which 'warren outbox stats' and the relay's metrics count, except for errors a retry cures (deadlock, serialization failure, lock timeout), which still fail the statement. It writes to a warren-schema outbox only: with WARREN_SCHEMA=plane pass --schema warren. The initiator comes from the session settings --initiator-setting (default " + capture.DefaultInitiatorTypeSetting + ", unset: USER) and " + capture.DefaultInitiatorIDSetting + ".",
+		about: "Generate, from the catalog, one trigger function for --source and its insert, update and delete triggers (statement-level; row-level on a partitioned table, a partition or an inheritance child, so that statements naming a partition, present or future, write their events too; a table with inheritance children is refused), which write <prefix>.created, .updated (previous_attributes: the old values of the changed tracked columns only; none for an update that changed nothing tracked) and .deleted (a hard delete, or --soft-delete-column going from NULL to a value) events to the outbox, in the changing statement's transaction. The column lists are written into the trigger: run this again after a migration changes the table. The SQL is applied in one transaction and recorded as the table's next version in " + capture.MigrationsTable + "; an unchanged result is not applied again, unless its triggers or function were dropped, disabled or edited since (then it is reinstalled, and the command says why). With --on-failure fail (the default) an event the outbox refuses fails the statement; with record the statement succeeds and the failure is written to the outbox's capture errors table, which 'warren outbox stats' and the relay's metrics count, except for errors a retry cures (deadlock, serialization failure, lock timeout), which still fail the statement. The triggers fire under session_replication_role = replica too; what a logical replication worker's writes do is --subscriber: refuse (the default: the replicated write fails, naming the subscription, until you choose), capture (this end writes their events) or skip (the publisher captures the same table; see docs/adr/capture-replication-role.md). TRUNCATE of the table or a partition is refused: DELETE writes the events. ATTACH PARTITION or INHERIT of a captured plain table is refused (uninstall, change, install again). The install refuses to reuse a function, outbox or table another role owns (or a table with triggers or rules), gives up on the table's lock after --lock-timeout naming who holds it, and refuses to move an installed capture to another outbox without --move-outbox. It writes to a warren-schema outbox only: with WARREN_SCHEMA=plane pass --schema warren. The initiator comes from the session settings --initiator-setting (default " + capture.DefaultInitiatorTypeSetting + ", unset: USER) and " + capture.DefaultInitiatorIDSetting + ".",
 		examples: []string{
 			"warren outbox capture --source issues --entity-type issue --event-prefix workitem --exclude description_html --workspace-column workspace_id --project-column project_id --print",
 			"warren outbox capture --source labels --entity-type label --on-failure record --initiator-setting plane.initiator_type",
@@ -129,9 +130,12 @@ var outboxSubs = []outboxSub{
 			fs.String(&c.InitiatorTypeSetting, "initiator-setting", "NAME", "the session setting holding initiator_type (default "+capture.DefaultInitiatorTypeSetting+")", "")
 			fs.String(&c.InitiatorIDSetting, "initiator-id-setting", "NAME", "the session setting holding initiator_id (default "+capture.DefaultInitiatorIDSetting+")", "")
 			fs.String(&o.onFailure, "on-failure", "POLICY", "fail (the statement fails) or record (the failure is recorded)", string(capture.Fail))
+			fs.String(&o.subscriber, "subscriber", "POLICY", "what a logical replication worker's writes do: refuse, capture (write their events) or skip (the publisher captures this table)", string(capture.SubscriberRefuse))
 			fs.String(&c.Version, "event-version", "V", "each event's version field (default none)", "")
-			fs.Bool(&o.print, "print", "print the SQL and apply nothing")
+			fs.Bool(&o.print, "print", "print the SQL, in the transaction that applies it (without recording it), and apply nothing")
+			fs.Var(&o.lockTimeout, "lock-timeout", "DURATION", fmt.Sprintf("how long the install may wait for the table's lock, while every write of the table queues behind it, before it gives up, changing nothing and naming the sessions holding it (default %v)", outbox.DefaultLockTimeout))
 			fs.Bool(&o.uninstall, "uninstall", "drop the table's capture triggers and function")
+			fs.Bool(&o.capture.MoveOutbox, "move-outbox", "let the install change the outbox an installed capture of the table writes to (refused without it)")
 		},
 		run: runOutboxCapture,
 	},
@@ -153,6 +157,7 @@ type outboxOptions struct {
 	capture                        capture.Spec
 	captureColumns, captureExclude listFlag
 	softDelete, onFailure          string
+	subscriber                     string
 	print, uninstall               bool
 }
 
@@ -348,6 +353,8 @@ func (o *outboxOptions) validate(verb *outboxSub) error {
 		return usagef("capture: --source is required")
 	case sub == "capture" && o.onFailure != string(capture.Fail) && o.onFailure != string(capture.Record):
 		return usagef("capture: --on-failure must be fail or record, not %q", o.onFailure)
+	case sub == "capture" && !slices.Contains([]string{string(capture.SubscriberRefuse), string(capture.SubscriberCapture), string(capture.SubscriberSkip)}, o.subscriber):
+		return usagef("capture: --subscriber must be refuse, capture or skip, not %q", o.subscriber)
 	case sub == "capture" && o.uninstall && o.print:
 		return usagef("capture: --uninstall and --print exclude each other")
 	}
@@ -367,12 +374,24 @@ func runOutboxMigrate(ctx context.Context, c *outboxCall) error {
 		}
 		return nil
 	}
-	if res.From == res.To {
+	switch {
+	case res.Recreated:
+		reportRecreated(c.env.stdout, res)
+	case res.From == res.To:
 		fmt.Fprintf(c.env.stdout, "outbox %s is up to date (schema version %d)\n", res.Table, res.To)
-		return nil
+	default:
+		fmt.Fprintf(c.env.stdout, "outbox %s migrated from schema version %d to %d\n", res.Table, res.From, res.To)
 	}
-	fmt.Fprintf(c.env.stdout, "outbox %s migrated from schema version %d to %d\n", res.Table, res.From, res.To)
 	return nil
+}
+
+// reportRecreated says that Migrate created the table again because it
+// was missing though its migrations record remained: the rows it held
+// are gone, which the operator must hear of.
+func reportRecreated(out io.Writer, res outbox.MigrateResult) {
+	if res.Recreated {
+		fmt.Fprintf(out, "outbox %s did not exist though its migrations record said schema version %d (dropped?): created it again, empty, at schema version %d; the events it held are gone unless a backup has them\n", res.Table, res.From, res.To)
+	}
 }
 
 func runOutboxCapture(ctx context.Context, c *outboxCall) error {
@@ -381,6 +400,8 @@ func runOutboxCapture(ctx context.Context, c *outboxCall) error {
 	spec.Outbox = c.outbox.Name()
 	spec.Columns, spec.Exclude = o.captureColumns, o.captureExclude
 	spec.OnFailure = capture.FailurePolicy(o.onFailure)
+	spec.Subscriber = capture.SubscriberPolicy(o.subscriber)
+	spec.LockTimeout = time.Duration(o.lockTimeout)
 	if o.softDelete == "none" {
 		spec.NoSoftDelete = true
 	} else {
@@ -396,7 +417,7 @@ func runOutboxCapture(ctx context.Context, c *outboxCall) error {
 		if err != nil {
 			return captureError(err)
 		}
-		_, err = io.WriteString(c.env.stdout, m.SQL)
+		_, err = io.WriteString(c.env.stdout, printable(m, spec.LockTimeout))
 		return err
 	case o.uninstall:
 		res, err = capture.Uninstall(ctx, c.pool, spec.Table)
@@ -420,6 +441,17 @@ func runOutboxCapture(ctx context.Context, c *outboxCall) error {
 		fmt.Fprintf(c.env.stdout, "capture on %s installed: version %d, events to outbox %s\n", res.Name, res.Version, c.outbox.Name())
 	}
 	return nil
+}
+
+// printable is the migration as a script to apply by hand: in one
+// transaction, holding the table's lock as Install does (which m's SQL
+// needs: it names the table's columns as the catalog had them), and
+// giving up on the lock after lockTimeout. Applied so, it is not
+// recorded in capture.MigrationsTable: the next Install applies its own.
+func printable(m capture.Migration, lockTimeout time.Duration) string {
+	schema, table, _ := strings.Cut(m.Name, ".")
+	return fmt.Sprintf("BEGIN;\nSET LOCAL lock_timeout = '%dms';\nLOCK TABLE %s IN SHARE ROW EXCLUSIVE MODE;\n%sCOMMIT;\n",
+		cmp.Or(lockTimeout, outbox.DefaultLockTimeout).Milliseconds(), pgx.Identifier{schema, table}.Sanitize(), m.SQL)
 }
 
 // captureError makes a spec the catalog refutes a usage error (exit 2).
@@ -641,35 +673,39 @@ func (c *outboxCall) plan(ctx context.Context, matched int64, verb, what string)
 }
 
 func runOutboxRedrive(ctx context.Context, c *outboxCall) error {
-	// Each filter is planned at the rows it counts now, within --limit;
-	// the redrive then takes at most that many of each, so rows that die
-	// while the question waits are never redriven without being counted
-	// and confirmed.
-	planned, err := c.countDeadEach(ctx)
-	if err != nil {
-		return err
-	}
-	var matched int64
-	for i := range planned {
+	// The rows are listed now, each filter's within what is left of
+	// --limit, and the redrive then takes exactly those (by id): a row
+	// that dies while the question waits is never redriven without being
+	// counted and confirmed, nor does it take the place of one that was.
+	var ids []int64
+	seen := map[int64]bool{} // rows two filters both match count once
+	for _, f := range c.opts.filters() {
 		if c.opts.limit > 0 {
-			planned[i] = min(planned[i], int64(c.opts.limit)-matched)
+			if f.Limit = c.opts.limit - len(ids); f.Limit <= 0 {
+				break
+			}
 		}
-		matched += planned[i]
+		listed, err := c.outbox.DeadIDs(ctx, c.pool, f)
+		if err != nil {
+			return err
+		}
+		for _, id := range listed {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
 	}
+	matched := int64(len(ids))
 	if ok, err := c.plan(ctx, matched, "redrive", "dead rows"); !ok || err != nil {
 		return err
 	}
-	var total int64
-	for i, f := range c.opts.filters() {
-		if planned[i] <= 0 {
-			continue
-		}
-		f.Limit = int(planned[i])
-		n, err := c.outbox.Redrive(ctx, c.pool, f)
-		total += n
-		if err != nil {
-			return fmt.Errorf("%w (after redriving %d rows)", err, total)
-		}
+	total, err := c.outbox.Redrive(ctx, c.pool, outbox.Filter{IDs: ids, Limit: len(ids)})
+	if err != nil {
+		return fmt.Errorf("%w (after redriving %d rows)", err, total)
+	}
+	if gone := matched - total; gone > 0 && !c.opts.json {
+		fmt.Fprintf(c.env.stdout, "%d of the dead rows counted were no longer dead (redriven or purged meanwhile)\n", gone)
 	}
 	if c.opts.json {
 		return writeJSON(c.env.stdout, outboxChangeJSON{Table: c.outbox.Name(), Matched: matched, Changed: total})

@@ -50,6 +50,7 @@ func deadRowsTable(t *testing.T, n int, errText string) (map[string]string, func
 // --dry-run says how many rows they would touch and changes nothing;
 // --json prints the result for scripts.
 func TestOutboxCLIRedriveAndPurgeConfirm(t *testing.T) {
+	t.Parallel()
 	environ, count := deadRowsTable(t, 3, "broker said no")
 
 	for _, args := range [][]string{{"redrive", "--all"}, {"purge", "--older-than", "1h"}} {
@@ -94,6 +95,7 @@ func TestOutboxCLIRedriveAndPurgeConfirm(t *testing.T) {
 // A listing cut by --limit says so and how many match; piped, no column is
 // cut; --json lists every row.
 func TestOutboxCLIDeadSaysWhatItCut(t *testing.T) {
+	t.Parallel()
 	longErr := "publish failed: " + strings.Repeat("the broker refused the message again ", 5) + "END"
 	environ, _ := deadRowsTable(t, 25, longErr)
 	r := runOutboxBin(t, environ, "outbox", "dead")
@@ -115,6 +117,7 @@ func TestOutboxCLIDeadSaysWhatItCut(t *testing.T) {
 // Human output starts with the database and table it read, the password
 // masked; --json does not.
 func TestOutboxCLINamesTheDatabase(t *testing.T) {
+	t.Parallel()
 	environ, _ := deadRowsTable(t, 1, "x")
 	const secret = "s3cret-pw-for-the-test"
 	u := strings.Replace(environ["DATABASE_URL"], "postgres@", "postgres:"+secret+"@", 1)
@@ -140,6 +143,7 @@ func TestOutboxCLINamesTheDatabase(t *testing.T) {
 // Every verb on a table that does not exist says so and what to run,
 // instead of Postgres's raw error.
 func TestOutboxCLIMissingTable(t *testing.T) {
+	t.Parallel()
 	table := testenv.Name(t, "nosuch")
 	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": table}
 	want := "table " + table + " does not exist in "
@@ -154,6 +158,7 @@ func TestOutboxCLIMissingTable(t *testing.T) {
 // A malformed URL is a usage error (exit 2) for outbox and relay, from a
 // flag or the environment, and its password is not printed.
 func TestOutboxCLIMalformedURL(t *testing.T) {
+	t.Parallel()
 	const secret = "pw-in-a-bad-url"
 	db := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": testenv.Name(t, "ob")}
 	for _, c := range []struct {
@@ -181,6 +186,8 @@ func TestOutboxCLIMalformedURL(t *testing.T) {
 // On a terminal, redrive says how many rows it will change before it asks,
 // and changes nothing unless the answer is yes.
 func TestOutboxCLIRedriveAsksOnATerminal(t *testing.T) {
+	// Serial: replaces the package's dlqStdin and isTerminal, which every
+	// in-process run reads.
 	environ, count := deadRowsTable(t, 3, "broker said no")
 	oldStdin, oldIsTerminal := dlqStdin, isTerminal
 	t.Cleanup(func() { dlqStdin, isTerminal = oldStdin, oldIsTerminal })
@@ -202,34 +209,40 @@ func TestOutboxCLIRedriveAsksOnATerminal(t *testing.T) {
 	}
 }
 
-// A confirmed redrive changes at most the rows the question counted: a row
-// that dies while the question waits stays dead until it is asked about.
-func TestOutboxCLIRedriveActsOnAtMostWhatWasConfirmed(t *testing.T) {
+// A confirmed redrive changes exactly the rows the question counted: a row
+// that dies while the question waits stays dead until it is asked about,
+// though it is older than the counted ones (a redrive by count, oldest
+// first, took it in place of one redriven meanwhile by someone else).
+func TestOutboxCLIRedriveActsOnExactlyWhatWasConfirmed(t *testing.T) {
+	// Serial: replaces the package's dlqStdin and isTerminal, which every
+	// in-process run reads.
 	environ, ob, pool := outboxCLITable(t)
 	var evs []warrenpkg.Event
 	for i := range 4 {
 		evs = append(evs, warrenpkg.Event{ID: fmt.Sprintf("ev-%03d", i), Type: "workitem.created"})
 	}
 	outboxCLIPublish(t, pool, ob, evs...)
-	outboxCLIExec(t, pool, ob, `UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(), last_error = 'no route' WHERE event_id < 'ev-003'`)
+	outboxCLIExec(t, pool, ob, `UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(), last_error = 'no route' WHERE event_id > 'ev-000'`)
 
 	oldStdin, oldIsTerminal := dlqStdin, isTerminal
 	t.Cleanup(func() { dlqStdin, isTerminal = oldStdin, oldIsTerminal })
 	isTerminal = func(any) bool { return true }
 	dlqStdin = &answerAfter{
 		arrive: func() {
-			outboxCLIExec(t, pool, ob, `UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(), last_error = 'no route' WHERE event_id = 'ev-003'`)
+			outboxCLIExec(t, pool, ob, `UPDATE {table} SET state = 'pending', attempts = 0, finished_at = NULL WHERE event_id = 'ev-001'`)
+			outboxCLIExec(t, pool, ob, `UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(), last_error = 'no route' WHERE event_id = 'ev-000'`)
 		},
 		answer: strings.NewReader("y\n"),
 	}
 	r := runOutboxCLI(t.Context(), environ, "outbox", "redrive", "--all")
-	if r.code != 0 || !strings.Contains(r.stderr, "redrive 3 dead rows") || !strings.Contains(r.stdout, "redrove 3 dead rows") {
+	if r.code != 0 || !strings.Contains(r.stderr, "redrive 3 dead rows") || !strings.Contains(r.stdout, "redrove 2 dead rows") ||
+		!strings.Contains(r.stdout, "1 of the dead rows counted were no longer dead") {
 		t.Fatalf("confirmed redrive: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if n := outboxCLICount(t, pool, ob, "state = 'dead'"); n != 1 {
-		t.Fatalf("%d rows dead after redriving the 3 confirmed, want the one that died meanwhile", n)
+		t.Fatalf("%d rows dead after redriving the 2 confirmed still dead, want the one that died meanwhile", n)
 	}
-	if n := outboxCLICount(t, pool, ob, "state = 'dead' AND event_id = 'ev-003'"); n != 1 {
+	if n := outboxCLICount(t, pool, ob, "state = 'dead' AND event_id = 'ev-000'"); n != 1 {
 		t.Fatal("the row that died while the question waited was redriven, and a counted one left dead")
 	}
 }

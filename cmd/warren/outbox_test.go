@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	warrenpkg "github.com/warrenmq/warren"
@@ -86,6 +87,7 @@ func outboxCLICount(t *testing.T, pool *pgxpool.Pool, ob *outbox.Table, where st
 }
 
 func TestOutboxCLIOperations(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	environ, ob, pool := outboxCLITable(t)
 	if r := runOutboxCLI(ctx, environ, "outbox", "migrate"); r.code != 0 || !strings.Contains(r.stdout, "up to date") {
@@ -170,6 +172,7 @@ func TestOutboxCLIOperations(t *testing.T) {
 }
 
 func TestOutboxCLIBadInput(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t)}
 	for _, args := range [][]string{
@@ -202,6 +205,7 @@ func TestOutboxCLIBadInput(t *testing.T) {
 
 // Database passwords appear in no output, whatever fails.
 func TestOutboxCLIRedactsPasswords(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const secret = "hunter2hunter2"
@@ -227,6 +231,7 @@ func TestOutboxCLIRedactsPasswords(t *testing.T) {
 
 // 'warren relay run' relays committed events and exits 0 when stopped.
 func TestRelayRunCLI(t *testing.T) {
+	t.Parallel()
 	environ, ob, pool := outboxCLITable(t)
 	exchange, queue := testenv.Name(t, "ex"), testenv.Name(t, "q")
 	testenv.CleanupExchanges(t, exchange)
@@ -281,6 +286,7 @@ func TestRelayRunCLI(t *testing.T) {
 // the second time, and under --on-failure record a refused event shows in
 // stats as a capture error.
 func TestOutboxCLICapture(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	environ, ob, pool := outboxCLITable(t)
 	source := testenv.Name(t, "src")
@@ -298,6 +304,18 @@ func TestOutboxCLICapture(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "CREATE OR REPLACE FUNCTION") || !strings.Contains(r.stdout, "'workitem.updated'") ||
 		!strings.Contains(r.stdout, "tracked columns: id, name, deleted_at") {
 		t.Fatalf("capture --print: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	// The script applies in one transaction, holding the table's lock.
+	lock := "LOCK TABLE " + pgx.Identifier{"public", source}.Sanitize() + " IN SHARE ROW EXCLUSIVE MODE;\n"
+	if !strings.HasPrefix(r.stdout, "BEGIN;\nSET LOCAL lock_timeout = '5000ms';\n"+lock) || !strings.HasSuffix(r.stdout, "COMMIT;\n") {
+		t.Fatalf("capture --print is not wrapped in a transaction holding the table's lock:\n%s", r.stdout)
+	}
+	r = runOutboxCLI(ctx, environ, append(args, "--print", "--subscriber", "skip")...)
+	if r.code != 0 || !strings.Contains(r.stdout, "subscriber: skip") {
+		t.Fatalf("capture --print --subscriber skip: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := runOutboxCLI(ctx, environ, append(args, "--subscriber", "ignore")...); r.code != 2 || !strings.Contains(r.stderr, "--subscriber must be refuse, capture or skip") {
+		t.Fatalf("capture --subscriber ignore: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO `+source+` VALUES ('a', 'x', 'y')`); err != nil {
 		t.Fatal(err)
@@ -377,6 +395,7 @@ func TestOutboxCLICapture(t *testing.T) {
 // then list and redrive dead rows; purge is refused (Plane's cleaner's
 // job), and no row is deleted.
 func TestOutboxCLIPlaneSchema(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	p := testenv.NewPlaneTable(t, true)
 	environ := map[string]string{"DATABASE_URL": testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE": p.Name, "WARREN_SCHEMA": "plane"}
@@ -429,5 +448,23 @@ func TestOutboxCLIPlaneSchema(t *testing.T) {
 	}
 	if n := p.Count("true"); n != len(ids) {
 		t.Errorf("%d rows left of %d", n, len(ids))
+	}
+}
+
+// `warren outbox migrate` on a table dropped while its migrations record
+// remained creates it again and says so, rather than "up to date".
+func TestOutboxCLIMigrateAfterTheTableWasDropped(t *testing.T) {
+	t.Parallel()
+	environ, ob, pool := outboxCLITable(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`DROP TABLE %q`, ob.Name())); err != nil {
+		t.Fatal(err)
+	}
+	r := runOutboxCLI(ctx, environ, "outbox", "migrate")
+	if r.code != 0 || !strings.Contains(r.stdout, "did not exist though its migrations record said schema version") || strings.Contains(r.stdout, "up to date") {
+		t.Fatalf("outbox migrate after DROP TABLE: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if err := ob.CheckSchema(ctx, pool); err != nil {
+		t.Errorf("after migrate: %v", err)
 	}
 }

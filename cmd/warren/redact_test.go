@@ -13,6 +13,7 @@ import (
 // password or the pieces of it that net/url quotes. The relay runs on a
 // real outbox table, so that without the check it would go on to dial.
 func TestUnparsableAMQPURLNeverPrintsThePassword(t *testing.T) {
+	t.Parallel()
 	environ, _, _ := outboxCLITable(t)
 	for _, tc := range []struct{ url, secret, piece, shown string }{
 		{"amqp://guest:50%off@127.0.0.1:5672/", "50%off", "%of", ":xxxxx@127.0.0.1:5672/"},

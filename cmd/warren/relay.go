@@ -56,11 +56,11 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.String(&o.publisher.Instance, "publisher-instance", "NAME", "the Plane envelope's publisher_instance; default $WARREN_PUBLISHER_INSTANCE, else the host name", "")
 	fs.String(&o.publisher.Version, "envelope-version", "V", "the Plane envelope's version for events without one; default $WARREN_ENVELOPE_VERSION, else "+warren.PlaneEnvelopeVersion, "")
 	fs.String(&o.publisher.Source, "source", "NAME", "the Plane envelope's source; default $WARREN_SOURCE, else "+relay.DefaultSource, "")
-	fs.Int(&o.batchSize, "batch-size", "N", "rows per claim, published concurrently", relay.DefaultBatchSize)
+	fs.Int(&o.batchSize, "batch-size", "N", fmt.Sprintf("rows per claim, published concurrently; with --mode cdc, events per batch of the stream (default %d)", cdc.DefaultBatchSize), relay.DefaultBatchSize)
 	fs.Int(&o.workers, "workers", "N", "claim-publish-settle loops running at once", relay.DefaultWorkers)
 	fs.Var(&o.lease, "lease", "DURATION", fmt.Sprintf("how long a claim hides a row from other relays (default %v)", relay.DefaultLease))
 	fs.Var(&o.publishTimeout, "publish-timeout", "DURATION", fmt.Sprintf("wait for the broker's confirm before a publish counts as failed (default %v)", relay.DefaultPublishTimeout))
-	fs.Int(&o.maxAttempts, "max-attempts", "N", "claims per row before it is dead", relay.DefaultMaxAttempts)
+	fs.Int(&o.maxAttempts, "max-attempts", "N", fmt.Sprintf("claims per row before it is dead; with --mode cdc, times an event the broker returns as unroutable is published before it is dead (default %d)", cdc.DefaultMaxAttempts), relay.DefaultMaxAttempts)
 	fs.Var(&o.retryMin, "retry-min", "DURATION", fmt.Sprintf("delay after a row's first failure, doubling per attempt (default %v)", relay.DefaultRetryMin))
 	fs.Var(&o.retryMax, "retry-max", "DURATION", fmt.Sprintf("longest delay between attempts (default %v)", relay.DefaultRetryMax))
 	fs.Var(&o.pollMin, "poll-min", "DURATION", fmt.Sprintf("shortest wait between claims when busy (default %v)", relay.DefaultPollMin))
@@ -133,6 +133,7 @@ var relayVerbs = &subcommands[relayRunOptions, *relayRun]{
 type relayRun struct {
 	env  *cliEnv
 	opts *relayRunOptions
+	fs   *flagSet // which flags were given: the two modes' defaults differ
 }
 
 func runRelay(ctx context.Context, env *cliEnv, args []string) error {
@@ -143,7 +144,7 @@ func runRelay(ctx context.Context, env *cliEnv, args []string) error {
 	if len(p.args) > 0 {
 		return usagef("%s: unexpected argument %q", p.verb.name, p.args[0])
 	}
-	return p.verb.run(ctx, &relayRun{env: env, opts: p.opts})
+	return p.verb.run(ctx, &relayRun{env: env, opts: p.opts, fs: p.fs})
 }
 
 func runRelayRun(ctx context.Context, c *relayRun) error {
@@ -155,7 +156,7 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	default:
 		return usagef("--mode %q: want poll or cdc", o.mode)
 	}
-	if o.slot != "" || o.dropSlot || o.nackTimeout != 0 {
+	if c.fs.isSet("slot") || o.dropSlot || c.fs.isSet("nack-timeout") { // typed, even empty or zero
 		return usagef("--slot, --drop-slot and --nack-timeout need --mode cdc")
 	}
 	cfg, err := o.config(env)
@@ -250,6 +251,7 @@ func migrateBeforeRun(ctx context.Context, db *outboxDBFlags, out io.Writer) err
 	if err != nil {
 		return db.redact(err)
 	}
+	reportRecreated(out, res)
 	fmt.Fprintf(out, "outbox %s at schema version %d\n", res.Table, res.To)
 	return nil
 }

@@ -19,30 +19,10 @@ import (
 // runCDCRelay is 'warren relay run --mode cdc': the relay that streams
 // the table's inserts from a logical replication slot.
 func runCDCRelay(ctx context.Context, c *relayRun) error {
-	o, env := c.opts, c.env
-	pcfg, err := o.config(env)
+	o := c.opts
+	cfg, err := c.cdcConfig()
 	if err != nil {
 		return err
-	}
-	if err := o.cdcOnly(pcfg); err != nil {
-		return err
-	}
-	cfg := cdc.Config{
-		DatabaseURL:    pcfg.DatabaseURL,
-		AMQPURL:        pcfg.AMQPURL,
-		Exchange:       pcfg.Exchange,
-		Table:          pcfg.Table,
-		Slot:           o.slot,
-		Name:           o.name,
-		Format:         pcfg.Format,
-		Publisher:      pcfg.Publisher,
-		BatchSize:      o.batchSize,
-		PublishTimeout: pcfg.PublishTimeout,
-		MaxAttempts:    o.cdcMaxAttempts(),
-		NackTimeout:    time.Duration(o.nackTimeout),
-		RetryMin:       pcfg.RetryMin,
-		RetryMax:       pcfg.RetryMax,
-		Logger:         pcfg.Logger,
 	}
 	if o.dropSlot {
 		return o.db.redact(dropCDCSlot(ctx, c, cfg))
@@ -57,6 +37,59 @@ func runCDCRelay(ctx context.Context, c *relayRun) error {
 	return c.serveMigrateRun(ctx, func() (func(), error) {
 		return serveCDCHealth(ctx, o, r, cfg.Logger)
 	}, r.Run)
+}
+
+// cdcConfig is the CDC relay's config from the flags and the environment.
+// A flag whose two modes' defaults differ is given to the relay as it
+// was typed, or as this mode's default when it was not typed: never the
+// polling relay's default, and never a typed value taken for a default.
+func (c *relayRun) cdcConfig() (cdc.Config, error) {
+	o := c.opts
+	pcfg, err := o.config(c.env)
+	if err != nil {
+		return cdc.Config{}, err
+	}
+	if err := c.cdcOnly(pcfg); err != nil {
+		return cdc.Config{}, err
+	}
+	batchSize, err := c.given("batch-size", o.batchSize, cdc.DefaultBatchSize)
+	if err != nil {
+		return cdc.Config{}, err
+	}
+	maxAttempts, err := c.given("max-attempts", o.maxAttempts, cdc.DefaultMaxAttempts)
+	if err != nil {
+		return cdc.Config{}, err
+	}
+	return cdc.Config{
+		DatabaseURL:    pcfg.DatabaseURL,
+		AMQPURL:        pcfg.AMQPURL,
+		Exchange:       pcfg.Exchange,
+		Table:          pcfg.Table,
+		Slot:           o.slot,
+		Name:           o.name,
+		Format:         pcfg.Format,
+		Publisher:      pcfg.Publisher,
+		BatchSize:      batchSize,
+		PublishTimeout: pcfg.PublishTimeout,
+		MaxAttempts:    maxAttempts,
+		NackTimeout:    time.Duration(o.nackTimeout),
+		RetryMin:       pcfg.RetryMin,
+		RetryMax:       pcfg.RetryMax,
+		Logger:         pcfg.Logger,
+	}, nil
+}
+
+// given is the value v of the integer flag name when it was given, else
+// def. A typed value below 1 is a usage error: cdc.Config would take 0 for
+// "the default", and a typed 0 run as 500 is not what was typed.
+func (c *relayRun) given(name string, v, def int) (int, error) {
+	if !c.fs.isSet(name) {
+		return def, nil
+	}
+	if v < 1 {
+		return 0, usagef("--%s %d: want at least 1 (leave it out for the default, %d)", name, v, def)
+	}
+	return v, nil
 }
 
 // serveCDCHealth serves --health-addr for the CDC relay r: its probes, and
@@ -96,25 +129,17 @@ func serveCDCHealth(ctx context.Context, o *relayRunOptions, r *cdc.Relay, log *
 
 // cdcOnly refuses the polling relay's own flags: the stream has no claims,
 // leases, polls or kept rows.
-func (o *relayRunOptions) cdcOnly(cfg relay.Config) error {
+func (c *relayRun) cdcOnly(cfg relay.Config) error {
+	o := c.opts
 	switch {
 	case cfg.Schema != outbox.SchemaWarren:
 		return usagef("--mode cdc streams a warren-schema outbox; Plane's table is drained with --mode poll --schema plane")
 	case o.keepDelivered, o.orderByEntity, o.noListen:
 		return usagef("--keep-delivered, --order-by-entity and --no-listen are the polling relay's; --mode cdc trims published rows and keeps commit order")
-	case o.workers != relay.DefaultWorkers, o.lease != 0, o.pollMin != 0, o.pollMax != 0:
+	case c.fs.isSet("workers"), o.lease != 0, o.pollMin != 0, o.pollMax != 0:
 		return usagef("--workers, --lease, --poll-min and --poll-max are the polling relay's; --mode cdc has one stream per slot")
 	}
 	return nil
-}
-
-// cdcMaxAttempts is --max-attempts when given: the polling relay's default
-// (20 claims, spread over hours) would hold the stream for as long.
-func (o *relayRunOptions) cdcMaxAttempts() int {
-	if o.maxAttempts == relay.DefaultMaxAttempts {
-		return cdc.DefaultMaxAttempts
-	}
-	return o.maxAttempts
 }
 
 func dropCDCSlot(ctx context.Context, c *relayRun, cfg cdc.Config) error {
@@ -129,6 +154,16 @@ func dropCDCSlot(ctx context.Context, c *relayRun, cfg cdc.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	// A mistyped --table or --slot must not say it dropped anything while
+	// the real group's slot goes on keeping WAL.
+	var exists bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)
+		OR EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, slot).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("no replication slot or publication %s for outbox %s: nothing dropped (is --table or --slot mistyped? \"warren outbox stats --table TABLE\" lists its slots)", slot, cfg.Table)
+	}
 	if err := cdc.DropSlot(ctx, pool, cfg.Table, slot, slot); err != nil {
 		return err
 	}

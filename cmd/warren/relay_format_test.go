@@ -13,6 +13,7 @@ import (
 // environment fills what the flags leave out, and an unknown format is a
 // usage error before anything connects.
 func TestRelayRunFormatFlags(t *testing.T) {
+	t.Parallel()
 	environ := map[string]string{"WARREN_FORMAT": "warren", "WARREN_SOURCE": "from-env", "DATABASE_URL": "postgres://127.0.0.1:1/none"}
 	env := &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return environ[k] }}
 	p, err := relayVerbs.parse(env, []string{"run", "--format", "plane", "--publisher", "billing", "--publisher-instance", "pod-3", "--envelope-version", "1.1"})
@@ -39,6 +40,7 @@ func TestRelayRunFormatFlags(t *testing.T) {
 // table defaults to Plane's with the Plane schema, and an unknown schema
 // is a usage error before anything connects.
 func TestRelayRunSchemaFlags(t *testing.T) {
+	t.Parallel()
 	environ := map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none", "WARREN_SCHEMA": "plane"}
 	env := &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string { return environ[k] }}
 	p, err := relayVerbs.parse(env, []string{"run", "--lease", "45s"})

@@ -40,6 +40,7 @@ func get(t *testing.T, url string) (int, string) {
 // and streaming, and checks its probes and its metrics after relaying
 // three events.
 func TestRelayRunHealthAddr(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []struct {
 		name string
 		// ready is in /readyz's body once ready; metrics are lines of
@@ -57,6 +58,7 @@ func TestRelayRunHealthAddr(t *testing.T) {
 		}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := context.Background()
 			table := testenv.Name(t, "ob")
 			testenv.DropTables(t, table, table+"_migrations")
@@ -150,6 +152,7 @@ func TestRelayRunHealthAddr(t *testing.T) {
 // TestRelayRunHealthAddrTaken: an address already in use fails the
 // command at once, exit status 1, before the relay starts.
 func TestRelayRunHealthAddrTaken(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 // Plane's JSON types: the uuid columns as strings, a NULL project_id and a
 // NULL initiator_id as null, outbox_id the row's id.
 func TestRelayRunPlaneTableFeedsPlaneConsumer(t *testing.T) {
+	t.Parallel()
 	pythonWithPika := testenv.PythonWithPika(t)
 	ctx := context.Background()
 	p := testenv.NewPlaneTable(t, true)

@@ -38,6 +38,7 @@ func migratedTable(t *testing.T, mode string) string {
 // vhost exits 1 at once, saying what to fix and not the password, in both
 // modes, instead of retrying forever as if the broker were down.
 func TestRelayRunRefusedByBroker(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, mode, url, want string
 	}{
@@ -46,6 +47,7 @@ func TestRelayRunRefusedByBroker(t *testing.T) {
 		{"cdc-password", "cdc", testenv.AMQPURLWith(t, "wrong-secret", ""), "RabbitMQ refused the credentials for user guest"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			table := migratedTable(t, tc.mode)
 			cmd := warrenCmd(t, nil, "relay", "run", "--mode", tc.mode, "--amqp-url", tc.url)
 			cmd.Env = append(cmd.Env, "DATABASE_URL="+testenv.DatabaseURL(t), "WARREN_OUTBOX_TABLE="+table)
@@ -72,9 +74,11 @@ func TestRelayRunRefusedByBroker(t *testing.T) {
 // 'warren relay run' logs at start which broker and database it uses,
 // passwords masked, in both modes.
 func TestRelayRunLogsItsTargets(t *testing.T) {
+	t.Parallel()
 	const secret = "s3cret-db-pw-for-the-test"
 	for _, mode := range []string{"poll", "cdc"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			table := migratedTable(t, mode)
 			db := strings.Replace(testenv.DatabaseURL(t), "postgres@", "postgres:"+secret+"@", 1)
 			if !strings.Contains(db, secret) {
@@ -109,8 +113,10 @@ func TestRelayRunLogsItsTargets(t *testing.T) {
 // 'warren relay run' on an outbox table that does not exist exits 1 at
 // once in both modes, saying to migrate, instead of waiting for it.
 func TestRelayRunMissingTable(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"poll", "cdc"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			table := testenv.Name(t, "gone")
 			if mode == "cdc" {
 				testenv.CDCSlot(t, testenv.PgPool(t), table) // dropped after, were it made
