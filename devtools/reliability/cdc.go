@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -28,6 +29,23 @@ const (
 const cdcSlot = outboxTable + "_cdc"
 
 func (h *harness) cdc() bool { return h.relays == relayCDC }
+
+// cdcCounts are the mode's fault counts with the CDC mode's own.
+func cdcCounts(m mode) map[faultKind]int {
+	out := maps.Clone(m.counts)
+	maps.Copy(out, m.cdcCounts)
+	return out
+}
+
+// checkRelayFaults refuses the CDC mode's faults with the polling relays.
+func checkRelayFaults(rm relayMode, counts map[faultKind]int) error {
+	for k := range counts {
+		if k == faultLargeTx && rm != relayCDC {
+			return fmt.Errorf("%s needs -relay-mode cdc", k)
+		}
+	}
+	return nil
+}
 
 // postgresSettings are the private cluster's settings for the relay mode.
 // The CDC relays need logical decoding, a slot and a walsender each (8 of
@@ -88,13 +106,8 @@ func (h *harness) whileStreaming(ctx context.Context, p *proc) (*proc, string) {
 	deadline := time.Now().Add(3 * time.Second)
 	var streamer *proc
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		var name string
-		var pending int
-		err := h.pool.QueryRow(ctx, `SELECT
-				coalesce((SELECT a.application_name FROM pg_replication_slots s JOIN pg_stat_activity a ON a.pid = s.active_pid
-					WHERE s.slot_name = $1), ''),
-				(SELECT count(*) FROM `+outboxTable+` WHERE state = 'pending')`, cdcSlot).Scan(&name, &pending)
-		if q := h.procNamed(name); err == nil && q != nil {
+		q, pending, err := h.streamer(ctx)
+		if err == nil && q != nil {
 			streamer = q
 			if pending > 0 {
 				return q, "streaming the slot with rows pending"
@@ -109,6 +122,21 @@ func (h *harness) whileStreaming(ctx context.Context, p *proc) (*proc, string) {
 		return streamer, "streaming the slot, no row pending"
 	}
 	return p, "no relay streaming the slot: one at random"
+}
+
+// streamer returns the relay streaming the slot (nil when none does), and
+// the rows pending in the table.
+func (h *harness) streamer(ctx context.Context) (*proc, int, error) {
+	var name string
+	var pending int
+	err := h.pool.QueryRow(ctx, `SELECT
+			coalesce((SELECT a.application_name FROM pg_replication_slots s JOIN pg_stat_activity a ON a.pid = s.active_pid
+				WHERE s.slot_name = $1), ''),
+			(SELECT count(*) FROM `+outboxTable+` WHERE state = 'pending')`, cdcSlot).Scan(&name, &pending)
+	if err != nil {
+		return nil, 0, err
+	}
+	return h.procNamed(name), pending, nil
 }
 
 func (h *harness) procNamed(name string) *proc {
@@ -315,14 +343,19 @@ func (h *harness) checkSlot(ctx context.Context, res *result) error {
 	if res.slotCaughtUp = h.slotPast(ctx, h.stopLSN); !res.slotCaughtUp {
 		res.fail("replication slot %s has not passed the WAL position of the workload's end after the drain", cdcSlot)
 	}
+	for _, f := range h.faults {
+		if f.large != nil && f.large.commitLSN > 0 && !h.slotPast(ctx, f.large.commitLSN) {
+			res.fail("%s at %s: the slot has not passed the transaction's commit after the drain", f.kind, f.start.Format("15:04:05"))
+		}
+	}
 	return nil
 }
 
 // relaysText describes the run's relays for the report.
 func (r *result) relaysText() string {
 	if r.relays == relayCDC {
-		return fmt.Sprintf("two `warren relay run --mode cdc` relays (`--publish-timeout %v`) naming one logical replication slot, `%s`, which one streams while the other stands by (the private cluster runs `wal_level = logical`, with `wal_sender_timeout = %v`, the stream's lease)",
-			relayStopGrace, cdcSlot, r.mode.relayLease)
+		return fmt.Sprintf("two `warren relay run --mode cdc` relays (`--publish-timeout %v --batch-size %d`) naming one logical replication slot, `%s`, which one streams while the other stands by (the private cluster runs `wal_level = logical`, with `wal_sender_timeout = %v`, the stream's lease)",
+			relayStopGrace, cdcBatchSize, cdcSlot, r.mode.relayLease)
 	}
 	return fmt.Sprintf("two `warren relay run` relays (`--lease %v --publish-timeout %v`)", r.mode.relayLease, relayStopGrace)
 }
@@ -367,6 +400,7 @@ func (r *result) slotMarkdown(w func(string, ...any)) {
 			w("| %s | %d | %s |\n", k, len(ds), medMax(ds))
 		}
 	}
+	r.largeTxMarkdown(w)
 	var outages, restarts []*faultRecord
 	for _, f := range r.faults {
 		switch {
@@ -406,4 +440,25 @@ func caughtUpText(s *slotRecord) string {
 		return "not caught up"
 	}
 	return fmtDur(s.catchUp)
+}
+
+// largeTxMarkdown is the report's account of the large transactions: the
+// session ends each met, and the duplicates each end caused.
+func (r *result) largeTxMarkdown(w func(string, ...any)) {
+	var large []*faultRecord
+	for _, f := range r.faults {
+		if f.large != nil {
+			large = append(large, f)
+		}
+	}
+	if len(large) == 0 {
+		return
+	}
+	w("\nLarge transactions: one transaction of %d × %d events (the relays' `--batch-size`), the streaming relay's session ended (kill -9 and SIGTERM in turn) each time it had trimmed %d more batches of it, and once, by kill -9, at a gate the harness holds with a row lock on its last %d batches, after the relay has trimmed what is before it; then until the slot passed it. Every copy the broker routed is counted on a queue of the harness's bound to the exchange; a copy of an event already seen counts against the last session end before it arrived, and none may exceed the documented bound, (BatchesInFlight + 1 + 2×4) × BatchSize = %d.\n\n",
+		largeTxBatches, cdcBatchSize, largeTxEvery, largeTxGate, sessionEndBound())
+	w("| at | session ends | trimmed at the gate | slot passed it | copies routed | duplicates, most after one end |\n|---|---:|---:|---|---:|---:|\n")
+	for _, f := range large {
+		l := f.large
+		w("| %s | %d (%d kill -9) | %d | %v | %d | %d |\n", f.start.Format("15:04:05"), l.ends, l.kills, l.gateTrimmed, l.passed, l.copies, l.maxDup())
+	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -97,5 +98,45 @@ func TestOutageAndRestartFaults(t *testing.T) {
 	}
 	if reportName(relayCDC, brokerSingle) == reportName(relayPoll, brokerSingle) {
 		t.Error("a long cdc run would overwrite the polling relays' RELIABILITY.md")
+	}
+}
+
+// The large transaction's copies: a copy of an event already seen counts
+// against the last session end before it arrived, other runs' events do
+// not count, and maxDup is the worst end's share (never the copies before
+// any end, which are a problem of their own).
+func TestLargeTxCount(t *testing.T) {
+	var r largeTxRecord
+	arrivals := []tapArrival{
+		{"a", 0}, {"b", 0}, {"other", 0}, {"a", 0}, // a duplicate before any end
+		{"c", 1}, {"a", 1}, {"b", 1}, // end 1: two
+		{"other", 2}, {"c", 2}, // end 2: one
+	}
+	if got := r.count(arrivals, []string{"a", "b", "c", "d"}); got != 3 {
+		t.Errorf("%d events came, want 3 (d never did)", got)
+	}
+	if r.copies != 7 {
+		t.Errorf("%d copies, want 7", r.copies)
+	}
+	if want := map[int]int{0: 1, 1: 2, 2: 1}; !maps.Equal(r.dups, want) {
+		t.Errorf("duplicates per end %v, want %v", r.dups, want)
+	}
+	if r.maxDup() != 2 {
+		t.Errorf("most after one end %d, want 2", r.maxDup())
+	}
+}
+
+// The large transaction is the CDC relays' fault: asked for with the
+// polling relays, the run refuses.
+func TestCheckRelayFaults(t *testing.T) {
+	counts := map[faultKind]int{faultLargeTx: 1, faultKillRelay: 2}
+	if err := checkRelayFaults(relayPoll, counts); err == nil {
+		t.Error("the large transaction accepted with the polling relays")
+	}
+	if err := checkRelayFaults(relayCDC, counts); err != nil {
+		t.Errorf("with the CDC relays: %v", err)
+	}
+	if got := cdcCounts(modes["short"]); got[faultLargeTx] != 1 || modes["short"].counts[faultLargeTx] != 0 {
+		t.Errorf("cdcCounts: %v; the mode's own counts must stay without it", got)
 	}
 }

@@ -283,6 +283,19 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 		return nil, fmt.Errorf("read the ledger: %w", err)
 	}
 	res.eventsCommitted = len(ledger)
+	// The trigger capture's events are checked like every other below;
+	// here, that every write path was taken.
+	res.captured = map[string]int{}
+	for _, l := range ledgerOrder {
+		if strings.HasPrefix(l.typ, capturedTypes+".") {
+			res.captured[l.field]++
+		}
+	}
+	for _, p := range writePaths {
+		if res.captured[p.String()] == 0 {
+			res.fail("no captured write committed %s: that path was not attacked", p)
+		}
+	}
 	neverCommitted := map[string]bool{}
 	h.tracker.mu.Lock()
 	for id, r := range h.tracker.events {

@@ -57,17 +57,31 @@
 // The workload commits Plane-shaped work-item changes through examples/app
 // and the outbox, rolling some back on purpose; every transaction also
 // writes its events' ids to a ledger table, so which events committed is
-// known even when a COMMIT fails with an unknown outcome. Faults are
-// injected one at a time: processes killed and frozen, the broker's
+// known even when a COMMIT fails with an unknown outcome. Beside it, a
+// writer commits business rows to a partitioned table captured by
+// outbox/capture's triggers, through every way to write it in turn: the
+// parent, a partition named directly, each also under SET LOCAL
+// session_replication_role = replica, inserts and updates. Each reads
+// the event its trigger wrote back from the outbox in the same
+// transaction and puts its id in the ledger, so the same check holds it
+// to its delivery; a write that committed with no event gets a ledger row
+// named "no event: …" that nothing can deliver, and the run fails naming
+// it. Faults are injected one at a time: processes killed and frozen, the broker's
 // connections closed, the broker restarted, stopped for an outage (15s in
 // the short mode, a minute in the long one) and put in a memory alarm (every
 // relay and consumer is stopped with SIGTERM while it holds, and must stop
 // within its grace plus a bound), Postgres backends terminated, Postgres
 // restarted under load (a fast shutdown and a start, as pg_ctl restart -m
 // fast does), Postgres and Redis stalled with SIGSTOP, Redis crashed and
-// kept down, the receiver failing or slow, hostile input, and dead letters
+// kept down, the receiver failing or slow, hostile input (among it, headers
+// amqp091-go cannot read or too large to re-publish, which must be
+// dead-lettered as undecodable without stalling the queue), and dead letters
 // moved back to their queue with their headers (by dlq export/import and as
-// a shovel does) while the handler fails once for them; after each, a probe
+// a shovel does) while the handler fails once for them, and the captured
+// table's schema changed under its writes (a partition created, a column
+// added and a tracked one renamed, capture.Install run again as an
+// operator must after a migration; between the rename and the install
+// the writes fail, and none may commit without its event); after each, a probe
 // event is timed to both consumers' effects. After the faults, the system
 // drains (an event refused at every attempt, dead-lettered as exhausted, is
 // replayed from its DLQ as an operator would) and the checker compares the receiver's deliveries, the
@@ -76,6 +90,69 @@
 // after every fault its confirmed position must pass the WAL position at the
 // fault's lift, its lag (cdc.Status) must grow through a broker outage and
 // fall back after it, it must survive a Postgres restart, and after the
-// drain it must have passed the workload's last write. See RELIABILITY.md at
-// the checkout's root for the latest long run.
+// drain it must have passed the workload's last write.
+//
+// # A large transaction (CDC relays)
+//
+// The CDC mode has one fault of its own (cdc-large-tx): one workload
+// transaction of 20 × the relays' BatchSize events (--batch-size 50, so
+// 1,000; the ledger expects each), its streaming relay's session ended,
+// by kill -9 and SIGTERM in turn, each time it has trimmed 2 more batches
+// of it. A relay publishes the 20 batches in about a tenth of a second, so
+// where those ends fall is chance; one end is placed late in the
+// transaction: the harness freezes both relays while the transaction
+// commits, locks the rows of its last batch (the gate), lets them go on,
+// and kills the streaming relay once its trim waits on that lock (Postgres
+// says whom a backend waits for), when it has trimmed at least 14 of the
+// 20 batches (a trim merges up to 5), then releases the lock. The slot
+// must pass the transaction's commit within about twice as many session
+// ends as the transaction has 2-batch steps, and again after the drain.
+// A queue of the harness's bound to the exchange counts every copy the
+// broker routes; a copy of an event already seen counts against the last
+// session end before it arrived, and no end may exceed relay/cdc's
+// documented bound, (BatchesInFlight + 1 + 2×4) × BatchSize (650). Those
+// copies are the redeliveries the consumers' dedup absorbs, which the
+// report's duplicates section counts. A relay that published a partly
+// trimmed transaction from its start again (relay/cdc before settled_lsn)
+// publishes the 14 or more trimmed batches again after the gate's kill
+// and fails the run.
+//
+// See RELIABILITY.md at the checkout's root for the latest long run.
+//
+// # What would still break it
+//
+// Of the capture, the suite attacks only what its writer does: INSERT and
+// UPDATE of single rows, through the parent, a partition and the replica
+// role, and one column added and one renamed per schema fault, each
+// followed by an Install. Outside that model: DELETE, COPY, INSERT … ON
+// CONFLICT, bulk statements, TRUNCATE; a dropped column, a type change or
+// a table rewrite; a partition attached (not created) or detached; a
+// migration with no Install after it; the Record failure policy; logical
+// replication's apply worker (its Subscriber policy); and ALTER TABLE …
+// DISABLE TRIGGER by the table's owner, which the capture cannot prevent.
+// And the check matches a captured event to its write by entity id and
+// type only: an event with a wrong payload (a column left out, an old
+// value) would pass.
+//
+// The large-transaction fault does not model:
+//
+//   - Session ends faster than a session can skip what is trimmed (a
+//     broker that drops every connection within moments): relay/cdc's
+//     own "What would still break it" says such a relay makes no
+//     progress; the fault always lets a session trim 2 more batches.
+//   - Transactions far larger than 20 batches, or several large ones
+//     interleaved with the session ends; relay/cdc's tests cover 30,000
+//     rows in one transaction.
+//   - A relay of another BatchSize or BatchesInFlight than the harness
+//     assumes: the bound is computed from the harness's own constants
+//     (cdcBatchSize and relay/cdc's settleQueue, mirrored as
+//     cdcSettleQueue because it is not exported).
+//   - Which session a late copy belongs to: a copy the ended session
+//     published just before its end but the broker routed after it counts
+//     against that end, as in relay/cdc's own tests.
+//   - A session that ends by itself during the fault (a publish or settle
+//     timeout on a starved machine) is not one of the harness's ends: its
+//     duplicates are charged to the harness's last end, which can then
+//     exceed the bound though each end kept within it (a false failure,
+//     never a hidden one).
 package main

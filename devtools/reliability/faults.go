@@ -32,7 +32,9 @@ const (
 	faultRedisDown      faultKind = "Redis down (connections refused), marks lost"
 	faultBrokerOutage   faultKind = "broker stopped for an outage (stop_app … start_app)"
 	faultPGRestart      faultKind = "Postgres restarted under load (fast shutdown, start)"
-	// The cluster's faults are in cluster.go.
+	faultCaptureSchema  faultKind = "captured table: partition created, column added and renamed under writes, capture installed again"
+	// The cluster's faults are in cluster.go, the CDC mode's large
+	// transaction in largetx.go.
 )
 
 // faultIDs are the short names -faults selects kinds by.
@@ -43,9 +45,11 @@ var faultIDs = map[string]faultKind{
 	"receiver-5xx": faultReceiver5xx, "receiver-slow": faultReceiverSlow, "hostile": faultHostile,
 	"memory-alarm": faultMemoryAlarm, "dlq-import": faultDLQImport, "dlq-shovel": faultDLQShovel,
 	"pg-stall": faultPGStall, "redis-stall": faultRedisStall, "redis-down": faultRedisDown,
-	"broker-outage": faultBrokerOutage, "pg-restart": faultPGRestart,
+	"broker-outage": faultBrokerOutage, "pg-restart": faultPGRestart, "capture-schema": faultCaptureSchema,
 	// -broker cluster only; each brings its node back right after.
 	"node-kill": faultNodeKill, "node-stop-app": faultNodeStopApp,
+	// -relay-mode cdc only.
+	"cdc-large-tx": faultLargeTx,
 }
 
 // faultOrder is the order of the report's rows.
@@ -54,7 +58,7 @@ var faultOrder = []faultKind{
 	faultCloseConns, faultBrokerRestart, faultPGTerminate, faultRedisRestart,
 	faultReceiver5xx, faultReceiverSlow, faultHostile,
 	faultMemoryAlarm, faultDLQImport, faultDLQShovel, faultPGStall, faultRedisStall, faultRedisDown,
-	faultBrokerOutage, faultPGRestart,
+	faultBrokerOutage, faultPGRestart, faultCaptureSchema, faultLargeTx,
 	faultNodeKill, faultNodeRestart, faultNodeStopApp, faultNodeStartApp,
 }
 
@@ -98,6 +102,8 @@ type faultRecord struct {
 
 	// slot: in cdc mode, what the replication slot did around the fault.
 	slot *slotRecord
+	// large: what the large-transaction fault saw (cdc mode).
+	large *largeTxRecord
 	// problems: the fault's own checks that failed (each fails the run).
 	problems []string
 }
@@ -250,8 +256,15 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 		h.redis.Crash()
 		pause(h.mode.redisOutage)
 		err = h.redis.Restart(ctx)
+	case faultCaptureSchema:
+		f.target, f.note, err = h.captureSchemaChange(ctx, pause)
 	case faultNodeKill, faultNodeRestart, faultNodeStopApp, faultNodeStartApp:
 		err = h.injectNodeFault(ctx, f)
+	case faultLargeTx:
+		err = h.largeTx(ctx, f)
+		if r := f.large; r != nil {
+			f.target = fmt.Sprintf("%d events, %d session ends (%d kill -9, %d SIGTERM), killed at the gate with %d trimmed", r.events, r.ends, r.kills, r.ends-r.kills, r.gateTrimmed)
+		}
 	case faultHostile:
 		h.hostileBursts++
 		var sent []hostileMessage

@@ -158,6 +158,24 @@ func withHeaders(build func(id string) amqp.Publishing, headers func() amqp.Tabl
 	}
 }
 
+// nestedHeaders nest a table 40 deep, past amqp091-go's 32.
+func nestedHeaders() amqp.Table {
+	t := amqp.Table{"leaf": "x"}
+	for range 40 {
+		t = amqp.Table{"n": t}
+	}
+	return amqp.Table{"deep": t}
+}
+
+// wideHeaders hold 9000 entries, past amqp091-go's 8192.
+func wideHeaders() amqp.Table {
+	t := make(amqp.Table, 9000)
+	for i := range 9000 {
+		t[fmt.Sprintf("k%04d", i)] = int32(i)
+	}
+	return t
+}
+
 // hostileCases lists the hostile inputs of one burst. The error texts are
 // the decoder's and consumer's own; hostile_test.go checks them against
 // warren.DecodeEvent so a reworded error fails there first, not in a run.
@@ -270,6 +288,24 @@ func hostileCases() []hostileCase {
 		// The same refusal through the secret endpoint, with forged
 		// headers: both findings at once.
 		c("forged-headers-secret-url", withHeaders(validOf(secretPrefix+"updated"), forgedHeaders), refused("400"), ignored),
+	)
+	// Headers RabbitMQ accepts and amqp091-go refuses to read: each used
+	// to close the consumer's connection at every delivery and stall its
+	// queue for good. warren's connections replace them, and both
+	// consumers must dead-letter the event as undecodable, saying why,
+	// while every real event behind it is delivered within the run.
+	cases = append(cases,
+		c("headers-nested-40", withHeaders(validOf("workitem.created"), nestedHeaders),
+			deadAs(dlq.ClassUndecodable, "nested deeper than 32 levels"), deadAs(dlq.ClassUndecodable, "nested deeper than 32 levels")),
+		c("headers-9000-entries", withHeaders(validOf("workitem.created"), wideHeaders),
+			deadAs(dlq.ClassUndecodable, "more than 8192 entries"), deadAs(dlq.ClassUndecodable, "more than 8192 entries")),
+		// Readable, but a retry or dead letter with warren's record would
+		// be over frame_max (128 KiB): the move used to fail for ever,
+		// then the event was dead-lettered as undecodable. Now a copy
+		// drops the producer's headers instead (dlq.Fit): the event is
+		// delivered.
+		c("headers-near-frame-max", withHeaders(validOf("workitem.created"), func() amqp.Table { return amqp.Table{"big": strings.Repeat("x", 130800)} }),
+			delivered, delivered),
 	)
 	// A flood of poison: the consumers must dead-letter it without
 	// slowing the real events behind it.

@@ -50,6 +50,7 @@ const (
 type mode struct {
 	name           string
 	rate           float64 // application transactions per second
+	captureRate    float64 // transactions per second writing the captured table (capture.go)
 	workers        int
 	rollbackPct    int
 	warmup         time.Duration
@@ -59,6 +60,8 @@ type mode struct {
 	// clusterCounts are the cluster's faults (-broker cluster), each
 	// followed by the fault that brings its node back.
 	clusterCounts map[faultKind]int
+	// cdcCounts are the CDC mode's own faults (-relay-mode cdc).
+	cdcCounts map[faultKind]int
 	// retryDelays are the consumers' retry tiers (WARREN_RETRY_DELAYS). An
 	// event the receiver refuses at four attempts waits in the last one,
 	// and the drain must outlast it, or such an event, not lost, would
@@ -81,16 +84,17 @@ type mode struct {
 
 var modes = map[string]mode{
 	"short": {
-		name: "short", rate: 16, workers: 4, rollbackPct: 8,
+		name: "short", rate: 16, captureRate: 2, workers: 4, rollbackPct: 8,
 		warmup: 5 * time.Second, faultPhase: 150 * time.Second, gapMin: 500 * time.Millisecond, gapMax: 2 * time.Second,
 		counts: map[faultKind]int{
 			faultKillRelay: 5, faultKillWebhook: 5, faultKillAutomation: 4, faultStallRelay: 2,
 			faultCloseConns: 2, faultBrokerRestart: 2, faultPGTerminate: 3, faultRedisRestart: 2,
 			faultReceiver5xx: 2, faultReceiverSlow: 2, faultHostile: 2,
 			faultMemoryAlarm: 1, faultDLQImport: 1, faultDLQShovel: 1, faultPGStall: 1, faultRedisStall: 1, faultRedisDown: 1,
-			faultBrokerOutage: 1, faultPGRestart: 2,
+			faultBrokerOutage: 1, faultPGRestart: 2, faultCaptureSchema: 1,
 		},
 		clusterCounts: map[faultKind]int{faultNodeKill: 2, faultNodeStopApp: 1},
+		cdcCounts:     map[faultKind]int{faultLargeTx: 1},
 		// The default tiers but the last: 2m, not 10m. The receiver's
 		// failure windows (two 503s, two slow answers, the memory
 		// alarm's) fall close enough in 150s that an event can be refused
@@ -114,16 +118,17 @@ var modes = map[string]mode{
 		alarmHold: 4 * time.Second, pgStall: 8 * time.Second, redisStall: 8 * time.Second, redisOutage: 15 * time.Second,
 	},
 	"long": {
-		name: "long", rate: 20, workers: 4, rollbackPct: 8,
+		name: "long", rate: 20, captureRate: 2, workers: 4, rollbackPct: 8,
 		warmup: 10 * time.Second, faultPhase: 32 * time.Minute, gapMin: time.Second, gapMax: 4 * time.Second,
 		counts: map[faultKind]int{
 			faultKillRelay: 20, faultKillWebhook: 20, faultKillAutomation: 15, faultStallRelay: 6, faultStallWebhook: 2,
 			faultCloseConns: 6, faultBrokerRestart: 5, faultPGTerminate: 8, faultRedisRestart: 5,
 			faultReceiver5xx: 4, faultReceiverSlow: 4, faultHostile: 4,
 			faultMemoryAlarm: 3, faultDLQImport: 2, faultDLQShovel: 2, faultPGStall: 2, faultRedisStall: 2, faultRedisDown: 1,
-			faultBrokerOutage: 2, faultPGRestart: 4,
+			faultBrokerOutage: 2, faultPGRestart: 4, faultCaptureSchema: 3,
 		},
 		clusterCounts:   map[faultKind]int{faultNodeKill: 6, faultNodeStopApp: 4},
+		cdcCounts:       map[faultKind]int{faultLargeTx: 2},
 		retryDelays:     consumer.DefaultRetryDelays,
 		recoveryTimeout: 3 * time.Minute, drainTimeout: max(automationLease, slices.Max(consumer.DefaultRetryDelays)) + 2*time.Minute, quiet: 20 * time.Second,
 		relayLease: 5 * time.Second, brokerDown: 10 * time.Second, brokerOutage: time.Minute, redisDown: 3 * time.Second,
@@ -214,6 +219,9 @@ type harness struct {
 	// stopped the application of, until the fault after it brings it
 	// back; -1 for none.
 	nodeDown, appStopped int
+	// captureChanges counts the capture schema faults: each adds column
+	// added_N and renames label_N-1 to label_N.
+	captureChanges int
 }
 
 func main() {
@@ -246,6 +254,9 @@ func main() {
 	if *faultPhase > 0 {
 		m.faultPhase = *faultPhase
 	}
+	if rm == relayCDC {
+		m.counts = cdcCounts(m)
+	}
 	if bm == brokerCluster {
 		m.counts = clusterCounts(m)
 	}
@@ -253,6 +264,9 @@ func main() {
 		counts, err := selectFaults(*only, m.counts)
 		if err == nil {
 			err = checkBrokerFaults(bm, counts)
+		}
+		if err == nil {
+			err = checkRelayFaults(rm, counts)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "reliability: -faults: %v\n", err)
@@ -376,6 +390,8 @@ func (h *harness) runAll(ctx context.Context) (*result, error) {
 			h.wl.runWorker(wctx, h.rng.Uint64()+uint64(i), h.mode.rate/float64(h.mode.workers), h.mode.rollbackPct)
 		})
 	}
+	captureSeed := h.rng.Uint64()
+	workers.Go(func() { h.wl.runCaptured(wctx, captureSeed, h.mode.captureRate, h.mode.rollbackPct) })
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	defer stopPoll()
 	var pollers sync.WaitGroup
@@ -632,6 +648,11 @@ func (h *harness) setup(ctx context.Context) error {
 		}
 	}
 	h.timings["relays ready (2 processes)"] = time.Since(start)
+	// After the relays: their --migrate creates the outbox the capture
+	// writes to.
+	if err := h.installCapture(ctx); err != nil {
+		return err
+	}
 	h.logf("processes ready: %d consumers, 2 %s relays; receiver at %s", len(h.procs)-2, h.relays, h.recvURL)
 	return nil
 }
@@ -668,8 +689,9 @@ func (h *harness) relayArgs(name string) []string {
 	args := []string{"relay", "run", "--migrate", "--name", name, "--publish-timeout", relayStopGrace.String()}
 	if h.cdc() {
 		// Every relay names the default slot (cdcSlot): one streams it,
-		// the other stands by.
-		return append(args, "--mode", "cdc")
+		// the other stands by. Their BatchSize sizes the large
+		// transaction and its bound on duplicates (largetx.go).
+		return append(args, "--mode", "cdc", "--batch-size", strconv.Itoa(cdcBatchSize))
 	}
 	return append(args, "--lease", h.mode.relayLease.String())
 }

@@ -30,6 +30,8 @@ type result struct {
 	txErrors                                         []string
 	eventsCommitted, eventsNeverCommitted, probes    int
 	followUps, workItems                             int
+	// captured: the trigger capture's committed events, per write path.
+	captured map[string]int
 
 	webhookExpected                                                        int
 	byPoster                                                               map[string]int // acceptances per webhook replica
@@ -162,6 +164,7 @@ func (r *result) markdown() string {
 		r.mode.name, r.relays, cmp.Or(r.broker, brokerSingle), r.seed, time.Now().UTC().Format("2006-01-02 15:04 MST"), revision(), runtime.NumCPU(), verdict, r.total.Round(time.Second))
 	w("The harness starts its own %s, PostgreSQL cluster and Redis server on free ports (the shared services are never touched), builds and runs the real binaries — %s, two webhook consumers and two automation consumers, restarted by the harness after every kill like a supervisor would — and serves the webhook receiver itself: the receiver is the webhook's ledger. ", r.brokerIntro(), r.relaysText())
 	w("A workload of Plane-shaped work-item changes (`examples/app`) commits %.0f transactions a second through the outbox, %d%% of them rolled back on purpose. Each transaction also writes its events' ids to a ledger table, so the set of committed events is read from Postgres, even for a COMMIT that failed with an unknown outcome. ", r.mode.rate, r.mode.rollbackPct)
+	w("Beside it, %.0f transactions a second write business rows to a partitioned table whose events only the trigger capture (`outbox/capture`) writes: inserts and updates through the parent, naming a partition directly, and both under `SET LOCAL session_replication_role = replica`, in turn. Each reads the event its trigger wrote back from the outbox in the same transaction and writes its id to the ledger, so every captured event is held to its delivery like the workload's own; a write that committed with no event gets a ledger row naming it, which nothing can deliver, and fails the run. ", r.mode.captureRate)
 	w("Faults are injected one after another, %v–%v apart, for %v; after each, a probe event is committed and timed to both consumers' effects. After the faults the workload stops, the system drains, and a checker compares every effect with the ledger.\n\n",
 		r.mode.gapMin, r.mode.gapMax, r.mode.faultPhase)
 
@@ -170,6 +173,7 @@ func (r *result) markdown() string {
 		r.committedTx, r.rolledBackTx, r.failedTx, r.ambiguousTx, r.ambiguousCommitted)
 	w("| events written (committed) | %d (%d of them probes), on %d work items |\n", r.eventsCommitted, r.probes, r.workItems)
 	w("| events that never committed | %d — none may appear anywhere |\n", r.eventsNeverCommitted)
+	w("| of the committed events, written by the trigger capture | %s |\n", capturedText(r.captured))
 	w("| automation follow-up events | %d (written by the rule in the consumer's transaction) |\n", r.followUps)
 	w("| faults injected | %d |\n", len(r.faults))
 	w("| hostile messages sent | %d; requests that reached the redirecting endpoint's target: %d; secrets found in logs and dead-letter headers: %d |\n",
@@ -195,11 +199,16 @@ func (r *result) markdown() string {
 	w("*Catch-up*: until every event committed before the fault was lifted had reached both effects — the backlog the fault left, including events retried through the consumers' retry tiers (%s) and events waiting out a dead worker's dedup lease. ", strings.Join(tierNames(r.mode.retryDelays), ", "))
 	w("The memory alarm sets `vm_memory_high_watermark` to %s (the alarm goes off at once; a publishing connection is checked to be blocked), holds it %v while the receiver fails (from 2s before the alarm, so events come back from the 1s retry tier and the webhook consumers' republish runs into the alarm), then stops every relay and consumer with SIGTERM while it holds; the supervisor restarts them and the watermark goes back to %s: recovery counts from then, *ready again* is from the last stop until all six answer `/readyz`. ", alarmWatermark, r.mode.alarmHold, defaultWatermark)
 	w("Moved dead letters are valid events put into `webhook.dlq` with the `x-death` RabbitMQ writes when a message expires in `webhook`, then moved back to `webhook` — by `warren dlq export`, `warren dlq import --to webhook` and `warren dlq purge`, or by consuming from the DLQ and republishing every header as a shovel does — while the receiver refuses each once; catch-up includes their delivery. ")
+	w("The capture fault, with the captured writes going on, creates a partition (the writes name it at once), adds a column, renames a tracked one and runs `capture.Install` again, as an operator must after a migration, %v between the steps: between the rename and the install the trigger names a column that is gone, so the writes fail, and none may commit without its event. ", captureStepPause)
 	w("Stalls pause the whole server (Postgres: the postmaster's process group; Redis: the server) with SIGSTOP for %v and %v; the Redis outage kills the server (it keeps nothing) and starts it again after %v. ", r.mode.pgStall, r.mode.redisStall, r.mode.redisOutage)
 	if r.broker != brokerCluster {
 		w("The broker outage stops the node's application (`rabbitmqctl stop_app`) for %v, every connection refused, then starts it; the Postgres restart is `pg_ctl restart -m fast` done on the harness's own postmaster (SIGINT: sessions ended, open transactions rolled back, a shutdown checkpoint; then the same server started again), with the workload running throughout.", r.mode.brokerOutage)
 	} else {
 		w("The Postgres restart is `pg_ctl restart -m fast` done on the harness's own postmaster, with the workload running throughout; the cluster's faults are described below.")
+	}
+	if r.relays == relayCDC {
+		w(" The large transaction (CDC relays only) commits one workload transaction of %d × %d events (the relays' `--batch-size`) and ends the streaming relay's session, by kill -9 and SIGTERM in turn, each time it has trimmed %d more batches of it, and once by kill -9 while its trim waits on a row lock the harness holds on the last batch; see The replication slot for what is checked.",
+			largeTxBatches, cdcBatchSize, largeTxEvery)
 	}
 	w("\n\n")
 	w("| fault | count | recovery median / max | ready again median / max | catch-up median / max | backlog median |\n|---|---:|---|---|---|---:|\n")
@@ -299,6 +308,9 @@ func (r *result) markdown() string {
 	a := r.stats["automation"]
 	w("Redeliveries the dedup absorbed (consumer stats, sampled every second, so a killed process's last second is missing): webhook %d duplicates, %d deferred as busy; automation %d duplicates, %d deferred as busy. Receiver: %d deliveries refused with 503 on purpose, %d slow answers abandoned by the sender's timeout (not counted as delivered).\n\n",
 		s.Duplicates, s.Deferred, a.Duplicates, a.Deferred, r.receiverRefused, r.receiverAbandoned)
+	if r.relays == relayCDC {
+		w("Copies the CDC relays published twice reach both consumers as redeliveries, counted in those figures: after a session end the next session publishes again what the ended one had confirmed and not yet trimmed. For the large transactions each session end's share is counted and bounded (see The replication slot).\n\n")
+	}
 	if len(r.dlqDuplicates) > 0 {
 		w("Dead letters stored twice (dead-lettering is publish, confirm, then ack, so a channel lost between confirm and ack dead-letters the redelivery again): %d.\n\n", len(r.dlqDuplicates))
 	}
@@ -421,4 +433,13 @@ func tierNames(delays []time.Duration) []string {
 		out = append(out, strings.TrimPrefix(r.Queue, "q.retry."))
 	}
 	return out
+}
+
+// capturedText lists the captured events per write path.
+func capturedText(byPath map[string]int) string {
+	var parts []string
+	for _, p := range sortedKeys(byPath) {
+		parts = append(parts, fmt.Sprintf("%d %s", byPath[p], p))
+	}
+	return strings.Join(parts, "; ")
 }

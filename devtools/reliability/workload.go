@@ -178,6 +178,12 @@ type workload struct {
 	itemSeq  atomic.Int64
 	counts   sync.Map // txStatus → *atomic.Int64, counted per transaction
 	txErrors sync.Map // error text → *atomic.Int64
+
+	// captureParts is how many partitions the captured table has (the
+	// writes pick one); captureFailed counts captured writes that failed
+	// before COMMIT (see capture.go).
+	captureParts  atomic.Int32
+	captureFailed atomic.Int64
 }
 
 var (
