@@ -7,23 +7,39 @@ GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 VULNDB := https://vuln.go.dev
 PKGS := ./...
 
-.PHONY: test lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
+.PHONY: test test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
 
 # devtools/bench is a module of its own; its tests check the report's arithmetic.
 # The race detector changes allocation counts, so the tests that pin the hot
 # path's allocations run again in a normal build.
-# The timeout bounds one package's binary: consumer's, with three clusters
-# of three RabbitMQ nodes started by its tests, took 18 minutes on two
-# cores kept busy (busy.sh) beside a reliability run, and 6 without busy.sh.
+# Tests on their own queues, tables and slots run in parallel (t.Parallel);
+# they wait on brokers and databases more than they compute, so four at a
+# time per package, two packages at a time. Those that alarm, stop or
+# reconfigure a shared node stay serial and say why.
+# The timeout bounds one package's binary, with room for a machine much
+# busier than busy.sh makes it.
 test:
-	go test -race -count=1 -timeout 30m $(PKGS)
+	go test -race -count=1 -parallel 4 -timeout 30m $(PKGS)
 	go test -count=1 -run 'Allocates' . ./consumer
 	cd devtools/bench && go test -count=1 ./...
 
+# The unit tier: every test that needs no service, in about a minute.
+# testenv.RequireServices skips the rest, naming what each needed.
+test-unit:
+	go test -short -race -count=1 $(PKGS)
+
+# The slow tier: tests that start three-node RabbitMQ clusters or kill
+# relays for minutes, kept out of make test by the build tag "slow" and
+# named TestCluster… or TestSoak…; CI runs them. One package at a time:
+# two clusters at once would share two cores six ways.
+SLOW_PKGS := ./consumer ./relay ./relay/cdc ./internal/testenv/localrabbit
+test-slow:
+	go test -race -count=1 -p 1 -timeout 30m -tags slow -run '^Test(Cluster|Soak)' $(SLOW_PKGS)
+
 lint: vulncheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	go vet $(PKGS)
-	go run $(STATICCHECK) $(PKGS)
+	go vet -tags slow $(PKGS)
+	go run $(STATICCHECK) -tags slow $(PKGS)
 	cd devtools/bench && go vet ./... && go run $(STATICCHECK) ./...
 
 # Part of lint. govulncheck runs only when its database answers within 5s
@@ -70,25 +86,40 @@ cluster-down:
 screenshots:
 	WARREN_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console go test -count=1 -run '^TestBrowserReplayGroup$$' ./internal/console/
 
-# Short fuzzing of the decoders that read hostile input, and of the
-# redactor that keeps passwords out of error text.
+# Short fuzzing of the decoders that read hostile input, of the
+# redactor that keeps passwords out of error text, and of the capture
+# generator's quoting (column names and spec text installed on the test
+# Postgres, each in a transaction rolled back).
 fuzz:
 	go test -run='^$$' -fuzz=FuzzDecodeEvent -fuzztime=30s .
 	go test -run='^$$' -fuzz=FuzzParseMetadata -fuzztime=30s ./dlq/
 	go test -run='^$$' -fuzz=FuzzRedactURL -fuzztime=30s ./internal/redact/
+	go test -run='^$$' -fuzz=FuzzGenerateQuotesEverything -fuzztime=30s ./outbox/capture/
 
 # Fault injection on private RabbitMQ, Postgres and Redis instances (never
 # the shared ones): kills, broker and database faults and stalls, a memory
 # alarm with stops, a broker outage, a Postgres restart, dead letters moved
-# back, hostile input; fails on any lost event, unexplained duplicate, wrong
-# dead letter or stranded outbox row. About 4 minutes. `go run ./devtools/reliability -mode long` is the
+# back, hostile input, a captured table's schema changed under writes that
+# name its parent, a partition and the replica role; fails on any lost
+# event, unexplained duplicate, wrong dead letter or stranded outbox row. About 4 minutes. `go run ./devtools/reliability -mode long` is the
 # release check that regenerates RELIABILITY.md.
 reliability:
 	go run ./devtools/reliability -mode short
 
+# One fault kind (or several, comma-separated, name=N for a count) against
+# the polling relays, in about a minute: the loop for a change to the relay
+# or a consumer. The run prints its seed; SEED= replays that fault
+# schedule and workload. An unknown FAULT lists the known ones.
+#   make reliability-fault FAULT=kill-relay SEED=42
+reliability-fault:
+	@test -n "$(FAULT)" || { echo "usage: make reliability-fault FAULT=kill-relay [SEED=N] [RELAY=cdc]"; exit 2; }
+	go run ./devtools/reliability -mode short -faults $(FAULT) -fault-phase 15s -relay-mode $(or $(RELAY),poll) $(if $(SEED),-seed $(SEED))
+
 # The same short run with the CDC relays (warren relay run --mode cdc, one
 # streaming the slot, one standing by) on a wal_level = logical cluster;
-# also checks the slot's lag through a broker outage and a Postgres restart.
+# also checks the slot's lag through a broker outage and a Postgres restart,
+# and a transaction of 20 batches whose relay sessions end inside it (the
+# slot passes it, each session end's duplicates within the documented bound).
 reliability-cdc:
 	go run ./devtools/reliability -mode short -relay-mode cdc
 
@@ -105,6 +136,6 @@ reliability-cluster:
 # committed by 8 writers while the streaming relay is killed with SIGKILL
 # every 2-4s and its standby takes over; fails on any lost event, broken
 # per-entity order, or more duplicates than the unflushed window allows.
-# About 3 minutes. The normal suite runs it with 20,000 events.
+# About 3 minutes. make test-slow runs it with 20,000 events.
 cdc-kill:
-	WARREN_CDC_KILL_EVENTS=100000 go test -count=1 -timeout 30m -v -run '^TestKill9WhileWritingLosesNothing$$' ./relay/cdc/
+	WARREN_CDC_KILL_EVENTS=100000 go test -count=1 -timeout 30m -v -tags slow -run '^TestSoakKill9WhileWritingLosesNothing$$' ./relay/cdc/

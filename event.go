@@ -90,12 +90,18 @@ func DecodeEvent(body []byte) (Event, error) {
 // event is malformed, which no retry can fix: the consumer dead-letters it
 // at once, class undecodable.
 //
+// An id or type longer than 255 bytes is refused because warren publishes
+// them as the AMQP message_id and type, short strings of at most 255 bytes:
+// the relay could not publish such an event, and it would be a dedup key
+// of any size (Plane's ids are UUIDs, 36 bytes; its types are short).
+//
 // Leading or trailing white space is refused because HTTP strips it from a
 // header value (Go's client when it sends, receivers when they read): the
 // webhook's receiver would see "ev-1" for " ev-1", so the signature over
 // the id would not verify, and " ev-1" and "ev-1" would be one event to
 // its deduplication. In logs and terminals the two look the same too.
 func (e *Event) Validate() error {
+	const maxIDLen = 255
 	switch {
 	case strings.TrimSpace(e.ID) == "":
 		return &invalidError{msg: "event_id is missing or empty"}
@@ -103,6 +109,9 @@ func (e *Event) Validate() error {
 		return &invalidError{msg: "event_type is missing or empty"}
 	}
 	for _, f := range []struct{ name, value string }{{"event_id", e.ID}, {"event_type", e.Type}} {
+		if len(f.value) > maxIDLen {
+			return &invalidError{msg: fmt.Sprintf("%s is %d bytes, longer than the %d an AMQP message_id or type holds", f.name, len(f.value), maxIDLen)}
+		}
 		if i := strings.IndexFunc(f.value, unicode.IsControl); i >= 0 {
 			r, _ := utf8.DecodeRuneInString(f.value[i:])
 			return &invalidError{msg: fmt.Sprintf("%s contains a control character (%U at byte %d)", f.name, r, i)}

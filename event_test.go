@@ -119,6 +119,9 @@ func TestDecodeEventRejects(t *testing.T) {
 		{"escape in id", `{"event_id":"a\u001b[2J","event_type":"x"}`, "event_id contains a control character (U+001B"},
 		{"C1 next line in id", `{"event_id":"a\u0085","event_type":"x"}`, "event_id contains a control character (U+0085"},
 		{"newline in type", `{"event_id":"a","event_type":"workitem.created\n"}`, "event_type contains a control character (U+000A"},
+		// message_id and type are AMQP short strings.
+		{"id over 255 bytes", `{"event_id":"` + strings.Repeat("i", 256) + `","event_type":"x"}`, "event_id is 256 bytes, longer than the 255"},
+		{"type over 255 bytes", `{"event_id":"a","event_type":"` + strings.Repeat("t", 256) + `"}`, "event_type is 256 bytes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
