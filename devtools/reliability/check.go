@@ -239,6 +239,7 @@ type duplicate struct {
 	count  int
 	cause  string // empty: unexplained
 	detail string
+	first  time.Time // the first delivery
 }
 
 // heldEvent is an automation event not yet handled because the lease of a
@@ -468,14 +469,17 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 	redisRestarts := append(h.faultTimes(faultRedisRestart), h.faultTimes(faultRedisDown)...)
 	// A stalled or absent Redis fails the done-mark due right after a 200.
 	redisStalls := append(h.faultWindows(faultRedisStall), h.faultWindows(faultRedisDown)...)
+	sendFailures := h.sendFailures()
 	for id, what := range expectWebhook {
 		acc := accepted[id]
 		switch {
 		case len(acc) == 0:
 			res.webhookLost = append(res.webhookLost, id+" ("+what+")")
 		case len(acc) > 1:
-			cause, detail := explainDuplicate(acc, kills, h.stalls, redisRestarts, redisStalls, h.nodeLosses())
-			res.webhookDups = append(res.webhookDups, duplicate{id: id, count: len(acc), cause: cause, detail: detail})
+			ev := evidence{kills: kills, stalls: h.stalls, redisRestarts: redisRestarts, redisStalls: redisStalls, losses: h.nodeLosses(), sendFailures: sendFailures[id]}
+			cause, detail := explainDuplicate(acc, ev)
+			first := slices.MinFunc(acc, func(a, b acceptance) int { return a.at.Compare(b.at) }).at
+			res.webhookDups = append(res.webhookDups, duplicate{id: id, count: len(acc), cause: cause, detail: detail, first: first})
 		}
 	}
 	sort.Strings(res.webhookLost)
@@ -485,7 +489,8 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 	slices.SortFunc(res.webhookDups, func(a, b duplicate) int { return strings.Compare(a.id, b.id) })
 	for _, d := range res.webhookDups {
 		if d.cause == "" {
-			res.fail("event %s delivered %d times to the webhook receiver with no fault to explain it: %s", d.id, d.count, d.detail)
+			res.fail("event %s delivered %d times to the webhook receiver with no fault to explain it: %s; faults from 30s before the first delivery to 30s after: %s; the replicas logged of it: %s",
+				d.id, d.count, d.detail, h.faultsAround(d.first, 30*time.Second), h.logLinesOf(d.id))
 		}
 	}
 	for id := range accepted {
@@ -605,6 +610,22 @@ func (h *harness) heldByLease(ctx context.Context, id string) (heldEvent, bool) 
 	return heldEvent{}, false
 }
 
+// faultsAround lists the faults in force within d of t, for a failure
+// that a fault did not explain: the CI log is often all there is to read.
+func (h *harness) faultsAround(t time.Time, d time.Duration) string {
+	var out []string
+	for _, f := range h.faults {
+		if f.end.Before(t.Add(-d)) || f.start.After(t.Add(d)) {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s %s (%s to %s)", f.kind, f.target, f.start.Format("15:04:05.000"), f.end.Format("15:04:05.000")))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
+}
+
 // killTimes returns when each process was killed.
 func (h *harness) killTimes() map[string][]time.Time {
 	out := map[string][]time.Time{}
@@ -651,12 +672,26 @@ const (
 	causePosterFrozen  = "the replica was frozen past its lease after the receiver's 200; another replica took the event over"
 	causeRedisStalled  = "Redis was stalled or down when the done-mark was due after the receiver's 200"
 	causeNodeLost      = "the cluster node holding the replica's connection was lost (kill -9 or stop_app) while the event was in flight; the broker redelivered it"
+	causeSendFailed    = "the replica logged its POST as failed (timeout, reset or cancelled) though the receiver had answered 200; it released the key and the retry re-posted"
 )
+
+// evidence is what the run recorded that can explain a duplicate
+// delivery: the faults, and what the posters logged.
+type evidence struct {
+	kills         map[string][]time.Time
+	stalls        []stall
+	redisRestarts []time.Time
+	redisStalls   []stall
+	losses        []nodeLoss
+	// sendFailures: for one event, when each replica logged a POST of it
+	// as failed on the sender's side.
+	sendFailures map[string][]time.Time
+}
 
 // explainDuplicate finds, for each repeated acceptance, a fault that
 // explains it; cause is "" when one is unexplained. detail lists the
 // acceptances either way.
-func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []stall, redisRestarts []time.Time, redisStalls []stall, losses []nodeLoss) (cause, detail string) {
+func explainDuplicate(acc []acceptance, ev evidence) (cause, detail string) {
 	acc = slices.Clone(acc)
 	slices.SortFunc(acc, func(a, b acceptance) int { return a.at.Compare(b.at) })
 	var parts []string
@@ -668,7 +703,7 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 	for i := 1; i < len(acc); i++ {
 		prev, next := acc[i-1], acc[i]
 		var found []string
-		for _, r := range redisRestarts {
+		for _, r := range ev.redisRestarts {
 			if r.After(prev.at) && r.Before(next.at) {
 				found = append(found, causeRedisRestart)
 				break
@@ -681,7 +716,7 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 			// about the timeout can be counted though the sender gave up.
 			found = append(found, causeSenderTimeout)
 		}
-		for _, k := range killsOf(kills, prev.poster) {
+		for _, k := range killsOf(ev.kills, prev.poster) {
 			// Complete follows the 200 within milliseconds, or within its
 			// 10s settle timeout while Redis is down.
 			if !k.Before(prev.at.Add(-time.Second)) && k.Before(prev.at.Add(12*time.Second)) {
@@ -689,7 +724,7 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 				break
 			}
 		}
-		for _, s := range redisStalls {
+		for _, s := range ev.redisStalls {
 			// The done-mark follows the 200 within milliseconds, or fails
 			// within its settle timeout (10s) on a stalled Redis.
 			if s.from.Before(prev.at.Add(12*time.Second)) && s.to.After(prev.at) && s.from.Before(next.at) {
@@ -697,13 +732,23 @@ func explainDuplicate(acc []acceptance, kills map[string][]time.Time, stalls []s
 				break
 			}
 		}
-		for _, s := range stalls {
+		for _, s := range ev.stalls {
 			if s.proc == prev.poster && !s.from.After(prev.at.Add(time.Second)) && !s.to.Before(prev.at) && s.to.Sub(s.from) > webhookLease {
 				found = append(found, causePosterFrozen)
 				break
 			}
 		}
-		for _, l := range losses {
+		for _, f := range ev.sendFailures[prev.poster] {
+			// The sender gave up on a request the receiver answered: its
+			// client timed out or its context ended as the 200 was being
+			// written. The failure is logged once the key is released,
+			// which is bounded by the store's timeout (10s).
+			if !f.Before(prev.at.Add(-time.Second)) && f.Before(prev.at.Add(12*time.Second)) && f.Before(next.at) {
+				found = append(found, causeSendFailed)
+				break
+			}
+		}
+		for _, l := range ev.losses {
 			// The replica was connected to the node, and the node went
 			// while the event was in flight there: from the delivery (at
 			// most the sender's timeout before the 200) to the done-mark

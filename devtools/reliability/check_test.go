@@ -3,6 +3,7 @@ package main
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestExplainDuplicate(t *testing.T) {
 			if c.unnamed {
 				acc[0].poster = "unknown"
 			}
-			got, detail := explainDuplicate(acc, c.kills, c.stalls, c.redis, nil, nil)
+			got, detail := explainDuplicate(acc, evidence{kills: c.kills, stalls: c.stalls, redisRestarts: c.redis})
 			if got != c.want {
 				t.Fatalf("cause %q, want %q", got, c.want)
 			}
@@ -62,7 +63,7 @@ func TestExplainDuplicateOfAnAnswerHeldToTheSendersTimeout(t *testing.T) {
 		want string
 	}{{10*time.Second + 40*time.Millisecond, causeSenderTimeout}, {9500 * time.Millisecond, causeSenderTimeout}, {3 * time.Second, ""}} {
 		twice := []acceptance{{at: at(10), poster: "webhook-a", held: c.held}, {at: at(11), poster: "webhook-b"}}
-		if got, _ := explainDuplicate(twice, nil, nil, nil, nil, nil); got != c.want {
+		if got, _ := explainDuplicate(twice, evidence{}); got != c.want {
 			t.Errorf("held %v: cause %q, want %q", c.held, got, c.want)
 		}
 	}
@@ -71,10 +72,10 @@ func TestExplainDuplicateOfAnAnswerHeldToTheSendersTimeout(t *testing.T) {
 func TestExplainDuplicateNeedsEveryRepeatExplained(t *testing.T) {
 	thrice := []acceptance{{at: at(10), poster: "webhook-a"}, {at: at(71), poster: "webhook-b"}, {at: at(80), poster: "webhook-a"}}
 	kills := map[string][]time.Time{"webhook-a": {at(10.01)}}
-	if got, _ := explainDuplicate(thrice, kills, nil, nil, nil, nil); got != "" {
+	if got, _ := explainDuplicate(thrice, evidence{kills: kills}); got != "" {
 		t.Fatalf("the third delivery has no fault behind it, yet the duplicate was explained: %q", got)
 	}
-	if got, _ := explainDuplicate(thrice, kills, nil, []time.Time{at(75)}, nil, nil); got == "" {
+	if got, _ := explainDuplicate(thrice, evidence{kills: kills, redisRestarts: []time.Time{at(75)}}); got == "" {
 		t.Fatal("a kill and a Redis restart explain both repeats, yet the duplicate was not explained")
 	}
 }
@@ -240,10 +241,60 @@ func TestRedisStallExplainsDuplicate(t *testing.T) {
 	base := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return base.Add(time.Duration(s) * time.Second) }
 	twice := []acceptance{{at: at(0), poster: "webhook-a"}, {at: at(70), poster: "webhook-b"}}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(1), to: at(66)}}, nil); got != causeRedisStalled {
+	if got, _ := explainDuplicate(twice, evidence{redisStalls: []stall{{from: at(1), to: at(66)}}}); got != causeRedisStalled {
 		t.Errorf("stall right after the 200: cause %q", got)
 	}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, []stall{{from: at(30), to: at(40)}}, nil); got != "" {
+	if got, _ := explainDuplicate(twice, evidence{redisStalls: []stall{{from: at(30), to: at(40)}}}); got != "" {
 		t.Errorf("stall long after the done-mark: cause %q, want none", got)
+	}
+}
+
+// A POST the replica logged as failed without an answer, right as the
+// receiver accepted it, explains the retry's second delivery; an answered
+// failure (a status), another replica's failure or one long before does
+// not.
+func TestSendFailureExplainsDuplicate(t *testing.T) {
+	twice := []acceptance{{at: at(10), poster: "webhook-b"}, {at: at(10.3), poster: "webhook-a"}}
+	for _, c := range []struct {
+		name     string
+		failures map[string][]time.Time
+		want     string
+	}{
+		{"the poster's POST failed as it was answered", map[string][]time.Time{"webhook-b": {at(10.01)}}, causeSendFailed},
+		{"the poster's failure logged after its key release", map[string][]time.Time{"webhook-b": {at(10.2)}}, causeSendFailed},
+		{"the other replica's failure", map[string][]time.Time{"webhook-a": {at(10.01)}}, ""},
+		{"the poster failed long before", map[string][]time.Time{"webhook-b": {at(2)}}, ""},
+		{"no failure logged", nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got, _ := explainDuplicate(twice, evidence{sendFailures: c.failures}); got != c.want {
+				t.Fatalf("cause %q, want %q", got, c.want)
+			}
+		})
+	}
+}
+
+func TestSendFailureOfReadsOnlyPOSTsThatGotNoAnswer(t *testing.T) {
+	line := func(errText string) []byte {
+		return []byte(`{"time":"2026-12-06T13:14:21.333481917Z","level":"WARN","msg":"event failed, will retry","event_id":"e085","consumer":"webhook","outcome":"retry","error":` + strconv.Quote(errText) + `}`)
+	}
+	for _, c := range []struct {
+		err  string
+		want bool
+	}{
+		{"POST http://127.0.0.1:44229/…#2ff522: context deadline exceeded (Client.Timeout exceeded while awaiting headers)", true},
+		{"POST http://127.0.0.1:44229/…#2ff522: context canceled", true},
+		{"POST http://127.0.0.1:44229/…#2ff522: 503 Service Unavailable: reliability: failing on purpose", false},
+		{"POST http://127.0.0.1:44229/…#2ff522: endpoint answered 307 redirect to nowhere (no Location); webhooks do not follow redirects", false},
+		{"POST http://127.0.0.1:1/…#aa: 503 Service Unavailable\nPOST http://127.0.0.1:44229/…#2ff522: read: connection reset by peer", true},
+		{"dedup store: dial tcp 127.0.0.1:6379: connect: connection refused", false},
+	} {
+		at, id, ok := sendFailureOf(line(c.err))
+		if ok != c.want {
+			t.Errorf("%q: failure %v, want %v", c.err, ok, c.want)
+		}
+		if ok && (id != "e085" || at.IsZero()) {
+			t.Errorf("%q: id %q at %v", c.err, id, at)
+		}
 	}
 }

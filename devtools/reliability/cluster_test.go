@@ -89,16 +89,16 @@ func TestNodeLossExplainsDuplicate(t *testing.T) {
 	loss := func(from int, procs ...string) []nodeLoss {
 		return []nodeLoss{{kind: faultNodeKill, from: at(from), to: at(from + 5), procs: procs}}
 	}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, nil, loss(1, "relay-a", "webhook-a")); got != causeNodeLost {
+	if got, _ := explainDuplicate(twice, evidence{losses: loss(1, "relay-a", "webhook-a")}); got != causeNodeLost {
 		t.Errorf("node of the poster lost right after the 200: cause %q", got)
 	}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, nil, loss(1, "webhook-b")); got != "" {
+	if got, _ := explainDuplicate(twice, evidence{losses: loss(1, "webhook-b")}); got != "" {
 		t.Errorf("node of another replica lost: cause %q, want none", got)
 	}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, nil, loss(5, "webhook-a")); got != "" {
+	if got, _ := explainDuplicate(twice, evidence{losses: loss(5, "webhook-a")}); got != "" {
 		t.Errorf("node lost long after the done-mark was due: cause %q, want none", got)
 	}
-	if got, _ := explainDuplicate(twice, nil, nil, nil, nil, loss(-30, "webhook-a")); got != "" {
+	if got, _ := explainDuplicate(twice, evidence{losses: loss(-30, "webhook-a")}); got != "" {
 		t.Errorf("node lost before the delivery: cause %q, want none", got)
 	}
 }

@@ -15,7 +15,7 @@ import (
 type acceptance struct {
 	at     time.Time
 	poster string        // the webhook replica that posted it
-	held   time.Duration // how long a slow receiver held the answer back
+	held   time.Duration // how long the receiver held the request before its answer (a slow receiver's delay, and any wait for the CPU)
 }
 
 // receiver is the webhook endpoint and the ledger of the webhook's effect:
@@ -80,6 +80,7 @@ func (r *receiver) slowFor(d, max time.Duration) {
 }
 
 func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	arrived := time.Now()
 	body, err := io.ReadAll(io.LimitReader(req.Body, 16<<20))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -131,7 +132,7 @@ func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	at := time.Now()
 	r.mu.Lock()
-	r.accepted[id] = append(r.accepted[id], acceptance{at: at, poster: posterFrom(req.Context()), held: delay})
+	r.accepted[id] = append(r.accepted[id], acceptance{at: at, poster: posterFrom(req.Context()), held: at.Sub(arrived)})
 	if _, ok := r.events[id]; !ok && decodeErr == nil {
 		r.events[id] = ev
 	}
