@@ -109,7 +109,7 @@
 // no room for warren's record (and the broker's x-death on a retry hop)
 // are dropped from the copy a retry, deferral or dead letter publishes
 // (dlq.Fit, marked dlq.HeaderDropped): the copy keeps the event and its
-// record, and comes back readable. See docs/adr/unreadable-headers.md,
+// record, and comes back readable. See docs/adr/025-unreadable-headers.md,
 // with what would still break it.
 //
 // Package consumertest runs a message through a consumer's middleware and

@@ -119,39 +119,11 @@ func (c *BaseConsumer) evaluateIn(hctx context.Context, h warren.Handler, d amqp
 
 // withTrustedHistory returns d with the failure history its headers claim
 // (warren's dead-letter metadata, RabbitMQ's death headers; see
-// [dlq.StripHistory]) removed, unless d came the way only warren's own
-// copies come. Everything after it (the attempt, the stamps of a retry or a
-// dead letter) starts from what it returns.
-//
-// How deliveries reach the consumer's queue:
-//
-//   - A producer's publish (the relay, or anyone with write permission on
-//     the consumer's exchange) comes through that exchange: d.Exchange is
-//     the topology's exchange. So does anything published to another
-//     exchange an operator bound to the queue: d.Exchange names it.
-//   - A retry or a deferral: republish sends the copy to a retry tier
-//     through the default exchange, and the tier dead-letters it back when
-//     its TTL ends through the default exchange too (its
-//     x-dead-letter-exchange is "", routing key the queue): d.Exchange is "".
-//   - A replay (`warren dlq replay`, dlqtool's Replay), an import with --to
-//     and a shovel from the management UI publish through the default
-//     exchange, with the queue as routing key: d.Exchange is "". A
-//     replay for a partitioned consumer publishes to its partition
-//     exchange (partitions, the consumer's own), which hashes it to its
-//     entity's partition: d.Exchange names that exchange. Events reach the
-//     partition queues through it too, but published to the consumer's
-//     exchange: d.Exchange names that one.
-//   - A delivery the broker requeued (a nack, a lost channel) comes again
-//     with the exchange of its first arrival, and is judged as it was then.
-//
-// Only the default exchange and the partition exchange carry history that
-// warren or an operator wrote, and publishing there takes write permission
-// on amq.default or on the partition exchange, which a producer of events
-// does not need. A delivery through any named exchange
-// is a first delivery, whatever its headers say: forged attempts would
-// dead-letter it as exhausted after one try, a forged origin queue would
-// steer an operator's replay. Headers that are not warren's (a traceparent,
-// x-warren-initiator-type, which producers set by design) are kept.
+// [dlq.StripHistory]) removed, unless d came through the default exchange
+// or the consumer's partition exchange, the only routes warren's own copies
+// (retries, replays) take and which a producer has no permission to use.
+// Everything after it starts from what it returns. Why, route by route:
+// docs/adr/026-trusted-history.md.
 func withTrustedHistory(d amqp.Delivery, partitions string) amqp.Delivery {
 	if d.Exchange != "" && (partitions == "" || d.Exchange != partitions) {
 		d.Headers = dlq.StripHistory(d.Headers)

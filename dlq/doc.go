@@ -19,7 +19,7 @@
 // the queue is a cycle to the broker, which drops the message without a
 // trace. What they said about the message's own queue is kept, once, in
 // x-warren-first-death-*, and read back as [Metadata].FirstDeath. The
-// decision is in docs/adr/dlq-death-headers.md.
+// decision is in docs/adr/018-dlq-death-headers.md.
 //
 // Headers are written by whoever publishes. [StripHistory] removes every
 // header of the failure record, warren's and the broker's; the consumer

@@ -30,7 +30,7 @@
 // exactly.
 //
 // A message whose headers the AMQP client cannot read (dlq.HeaderUnreadable,
-// docs/adr/unreadable-headers.md) is read like any other, with that header
+// docs/adr/025-unreadable-headers.md) is read like any other, with that header
 // in place of the entries it could not read: shown, exported, replayed and
 // purged with them, never a failure of the whole queue.
 //

@@ -164,7 +164,7 @@ func (d *deduper) handle(ctx context.Context, m *warren.Message, next warren.Han
 	}
 	// A claim that times out inside a store's batch may still take effect
 	// after the caller has gone; the stores give such a lease back
-	// (docs/adr/dedup-batching.md), and at worst it runs out by itself
+	// (docs/adr/016-dedup-batching.md), and at worst it runs out by itself
 	// after Lease.
 	claim, err := d.store.Claim(ctx, key, d.opts.Lease)
 	if err != nil {

@@ -34,7 +34,7 @@
 // idempotent, so this is safe after a batch that committed but whose
 // reply was lost. A claim whose caller has stopped waiting is not sent
 // again. The transactional mode's done-mark is not batched: it belongs to
-// the handler's transaction. docs/adr/dedup-batching.md has the
+// the handler's transaction. docs/adr/016-dedup-batching.md has the
 // measurements.
 //
 // [Store.Migrate] creates the table (embedded schema.sql, idempotent) and

@@ -21,7 +21,7 @@
 // Config.MaxBatchesInFlight). Each call is still its own atomic script with
 // its own reply, so one key's error fails that call alone. A consumer whose
 // workers each claim and complete then pays a fraction of a round trip per
-// call instead of two round trips per message; docs/adr/dedup-batching.md
+// call instead of two round trips per message; docs/adr/016-dedup-batching.md
 // has the measurements.
 //
 // # Durability

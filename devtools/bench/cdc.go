@@ -107,7 +107,7 @@ func cdcProducersScenario() scenario {
 			"(opened with `NoNotify`, as for a table only CDC relays drain, for every variant alike; relay.Run then finds rows by its poll) as fast as they can for -latency-duration, "+
 			"the first %v not counted, with no relay (the baseline), with the CDC relay streaming the table (made and ready before "+
 			"the producers start), and with `relay.Run` at its defaults polling it. The last variant is option 1 of "+
-			"docs/adr/cdc-relay.md, with no relay: each producer deletes its row in the transaction that wrote it (the insert stays "+
+			"docs/adr/020-cdc-relay.md, with no relay: each producer deletes its row in the transaction that wrote it (the insert stays "+
 			"in the WAL for a stream to read), which is what that option would cost every producer. The relays' work (the "+
 			"walsender's decoding and the trims for CDC; the claims and deletes for relay.Run) shares the machine, Postgres's WAL "+
 			"and its locks with the producers.", producers, latencyWarmUp),
@@ -396,7 +396,7 @@ func publishOnly(ctx context.Context, tx pgx.Tx, ob *outboxBench, ev warren.Even
 	return err
 }
 
-// publishThenDelete is option 1 of docs/adr/cdc-relay.md: the producer
+// publishThenDelete is option 1 of docs/adr/020-cdc-relay.md: the producer
 // deletes its row in the transaction that wrote it, and only the WAL
 // keeps the insert.
 func publishThenDelete(ctx context.Context, tx pgx.Tx, ob *outboxBench, ev warren.Event) error {

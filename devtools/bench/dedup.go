@@ -21,7 +21,7 @@ import (
 const leaseWhy = "a lease costs two writes per message, a claim before the handler and a completion after it, where the raw flag costs one; " +
 	"with 16 workers every message waits for two round trips in a row. The store's batching shares those round trips (and, on Postgres, " +
 	"the commits) between the workers, but cannot shorten the chain, so the result turns on how busy the machine is: the busier, " +
-	"the more the raw client's extra system calls and commits cost it (docs/adr/dedup-batching.md)."
+	"the more the raw client's extra system calls and commits cost it (docs/adr/016-dedup-batching.md)."
 
 // dedupRetention is how long both sides keep a key. The keys are deleted
 // after each measurement anyway; a retention bounds what a killed run

@@ -17,7 +17,7 @@
 //     beside the raw loop and relay.Run; its commit → publish latency at
 //     1,000 events/s; and the producers' own commits/s with no relay, with
 //     it, with relay.Run, and deleting their rows themselves (option 1 of
-//     docs/adr/cdc-relay.md). Postgres needs wal_level = logical
+//     docs/adr/020-cdc-relay.md). Postgres needs wal_level = logical
 //     (scripts/services.sh); every slot made is dropped after its
 //     measurement;
 //   - memory: peak RSS of a consumer and of a relay, each in a subprocess

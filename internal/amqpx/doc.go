@@ -18,7 +18,7 @@
 // is made by the copy itself (dlq.Fit). For amqps the dialer does the TLS
 // handshake itself, so that the filter reads plaintext frames. It costs
 // about 0.1 µs a delivery (BenchmarkFrameFilter). See
-// docs/adr/unreadable-headers.md.
+// docs/adr/025-unreadable-headers.md.
 //
 // # What would still break it
 //

@@ -37,7 +37,7 @@
 // /dlq/{queue}/group/{id}, GET /dlq/{queue}/message?id=EVENT_ID (or
 // ?fingerprint=FP or ?pos=N), POST /dlq/{queue}/replay|export|purge, GET /outbox, POST
 // /outbox/redrive, GET /results/{id}, GET and POST /login, POST /logout,
-// GET /static/console.css. docs/adr/console-actions.md explains the
+// GET /static/console.css. docs/adr/022-console-actions.md explains the
 // actions' design.
 //
 // Reading a dead-letter queue uses package dlqtool, which reads by
@@ -89,5 +89,5 @@
 // ScanLimit bounds memory by messages' headers; browsers that send no Sec-Fetch-Site; a proxy
 // that rewrites Host to a name given with --allow-host; a header other
 // than x-delivery-count / x-acquired-count that a broker changes on every
-// read. docs/adr/console-actions.md lists them in full.
+// read. docs/adr/022-console-actions.md lists them in full.
 package console

@@ -8,5 +8,5 @@
 // net/http in), so the relay and the consumer carry trace context at the
 // cost of a few string operations. It also starts and ends the relay's
 // and the consumer's messaging spans, so both describe a message alike. See
-// docs/adr/observability-trace-propagation.md.
+// docs/adr/015-observability-trace-propagation.md.
 package tracecontext

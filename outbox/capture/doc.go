@@ -88,7 +88,7 @@
 //     skip them because the publisher captures the same table. A
 //     statement-level capture adds three row-level triggers enabled for
 //     replica sessions only, since the apply worker fires no
-//     statement-level triggers. See docs/adr/capture-replication-role.md.
+//     statement-level triggers. See docs/adr/024-capture-replication-role.md.
 //
 // # Generated SQL
 //

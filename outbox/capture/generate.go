@@ -680,7 +680,7 @@ func (p *plan) ops(src sources) string {
 // applies changes fires row-level triggers only, and a table sync's COPY
 // fires both kinds, so for a statement-level capture its row-level
 // (replica) triggers write in a worker and its statement-level ones
-// everywhere else. See docs/adr/capture-replication-role.md.
+// everywhere else. See docs/adr/024-capture-replication-role.md.
 func (p *plan) replica() string {
 	if p.rowLevel && p.spec.Subscriber == SubscriberCapture {
 		return "\t-- Subscriber: capture. Every session's writes write their events."

@@ -33,7 +33,7 @@ const (
 // SubscriberPolicy says what the trigger does when a logical replication
 // worker writes the captured table: the table is on the subscriber's end of
 // a logical replication, and whether the publisher captures it too is
-// something only the operator knows. See docs/adr/capture-replication-role.md.
+// something only the operator knows. See docs/adr/024-capture-replication-role.md.
 type SubscriberPolicy string
 
 const (

@@ -63,7 +63,7 @@
 // broker confirms it, a batch of milliseconds while the relay keeps up.
 // Rows pile up only while the relay cannot publish; they are the same
 // rows "warren outbox stats" counts, and the oldest one's age is the
-// relay's lag in time (see docs/adr/cdc-relay.md for why rows are trimmed
+// relay's lag in time (see docs/adr/020-cdc-relay.md for why rows are trimmed
 // behind the confirmed position rather than deleted by their producer).
 //
 // # Failures
