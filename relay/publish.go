@@ -6,14 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-
-	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/tracecontext"
+	"github.com/warrenmq/warren/relay/internal/engine"
 )
 
 // outcome is what became of one claimed row.
@@ -45,7 +41,7 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			r.observeDead(1) // the claim that made it dead is committed
 			continue
 		}
-		msg, err := r.encode(c)
+		msg, err := engine.Encode(r.enc, c.Row, r.cfg.MaxMessageBytes)
 		if err != nil {
 			results[i] = result{rejected, err}
 			continue
@@ -112,27 +108,4 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 		}
 	})
 	return results
-}
-
-// encode builds the message; an error means no attempt can succeed.
-func (r *Relay) encode(c claimed) (amqp.Publishing, error) {
-	if c.DecodeErr != nil {
-		return amqp.Publishing{}, c.DecodeErr
-	}
-	msg, err := amqpx.EncodedPublishing(warren.Encoder{Format: r.cfg.Format, Publisher: r.cfg.Publisher}, c.Event, c.ID)
-	if err != nil {
-		return amqp.Publishing{}, err
-	}
-	if len(msg.Body) > r.cfg.MaxMessageBytes {
-		return amqp.Publishing{}, fmt.Errorf("encoded event is %d bytes, more than MaxMessageBytes (%d)", len(msg.Body), r.cfg.MaxMessageBytes)
-	}
-	// The row's trace context is carried as headers (traceMessage, or a
-	// span's shorter one): a tracestate written by SQL may be any size,
-	// and over frame_max it would close the connection in every attempt.
-	probe := msg
-	probe.Headers = tracecontext.Inject(maps.Clone(msg.Headers), c.TraceParent, c.TraceState)
-	if err := amqpx.CheckContentHeader(probe); err != nil {
-		return amqp.Publishing{}, fmt.Errorf("event %.80s with its trace context: %w", c.Event.ID, err)
-	}
-	return msg, nil
 }

@@ -13,6 +13,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
@@ -22,6 +23,7 @@ import (
 // number of relays may run on one table at once, in one process or many.
 type Relay struct {
 	cfg     Config
+	enc     warren.Encoder
 	outbox  *outbox.Table
 	poolCfg *pgxpool.Config // nil when cfg.Pool is set
 	// sql are the statements a cycle runs, loaded once per cycle so that
@@ -81,6 +83,7 @@ func New(cfg Config) (*Relay, error) {
 	}
 	r := &Relay{
 		cfg:    cfg,
+		enc:    warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher},
 		outbox: ob,
 		log:    cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
 		wake:   newWakeup(),

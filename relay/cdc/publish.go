@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/tracecontext"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay/internal/engine"
 )
 
 // settlement is what a batch's publish decided: the rows to trim, the rows
@@ -189,11 +189,12 @@ func (r *Relay) deliver(ctx context.Context, pub *amqpx.Publisher, rows []outbox
 func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Row) *inFlight {
 	f := &inFlight{out: make([]amqpx.Outgoing, 0, len(rows)), ids: make([]int64, 0, len(rows))}
 	for _, row := range rows {
-		msg, err := r.encode(row)
+		msg, err := engine.Encode(r.enc, row, r.cfg.MaxMessageBytes)
 		if err != nil {
 			f.dead = append(f.dead, deadRow{row.ID, 1, err.Error()})
 			continue
 		}
+		msg.Headers = tracecontext.Inject(msg.Headers, row.TraceParent, row.TraceState)
 		f.out = append(f.out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
 		f.ids = append(f.ids, row.ID)
 	}
@@ -279,25 +280,4 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
 		batch, cancel = pub.Send(bctx, r.cfg.Exchange, out), bcancel
 	}
-}
-
-// encode builds the message; an error means no attempt can succeed.
-func (r *Relay) encode(row outbox.Row) (amqp.Publishing, error) {
-	if row.DecodeErr != nil {
-		return amqp.Publishing{}, row.DecodeErr
-	}
-	msg, err := amqpx.EncodedPublishing(r.enc, row.Event, row.ID)
-	if err != nil {
-		return amqp.Publishing{}, err
-	}
-	if len(msg.Body) > r.cfg.MaxMessageBytes {
-		return amqp.Publishing{}, fmt.Errorf("encoded event is %d bytes, more than MaxMessageBytes (%d)", len(msg.Body), r.cfg.MaxMessageBytes)
-	}
-	msg.Headers = tracecontext.Inject(msg.Headers, row.TraceParent, row.TraceState)
-	// A tracestate written by SQL may be any size: over frame_max it
-	// would close the connection in every session, the same row first.
-	if err := amqpx.CheckContentHeader(msg); err != nil {
-		return amqp.Publishing{}, fmt.Errorf("event %.80s with its trace context: %w", row.Event.ID, err)
-	}
-	return msg, nil
 }

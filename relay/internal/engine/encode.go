@@ -1,0 +1,42 @@
+package engine
+
+import (
+	"fmt"
+	"maps"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/tracecontext"
+	"github.com/warrenmq/warren/outbox"
+)
+
+// Encode returns the message for row: its event encoded by enc, with the
+// headers both relays publish. It fails, so that the row is dead rather
+// than retried for ever, when the row did not decode, when the body is
+// over maxBytes, or when the headers with the row's trace context would
+// not fit one content-header frame: a tracestate written by SQL may be any
+// size, and over frame_max it would close the connection at every attempt,
+// the same row first.
+//
+// The message returned carries no trace context; the caller adds the
+// row's (tracecontext.Inject) or its own span's, which is never longer.
+func Encode(enc warren.Encoder, row outbox.Row, maxBytes int) (amqp.Publishing, error) {
+	if row.DecodeErr != nil {
+		return amqp.Publishing{}, row.DecodeErr
+	}
+	msg, err := amqpx.EncodedPublishing(enc, row.Event, row.ID)
+	if err != nil {
+		return amqp.Publishing{}, err
+	}
+	if len(msg.Body) > maxBytes {
+		return amqp.Publishing{}, fmt.Errorf("encoded event is %d bytes, more than MaxMessageBytes (%d)", len(msg.Body), maxBytes)
+	}
+	probe := msg
+	probe.Headers = tracecontext.Inject(maps.Clone(msg.Headers), row.TraceParent, row.TraceState)
+	if err := amqpx.CheckContentHeader(probe); err != nil {
+		return amqp.Publishing{}, fmt.Errorf("event %.80s with its trace context: %w", row.Event.ID, err)
+	}
+	return msg, nil
+}
