@@ -1,10 +1,7 @@
 package relay
 
 import (
-	"context"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren/outbox"
 )
@@ -64,35 +61,3 @@ type Publication struct {
 
 // DefaultStatsInterval is Config.StatsInterval's default.
 const DefaultStatsInterval = 15 * time.Second
-
-// statsQueryFloor is the least time a stats query is given. Readings
-// never overlap (the next waits for this one), so a long query only
-// delays the next reading.
-const statsQueryFloor = 5 * time.Second
-
-// reportStats hands the table's stats to the observer every
-// StatsInterval until ctx ends. One query on the partial indexes per
-// interval and relay, so it costs nothing that matters.
-func (r *Relay) reportStats(ctx context.Context, pool *pgxpool.Pool) {
-	t := time.NewTicker(r.cfg.StatsInterval)
-	defer t.Stop()
-	for {
-		// The query may take up to an interval, but never less than
-		// statsQueryFloor: a short interval on a busy database would
-		// otherwise time out every reading and report none.
-		qctx, cancel := context.WithTimeout(ctx, max(r.cfg.StatsInterval, statsQueryFloor))
-		s, err := r.outbox.Stats(qctx, pool)
-		cancel()
-		switch {
-		case err == nil:
-			r.cfg.Observer.OutboxStats(r.cfg.Table, s)
-		case ctx.Err() == nil:
-			r.log.Debug("outbox stats for metrics failed", "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}

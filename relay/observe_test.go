@@ -8,6 +8,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/relay/internal/observertest"
 )
 
 // recordingObserver counts what a relay tells its Observer.
@@ -129,4 +130,16 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	if n := e.count(`state = 'dead'`); n != 1 {
 		t.Errorf("%d dead rows in the table, want 1", n)
 	}
+}
+
+// The Observer scenario both relays pass (relay/internal/observertest).
+func TestObserverScenarioSharedWithTheCDCRelay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	observertest.Run(t, e.ob, func(exchange string, obs relay.Observer, maxAttempts int) {
+		cfg := e.config(testenv.Name(t, "relay"))
+		cfg.Exchange, cfg.Observer, cfg.MaxAttempts = exchange, obs, maxAttempts
+		cfg.StatsInterval = 50 * time.Millisecond
+		e.start(cfg)
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay/internal/engine"
 )
 
 // Relay moves events from an outbox table to a RabbitMQ exchange. Any
@@ -162,7 +163,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		listener.Go(func() { r.listen(listenCtx, pool) })
 	}
 	if r.cfg.Observer != nil {
-		listener.Go(func() { r.reportStats(listenCtx, pool) })
+		listener.Go(func() {
+			engine.ReportStats(listenCtx, r.outbox, pool, r.cfg.StatsInterval, func(s outbox.Stats) { r.cfg.Observer.OutboxStats(r.cfg.Table, s) }, r.log)
+		})
 	}
 	// Said when the stop begins, not only when it ends, so a stop that
 	// takes long (a publish waiting for its verdict) shows in the log.

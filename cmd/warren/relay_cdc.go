@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/cdc"
 	"github.com/warrenmq/warren/warrenprom/cdcprom"
+	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
 
 // runCDCRelay is 'warren relay run --mode cdc': the relay that streams
@@ -27,6 +29,17 @@ func runCDCRelay(ctx context.Context, c *relayRun) error {
 	if o.dropSlot {
 		return o.db.redact(dropCDCSlot(ctx, c, cfg))
 	}
+	var reg *prometheus.Registry
+	if o.healthAddr != "" {
+		// The polling relay's metrics, from the same Observer calls: one
+		// set of relay metrics for either mode (docs/alerts.md).
+		reg = newRegistry()
+		metrics, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
+		if err != nil {
+			return err
+		}
+		cfg.Observer = metrics
+	}
 	r, err := cdc.New(cfg)
 	if errors.Is(err, cdc.ErrInvalidConfig) {
 		return usagef("%v", err)
@@ -35,7 +48,7 @@ func runCDCRelay(ctx context.Context, c *relayRun) error {
 		return err
 	}
 	return c.serveMigrateRun(ctx, func() (func(), error) {
-		return serveCDCHealth(ctx, o, r, cfg.Logger)
+		return serveCDCHealth(ctx, o, r, reg, cfg.Logger)
 	}, r.Run)
 }
 
@@ -92,11 +105,11 @@ func (c *relayRun) given(name string, v, def int) (int, error) {
 	return v, nil
 }
 
-// serveCDCHealth serves --health-addr for the CDC relay r: its probes, and
-// its metrics with the slot's status, read at each scrape on a small pool
+// serveCDCHealth serves --health-addr for the CDC relay r: its probes, the
+// relay metrics already on reg, and the slot's, read at each scrape on a small pool
 // of its own (the relay's pool lives only while it runs, and a scrape must
 // not take a connection the relay needs).
-func serveCDCHealth(ctx context.Context, o *relayRunOptions, r *cdc.Relay, log *slog.Logger) (stop func(), err error) {
+func serveCDCHealth(ctx context.Context, o *relayRunOptions, r *cdc.Relay, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
 	pcfg, err := pgxpool.ParseConfig(o.db.databaseURL)
 	if err != nil {
 		return nil, usagef("--database-url: %v", o.db.redact(err))
@@ -109,7 +122,6 @@ func serveCDCHealth(ctx context.Context, o *relayRunOptions, r *cdc.Relay, log *
 	if err != nil {
 		return nil, o.db.redact(err)
 	}
-	reg := newRegistry()
 	m, err := cdcprom.New(reg, pool, cdcprom.Options{})
 	if err != nil {
 		pool.Close()

@@ -124,6 +124,19 @@ type Config struct {
 
 	// Logger receives the relay's logs. Default slog.Default().
 	Logger *slog.Logger
+
+	// Observer, when set, is told of every publish verdict, of rows made
+	// dead once that is committed, and every StatsInterval of the table's
+	// Stats. It is the polling relay's [relay.Observer], so one adapter
+	// (warrenprom/relayprom) serves both relays. Woken is never called:
+	// the CDC relay does not poll; nor are [relay.BlockObserver]'s methods.
+	// Its methods are called from the relay's goroutines and must return
+	// quickly.
+	Observer relay.Observer
+
+	// StatsInterval is how often the Observer gets the table's Stats.
+	// Default relay.DefaultStatsInterval; unused without an Observer.
+	StatsInterval time.Duration
 }
 
 // Defaults of Config.
@@ -167,6 +180,7 @@ func (c Config) withDefaults() Config {
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, relay.DefaultMaxMessageBytes)
 	c.StandbyRetry = cmp.Or(c.StandbyRetry, DefaultStandbyRetry)
 	c.StatusInterval = cmp.Or(c.StatusInterval, DefaultStatusInterval)
+	c.StatsInterval = cmp.Or(c.StatsInterval, relay.DefaultStatsInterval)
 	c.Logger = redact.Logger(c.Logger)
 	return c
 }
@@ -194,7 +208,7 @@ func (c Config) validate() error {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d: want at least 1", c.MaxAttempts))
 	}
 	for name, d := range map[string]time.Duration{"PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax,
-		"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval, "NackTimeout": c.NackTimeout} {
+		"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval, "NackTimeout": c.NackTimeout, "StatsInterval": c.StatsInterval} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %v: want a positive duration", name, d))
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/tracecontext"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/internal/engine"
 )
 
@@ -170,6 +171,8 @@ type inFlight struct {
 	cancel context.CancelFunc // ends the batch's context
 	out    []amqpx.Outgoing
 	ids    []int64
+	added  []time.Time   // each row's InsertedAt, for the Observer
+	sent   time.Time     // when the batch was handed to the publisher
 	dead   []deadRow     // the rows that could not be encoded
 	end    pglogrepl.LSN // where the position may move once the batch is settled
 	commit pglogrepl.LSN // the commit of the latest transaction of its rows
@@ -197,9 +200,10 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 		msg.Headers = tracecontext.Inject(msg.Headers, row.TraceParent, row.TraceState)
 		f.out = append(f.out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
 		f.ids = append(f.ids, row.ID)
+		f.added = append(f.added, row.InsertedAt)
 	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	f.batch, f.cancel = pub.Send(bctx, r.cfg.Exchange, f.out), cancel
+	f.batch, f.cancel, f.sent = pub.Send(bctx, r.cfg.Exchange, f.out), cancel, time.Now()
 	return f
 }
 
@@ -221,19 +225,24 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 // from the last position, and no attempt is spent on them.
 func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) (settlement, error) {
 	s := settlement{dead: f.dead, end: f.end, commit: f.commit}
-	batch, cancel, out, ids := f.batch, f.cancel, f.out, f.ids
+	batch, cancel, out, ids, added, sent := f.batch, f.cancel, f.out, f.ids, f.added, f.sent
 	returns := make([]int, len(out)) // the returns each row has had
 	wait := r.cfg.RetryMin
 	for {
 		var failedOut []amqpx.Outgoing
 		var failedIDs []int64
 		var failedReturns []int
+		var failedAdded []time.Time
 		var sessionErr error
 		retry := func(i, returned int) {
 			failedOut, failedIDs, failedReturns = append(failedOut, out[i]), append(failedIDs, ids[i]), append(failedReturns, returned)
+			failedAdded = append(failedAdded, added[i])
 		}
 		expire := time.AfterFunc(r.cfg.PublishTimeout, cancel)
 		batch.Wait(func(i int, err error) {
+			if r.cfg.Observer != nil {
+				r.cfg.Observer.Published(r.cfg.Table, relay.Publication{InsertedAt: added[i], Took: time.Since(sent), Err: err})
+			}
 			switch {
 			case err == nil:
 				s.done = append(s.done, ids[i])
@@ -276,8 +285,8 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, r.cfg.RetryMax)
-		out, ids, returns = failedOut, failedIDs, failedReturns
+		out, ids, returns, added = failedOut, failedIDs, failedReturns, failedAdded
 		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
-		batch, cancel = pub.Send(bctx, r.cfg.Exchange, out), bcancel
+		batch, cancel, sent = pub.Send(bctx, r.cfg.Exchange, out), bcancel, time.Now()
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
+	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay/internal/engine"
 )
 
 // Relay streams an outbox table's inserts from Postgres's write-ahead log
@@ -27,6 +29,7 @@ type Relay struct {
 	repl       *pgconn.Config
 	log        *slog.Logger
 	enc        warren.Encoder
+	table      *outbox.Table // for the Observer's stats
 
 	// flushed is the position before which every event is confirmed by
 	// the broker and trimmed from the table (or marked dead): what the
@@ -60,8 +63,12 @@ func New(cfg Config) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	table, err := outbox.New(cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	r := &Relay{cfg: cfg, pool: cfg.Pool, log: cfg.Logger.With("relay", cfg.Name, "slot", cfg.Slot),
-		enc: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}}
+		enc: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, table: table}
 	dsn := cfg.DatabaseURL
 	if dsn == "" {
 		dsn = cfg.Pool.Config().ConnString()
@@ -132,6 +139,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	// relay that does not say where it publishes misleads.
 	r.log.Info("cdc relay started", "amqp_url", amqpx.RedactURLs(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL),
 		"table", r.cfg.Table)
+	if r.cfg.Observer != nil {
+		// Standing by or streaming, every relay of the group reports, as
+		// every polling relay of a table does.
+		statsCtx, stopStats := context.WithCancel(ctx)
+		var stats sync.WaitGroup
+		stats.Go(func() {
+			engine.ReportStats(statsCtx, r.table, r.pool, r.cfg.StatsInterval, func(s outbox.Stats) { r.cfg.Observer.OutboxStats(r.cfg.Table, s) }, r.log)
+		})
+		defer stats.Wait()
+		defer stopStats()
+	}
 	standingBy := false
 	wait := r.cfg.StandbyRetry
 	for {

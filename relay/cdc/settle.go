@@ -175,6 +175,9 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 			return fmt.Errorf("settle %d published and %d dead rows: %w", len(s.done), len(s.dead), err)
 		}
 		r.dead.Add(int64(len(s.dead)))
+		if r.cfg.Observer != nil && len(s.dead) > 0 {
+			r.cfg.Observer.Dead(r.cfg.Table, len(s.dead)) // committed: the mark is in the table
+		}
 		// Forgotten once the dead mark is committed, not when it is
 		// decided: a batch that fails after the decision drops the mark,
 		// the row comes again, and its NackTimeout must not start anew.

@@ -2,6 +2,13 @@
 // Prometheus. It is apart from relayprom so that a polling relay's sidecar
 // does not link the logical replication client.
 //
+// The relay metrics both relays share (publishes, failures, dead rows,
+// latencies, the table's gauges) come from relayprom, given to the relay
+// as its Config.Observer; this package adds the slot's own. Its
+// warren_cdc_relay_published_total and warren_cdc_relay_dead_rows_total
+// predate that and count the same events as relayprom's
+// warren_relay_published_total and warren_relay_dead_rows_total.
+//
 // The relay keeps its own counts; [Metrics] reads them, and asks Postgres
 // for the slot's status through [cdc.Status], when Prometheus scrapes:
 //
