@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/trace"
@@ -18,6 +17,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay/internal/engine"
 )
 
 // Config configures a [Relay]. The zero value of every field means its
@@ -241,9 +241,6 @@ func (c Config) validate() error {
 	if err := outbox.ValidateTable(c.Table); err != nil {
 		add("Table: %v", err)
 	}
-	if _, err := warren.ParseFormat(string(c.Format)); err != nil {
-		add("Format: %v", err)
-	}
 	if _, err := outbox.ParseSchema(string(c.Schema)); err != nil {
 		add("Schema: %v", err)
 	}
@@ -253,31 +250,18 @@ func (c Config) validate() error {
 	if err := amqpx.CheckURL(c.AMQPURL); err != nil {
 		add("AMQPURL: %v", err)
 	}
-	switch {
-	case strings.HasPrefix(c.Exchange, "amq."):
-		add("Exchange %q uses the broker's reserved prefix amq.", c.Exchange)
-	case len(c.Exchange) > 255:
-		add("Exchange must be at most 255 bytes, got %d", len(c.Exchange))
-	case strings.IndexFunc(c.Exchange, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
-		add("Exchange %q must not contain spaces or control characters", c.Exchange)
-	}
-	if strings.IndexFunc(c.Name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || len(c.Name) > 200 {
-		add("Name must be printable and at most 200 bytes")
-	}
-	ints := map[string]int{"BatchSize": c.BatchSize, "Workers": c.Workers, "MaxAttempts": c.MaxAttempts, "MaxInFlight": c.MaxInFlight, "MaxMessageBytes": c.MaxMessageBytes}
-	for name, v := range ints {
+	problems = append(problems, engine.Shared{
+		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes,
+		Durations: map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax,
+			"PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay, "StatsInterval": c.StatsInterval},
+	}.Problems()...)
+	for name, v := range map[string]int{"BatchSize": c.BatchSize, "Workers": c.Workers, "MaxAttempts": c.MaxAttempts, "MaxInFlight": c.MaxInFlight} {
 		if v < 1 {
 			add("%s must be positive, got %d", name, v)
 		}
 	}
 	if c.BatchSize > MaxBatchSize {
 		add("BatchSize must be at most %d, got %d", MaxBatchSize, c.BatchSize)
-	}
-	durations := map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax, "PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay, "StatsInterval": c.StatsInterval}
-	for name, d := range durations {
-		if d < time.Millisecond {
-			add("%s must be at least 1ms, got %v", name, d)
-		}
 	}
 	if c.Lease <= c.PublishTimeout {
 		add("Lease (%v) must be longer than PublishTimeout (%v), or rows would be reclaimed while their publish is still waiting", c.Lease, c.PublishTimeout)

@@ -2,6 +2,7 @@ package cdc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -438,9 +439,22 @@ func TestConfigIsChecked(t *testing.T) {
 		"bad slot":     {DatabaseURL: "postgres://x/y", Slot: "Bad-Slot"},
 		"bad table":    {DatabaseURL: "postgres://x/y", Table: "x.y"},
 		"retry bounds": {DatabaseURL: "postgres://x/y", RetryMin: time.Second, RetryMax: time.Millisecond},
+		// What the polling relay refuses too (relay/internal/engine.Shared):
+		// a Format or MaxMessageBytes no event can pass would make every
+		// event dead at once, an Exchange the broker refuses would end
+		// every session.
+		"unknown format":      {DatabaseURL: "postgres://x/y", Format: "bogus"},
+		"no body fits":        {DatabaseURL: "postgres://x/y", MaxMessageBytes: -5},
+		"reserved exchange":   {DatabaseURL: "postgres://x/y", Exchange: "amq.events"},
+		"exchange with space": {DatabaseURL: "postgres://x/y", Exchange: "a b"},
+		"unprintable name":    {DatabaseURL: "postgres://x/y", Name: "a\x00b"},
+		"timeout under 1ms":   {DatabaseURL: "postgres://x/y", PublishTimeout: time.Nanosecond},
 	} {
-		if _, err := cdc.New(cfg); err == nil {
+		_, err := cdc.New(cfg)
+		if err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
+		} else if !errors.Is(err, cdc.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
 		}
 	}
 	if _, err := cdc.New(cdc.Config{DatabaseURL: "postgres://localhost/test"}); err != nil {

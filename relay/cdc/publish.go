@@ -31,6 +31,7 @@ type settlement struct {
 
 type deadRow struct {
 	id       int64
+	event    string // the event's id, for the log
 	attempts int
 	reason   string
 }
@@ -194,7 +195,7 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 	for _, row := range rows {
 		msg, err := engine.Encode(r.enc, row, r.cfg.MaxMessageBytes)
 		if err != nil {
-			f.dead = append(f.dead, deadRow{row.ID, 1, err.Error()})
+			f.dead = append(f.dead, deadRow{row.ID, row.Event.ID, 1, err.Error()})
 			continue
 		}
 		msg.Headers = tracecontext.Inject(msg.Headers, row.TraceParent, row.TraceState)
@@ -251,7 +252,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[i].RoutingKey), false, time.Now())
 			case errors.Is(err, amqpx.ErrUnroutable):
 				if returns[i]+1 >= r.cfg.MaxAttempts {
-					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, err.Error()})
+					s.dead = append(s.dead, deadRow{ids[i], out[i].Msg.MessageId, returns[i] + 1, err.Error()})
 					return
 				}
 				retry(i, returns[i]+1)
@@ -259,7 +260,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				now := time.Now()
 				r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[i].RoutingKey), true, now)
 				if first := r.nackedSince.nacked(ids[i], now, r.cfg.NackTimeout); now.Sub(first) >= r.cfg.NackTimeout {
-					s.dead = append(s.dead, deadRow{ids[i], returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
+					s.dead = append(s.dead, deadRow{ids[i], out[i].Msg.MessageId, returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
 					return
 				}
 				retry(i, returns[i])

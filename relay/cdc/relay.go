@@ -53,7 +53,8 @@ type Relay struct {
 	brokerLetIn bool
 }
 
-// errNackStreak ends a session whose every verdict has been a nack for
+// errNackStreak ends a session whose every verdict to one destination
+// (exchange and routing key) has been a nack for
 // amqpx.NackedSessionLimit.
 var errNackStreak = errors.New("every publish nacked to one destination, none confirmed")
 

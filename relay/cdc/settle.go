@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -151,8 +152,11 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 	if len(s.done) > 0 || len(s.dead) > 0 {
 		ids, attempts, reasons := make([]int64, len(s.dead)), make([]int32, len(s.dead)), make([]string, len(s.dead))
 		for i, d := range s.dead {
-			ids[i], attempts[i], reasons[i] = d.id, int32(d.attempts), outbox.ErrorText(d.reason)
-			r.log.Error("outbox event is dead", "id", d.id, "attempts", d.attempts, "error", d.reason)
+			// Redacted before it is written, as the polling relay's:
+			// last_error leaves the process, into Postgres and `warren
+			// outbox dead`, and an error may quote a URL (the routing key
+			// is the event type, which a producer chooses).
+			ids[i], attempts[i], reasons[i] = d.id, int32(d.attempts), outbox.ErrorText(redact.Text(d.reason, r.cfg.AMQPURL, r.cfg.DatabaseURL))
 		}
 		t := pgx.Identifier{r.cfg.Table}.Sanitize()
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
@@ -173,6 +177,12 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 		})
 		if err != nil {
 			return fmt.Errorf("settle %d published and %d dead rows: %w", len(s.done), len(s.dead), err)
+		}
+		// Said once the mark is committed, as the polling relay does: a
+		// settle that fails is tried again, and logging before it would
+		// say so once per try, or of a row that is not dead after all.
+		for i, d := range s.dead {
+			r.log.Error("outbox event is dead", "event_id", d.event, "id", d.id, "attempts", d.attempts, "error", reasons[i])
 		}
 		r.dead.Add(int64(len(s.dead)))
 		if r.cfg.Observer != nil && len(s.dead) > 0 {

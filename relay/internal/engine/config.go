@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/warrenmq/warren"
+)
+
+// Shared is the settings both relays have and check alike: what makes the
+// message (Format, MaxMessageBytes), where it goes (Exchange), how the
+// relay names itself (Name), and the durations each relay bounds its
+// waits with, by field name.
+type Shared struct {
+	Exchange        string
+	Name            string
+	Format          warren.Format
+	MaxMessageBytes int
+	Durations       map[string]time.Duration
+}
+
+// Problems returns what is wrong with s, after defaults, one line per
+// problem; none when it is valid. A relay that took a Format or a
+// MaxMessageBytes no event can satisfy would make every event dead at
+// once, and an Exchange the broker refuses would end every session: both
+// are refused before the relay starts.
+func (s Shared) Problems() []string {
+	var problems []string
+	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if _, err := warren.ParseFormat(string(s.Format)); err != nil {
+		add("Format: %v", err)
+	}
+	switch {
+	case strings.HasPrefix(s.Exchange, "amq."):
+		add("Exchange %q uses the broker's reserved prefix amq.", s.Exchange)
+	case len(s.Exchange) > 255:
+		add("Exchange must be at most 255 bytes, got %d", len(s.Exchange))
+	case strings.IndexFunc(s.Exchange, func(r rune) bool { return unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
+		add("Exchange %q must not contain spaces or control characters", s.Exchange)
+	}
+	if strings.IndexFunc(s.Name, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 || len(s.Name) > 200 {
+		add("Name must be printable and at most 200 bytes")
+	}
+	if s.MaxMessageBytes < 1 {
+		add("MaxMessageBytes must be positive, got %d", s.MaxMessageBytes)
+	}
+	for name, d := range s.Durations {
+		if d < time.Millisecond {
+			add("%s must be at least 1ms, got %v", name, d)
+		}
+	}
+	return problems
+}
