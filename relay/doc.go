@@ -160,6 +160,20 @@
 // its content header would pass frame_max, and the broker would close
 // the connection at every attempt.
 //
+// # Policy
+//
+// What each verdict costs a row; package relay/cdc's documentation has the
+// CDC relay's table, with the same rows, and docs/adr/027-relay-policies.md
+// says why the two differ where they do.
+//
+//	confirmed                     row deleted (or kept delivered) in the settle
+//	returned unroutable           an attempt; retried after its delay
+//	nacked                        an attempt; retried after its delay
+//	no confirm, channel lost      an attempt; retried after its delay
+//	not sent, broker blocked      the attempt given back
+//	not encodable                 dead at its claim
+//	MaxAttempts (20)              claims, paced by RetryMin 1s doubling to RetryMax 10m, jittered
+//
 // # What would still break it
 //
 //   - A channel refused after an election while no two nacks of one

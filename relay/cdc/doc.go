@@ -100,6 +100,20 @@
 // it (a slot that falls behind that bound is lost, and needs
 // [DropSlot] and a new one, whose backfill publishes what is pending).
 //
+// # Policy
+//
+// What each verdict costs an event; package relay's documentation has the
+// polling relay's table, with the same rows, and
+// docs/adr/027-relay-policies.md says why the two differ where they do.
+//
+//	confirmed                     row trimmed, synchronous_commit on, with the settled position
+//	returned unroutable           an attempt; published again at once, the stream waiting
+//	nacked                        no attempt; dead after NackTimeout (30s) of nacks
+//	no confirm, channel lost      no attempt; the session ends and starts again from the slot
+//	not sent, broker blocked      no attempt; the session ends
+//	not encodable                 dead at once
+//	MaxAttempts (5)               unroutable returns in one session, RetryMin 200ms doubling to RetryMax 5s
+//
 // # Several relays, one slot
 //
 // A slot has one reader. Every relay of a group names the same slot
