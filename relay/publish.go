@@ -63,7 +63,8 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 	defer cancel()
 	ends := make([]func(error), len(out)) // each message's span
 	for j := range out {
-		ends[j] = r.traceMessage(pctx, rows[index[j]], &out[j].Msg)
+		c := rows[index[j]]
+		ends[j] = engine.Trace(pctx, r.tracer, r.cfg.Exchange, c.Row, c.Attempts, &out[j].Msg)
 	}
 	start := time.Now()
 	pub.PublishBatch(pctx, r.cfg.Exchange, out, func(j int, err error) {

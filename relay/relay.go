@@ -20,6 +20,9 @@ import (
 	"github.com/warrenmq/warren/relay/internal/engine"
 )
 
+// tracerName names the relay's spans' instrumentation scope.
+const tracerName = "github.com/warrenmq/warren/relay"
+
 // Relay moves events from an outbox table to a RabbitMQ exchange. Any
 // number of relays may run on one table at once, in one process or many.
 type Relay struct {

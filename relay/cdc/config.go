@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
@@ -139,6 +140,14 @@ type Config struct {
 	// StatsInterval is how often the Observer gets the table's Stats.
 	// Default relay.DefaultStatsInterval; unused without an Observer.
 	StatsInterval time.Duration
+
+	// TracerProvider, when set, makes the relay record a producer span
+	// for each event it publishes, a child of the trace context the
+	// producer stored with the row, ended at the event's verdict (its
+	// retries in one session included); the message carries that span, so
+	// the consumer's span is its child, as with the polling relay. Without
+	// it the row's trace context is passed on unchanged.
+	TracerProvider trace.TracerProvider
 }
 
 // Defaults of Config.

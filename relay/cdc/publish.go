@@ -4,6 +4,7 @@ package cdc
 // and handed to the settle loop.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/tracecontext"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/internal/engine"
@@ -173,6 +173,7 @@ type inFlight struct {
 	out    []amqpx.Outgoing
 	ids    []int64
 	added  []time.Time   // each row's InsertedAt, for the Observer
+	ends   []func(error) // each row's publish span's end (engine.Trace)
 	sent   time.Time     // when the batch was handed to the publisher
 	dead   []deadRow     // the rows that could not be encoded
 	end    pglogrepl.LSN // where the position may move once the batch is settled
@@ -198,7 +199,7 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 			f.dead = append(f.dead, deadRow{row.ID, row.Event.ID, 1, err.Error()})
 			continue
 		}
-		msg.Headers = tracecontext.Inject(msg.Headers, row.TraceParent, row.TraceState)
+		f.ends = append(f.ends, engine.Trace(ctx, r.tracer, r.cfg.Exchange, row, 1, &msg))
 		f.out = append(f.out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
 		f.ids = append(f.ids, row.ID)
 		f.added = append(f.added, row.InsertedAt)
@@ -226,7 +227,14 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 // from the last position, and no attempt is spent on them.
 func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) (settlement, error) {
 	s := settlement{dead: f.dead, end: f.end, commit: f.commit}
-	batch, cancel, out, ids, added, sent := f.batch, f.cancel, f.out, f.ids, f.added, f.sent
+	batch, cancel, out, ids, added, sent, ends := f.batch, f.cancel, f.out, f.ids, f.added, f.sent, f.ends
+	// Every span ends at its event's final verdict in this session:
+	// confirmed, dead, or left to the next session by an error.
+	endAll := func(ends []func(error), err error) {
+		for _, end := range ends {
+			end(err)
+		}
+	}
 	returns := make([]int, len(out)) // the returns each row has had
 	wait := r.cfg.RetryMin
 	for {
@@ -234,10 +242,11 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		var failedIDs []int64
 		var failedReturns []int
 		var failedAdded []time.Time
+		var failedEnds []func(error)
 		var sessionErr error
 		retry := func(i, returned int) {
 			failedOut, failedIDs, failedReturns = append(failedOut, out[i]), append(failedIDs, ids[i]), append(failedReturns, returned)
-			failedAdded = append(failedAdded, added[i])
+			failedAdded, failedEnds = append(failedAdded, added[i]), append(failedEnds, ends[i])
 		}
 		expire := time.AfterFunc(r.cfg.PublishTimeout, cancel)
 		batch.Wait(func(i int, err error) {
@@ -250,9 +259,11 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				r.published.Add(1)
 				r.nackedSince.forget(ids[i])
 				r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[i].RoutingKey), false, time.Now())
+				ends[i](nil)
 			case errors.Is(err, amqpx.ErrUnroutable):
 				if returns[i]+1 >= r.cfg.MaxAttempts {
 					s.dead = append(s.dead, deadRow{ids[i], out[i].Msg.MessageId, returns[i] + 1, err.Error()})
+					ends[i](err)
 					return
 				}
 				retry(i, returns[i]+1)
@@ -261,32 +272,39 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[i].RoutingKey), true, now)
 				if first := r.nackedSince.nacked(ids[i], now, r.cfg.NackTimeout); now.Sub(first) >= r.cfg.NackTimeout {
 					s.dead = append(s.dead, deadRow{ids[i], out[i].Msg.MessageId, returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
+					ends[i](err)
 					return
 				}
 				retry(i, returns[i])
-			case sessionErr == nil:
-				sessionErr = err
+			default:
+				// The connection's failure, not the event's: the first
+				// one ends the session.
+				sessionErr = cmp.Or(sessionErr, err)
+				ends[i](err)
 			}
 		})
 		expire.Stop()
 		cancel()
 		if sessionErr != nil {
+			endAll(failedEnds, sessionErr)
 			return s, sessionErr
 		}
 		if len(failedOut) == 0 {
 			return s, nil
 		}
 		if d, stale := r.nacks.Stale(time.Now(), amqpx.NackedSessionLimit); stale {
+			endAll(failedEnds, errNackStreak)
 			return s, fmt.Errorf("%w, for %v: a new session (a channel that first published to a quorum queue during its leader election stays refused)", errNackStreak, d.Round(time.Millisecond))
 		}
 		r.log.Warn("the broker refused events; publishing them again", "events", len(failedOut), "retry_in", wait)
 		select {
 		case <-ctx.Done():
+			endAll(failedEnds, ctx.Err())
 			return s, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, r.cfg.RetryMax)
-		out, ids, returns, added = failedOut, failedIDs, failedReturns, failedAdded
+		out, ids, returns, added, ends = failedOut, failedIDs, failedReturns, failedAdded, failedEnds
 		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
 		batch, cancel, sent = pub.Send(bctx, r.cfg.Exchange, out), bcancel, time.Now()
 	}

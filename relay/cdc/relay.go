@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
@@ -30,6 +31,7 @@ type Relay struct {
 	log        *slog.Logger
 	enc        warren.Encoder
 	table      *outbox.Table // for the Observer's stats
+	tracer     trace.Tracer  // nil without Config.TracerProvider
 
 	// flushed is the position before which every event is confirmed by
 	// the broker and trimmed from the table (or marked dead): what the
@@ -70,6 +72,9 @@ func New(cfg Config) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, pool: cfg.Pool, log: cfg.Logger.With("relay", cfg.Name, "slot", cfg.Slot),
 		enc: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, table: table}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer("github.com/warrenmq/warren/relay/cdc")
+	}
 	dsn := cfg.DatabaseURL
 	if dsn == "" {
 		dsn = cfg.Pool.Config().ConnString()
