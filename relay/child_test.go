@@ -1,7 +1,7 @@
 package relay_test
 
 // Test relays run as child processes of the test binary, so that a test
-// can kill one (SIGKILL) or freeze it (SIGSTOP).
+// can kill one with SIGKILL, which leaves it no time to release its claims.
 
 import (
 	"bufio"
