@@ -339,7 +339,7 @@ func (r *Relay) blockChanged(blocked bool, reason string) {
 	case reason == "":
 		r.log.Info("the broker unblocked the connection; claiming resumes")
 	}
-	r.observeBlocked(blocked, reason)
+	engine.ObserveBlocked(r.cfg.Observer, r.cfg.Table, blocked, reason)
 }
 
 func closeError(e *amqp.Error) error {

@@ -154,17 +154,6 @@ func (r *Relay) observeWake(byNotify bool) {
 	}
 }
 
-func (r *Relay) observeBlocked(active bool, reason string) {
-	o, ok := r.cfg.Observer.(BlockObserver)
-	switch {
-	case !ok:
-	case active:
-		o.Blocked(r.cfg.Table, reason)
-	default:
-		o.Unblocked(r.cfg.Table)
-	}
-}
-
 func (r *Relay) observeDead(n int) {
 	if r.cfg.Observer != nil && n > 0 {
 		r.cfg.Observer.Dead(r.cfg.Table, n)

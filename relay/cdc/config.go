@@ -132,7 +132,8 @@ type Config struct {
 	// dead once that is committed, and every StatsInterval of the table's
 	// Stats. It is the polling relay's [relay.Observer], so one adapter
 	// (warrenprom/relayprom) serves both relays. Woken is never called:
-	// the CDC relay does not poll; nor are [relay.BlockObserver]'s methods.
+	// the CDC relay does not poll. An Observer that implements
+	// [relay.BlockObserver] is told of the broker's blocks.
 	// Its methods are called from the relay's goroutines and must return
 	// quickly.
 	Observer relay.Observer

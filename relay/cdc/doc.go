@@ -151,8 +151,9 @@
 // same as a value, and [Status] the slot's lag. Config.Observer receives
 // what the polling relay's does (package relay's [relay.Observer]): every
 // publish verdict, rows made dead once that is committed, and the table's
-// stats every StatsInterval, so package warrenprom/relayprom serves both
-// relays; package warrenprom/cdcprom adds the slot's gauges.
+// stats every StatsInterval, and, if it implements [relay.BlockObserver],
+// each broker block and unblock, so package warrenprom/relayprom serves
+// both relays; package warrenprom/cdcprom adds the slot's gauges.
 // Config.TracerProvider records a producer span per event, a child of the
 // trace context the producer stored with the row.
 //
@@ -219,11 +220,11 @@
 //     the slot was invalidated), [Relay.Health] not ready but alive, so a
 //     liveness probe never restarts it. [DropSlot] and a new relay mend
 //     it; the new slot's backfill publishes every pending row.
-//   - A broker memory or disk alarm: the relay does not watch
-//     connection.blocked as the polling relay does. Its batches go
-//     unconfirmed, every session ends at PublishTimeout and starts again
-//     (its unconfirmed events published again), and readiness flips
-//     between sessions; nothing says "blocked" (docs/adr/027-relay-policies.md).
+//   - A broker memory or disk alarm that outlasts PublishTimeout: the
+//     relay reports the block (Health, the log, a BlockObserver), but its
+//     session ends at PublishTimeout and the next one starts unblocked
+//     until it publishes, so readiness returns between sessions, and the
+//     events the block held are published again by each session.
 //   - An outbox or state table made UNLOGGED while a session streams is
 //     refused ([ErrNotLogged]) only when the next session starts; a crash
 //     in between empties it.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pglogrepl"
 
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/healthhttp"
 	"github.com/warrenmq/warren/internal/redact"
 )
@@ -52,6 +53,15 @@ type Health struct {
 	// LastBeat is when the stream's reader last told Postgres the flushed
 	// position; zero while no session streams.
 	LastBeat time.Time `json:"last_beat,omitzero"`
+	// BrokerBlocked: the broker blocked the session's connection (a memory
+	// or disk alarm, BlockedReason says which) and reads none of its
+	// publishes until the alarm clears. It makes the relay not ready but
+	// still alive: a restart cannot help. The session's batches wait
+	// meanwhile, up to PublishTimeout, and the next session starts
+	// unblocked until it publishes.
+	BrokerBlocked bool      `json:"broker_blocked,omitempty"`
+	BlockedReason string    `json:"blocked_reason,omitempty"`
+	BlockedSince  time.Time `json:"blocked_since,omitzero"`
 	// LastError is why the latest session ended (for a standby: that
 	// another relay holds the slot), passwords masked, and LastErrorAt
 	// when.
@@ -64,6 +74,7 @@ type healthState struct {
 	role    atomic.Value // Role; nil until Run starts
 	beat    atomic.Int64 // unix nanoseconds of the reader's latest status; 0 while no reader runs
 	lastErr atomic.Pointer[sessionError]
+	block   amqpx.BlockState // the session's connection, as the broker reports it
 }
 
 type sessionError struct {
@@ -116,15 +127,16 @@ func (r *Relay) Health() Health {
 	if e := h.lastErr.Load(); e != nil {
 		out.LastError, out.LastErrorAt = e.text, e.at
 	}
+	out.BrokerBlocked, out.BlockedReason, out.BlockedSince = h.block.Blocked()
 	wedged := !out.LastBeat.IsZero() && time.Since(out.LastBeat) > r.cfg.stuckAfter()
 	out.Alive = out.Role != RoleStopped && !wedged
-	out.Ready = out.Alive && (out.Role == RoleStreaming || out.Role == RoleStandby)
+	out.Ready = out.Alive && (out.Role == RoleStreaming || out.Role == RoleStandby) && !out.BrokerBlocked
 	return out
 }
 
 // HealthHandler serves /healthz (200 while Run runs and the stream's
-// reader is not wedged) and /readyz (200 while the relay streams the slot
-// or stands by for it), each with the Health as JSON, 503 otherwise.
+// reader is not wedged) and /readyz (200 while the relay streams the slot,
+// its connection not blocked by the broker, or stands by for it), each with the Health as JSON, 503 otherwise.
 func (r *Relay) HealthHandler() http.Handler {
 	return healthhttp.Handler(r.Health, func(h Health) bool { return h.Alive }, func(h Health) bool { return h.Ready })
 }

@@ -13,8 +13,7 @@ import (
 // a running relay, an auth backend failing) does not end Run, as a refusal
 // at the start does: the relay starts again, loudly, and streams once the
 // broker lets it in.
-func TestRefusedReconnectIsRetried(t *testing.T) {
-	t.Parallel() // the only test of the binary on its shared private node (localrabbit.Shared)
+func testRefusedReconnectIsRetried(t *testing.T) {
 	e := newEnv(t)
 	node := localrabbit.Shared(t)
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")

@@ -197,6 +197,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
+// blockChanged reports the broker's connection.blocked and unblocked.
+func (r *Relay) blockChanged(blocked bool, reason string) {
+	switch {
+	case blocked:
+		r.log.Warn("the broker blocked the connection (an alarm); the stream waits for the confirms, up to PublishTimeout", "reason", reason)
+	case reason == "":
+		r.log.Info("the broker unblocked the connection")
+	}
+	engine.ObserveBlocked(r.cfg.Observer, r.cfg.Table, blocked, reason)
+}
+
 func isSlotBusy(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == sqlObjectInUse
@@ -243,6 +254,12 @@ func (r *Relay) session(ctx context.Context) error {
 		return err
 	}
 	r.brokerLetIn = true
+	// The broker's connection.blocked, seen as the polling relay sees it
+	// (ADR 017): in Health, the log and the Observer. The loop ends once
+	// the connection is closed (deferred below, so it runs first).
+	var blockWatch sync.WaitGroup
+	defer blockWatch.Wait()
+	blockWatch.Go(amqpx.WatchBlocked(amqpConn, &r.health.block, r.blockChanged))
 	// A broker that stops answering (an alarm) must not hold a stop:
 	// the close and the declare are bounded, closing the connection
 	// under them when they overrun.

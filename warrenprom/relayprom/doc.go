@@ -2,8 +2,7 @@
 // implements [relay.Observer], which the polling relay (package relay) and
 // the CDC relay (relay/cdc, Config.Observer) both call, so one set of
 // relay metrics serves either mode; package cdcprom adds the slot's. The
-// CDC relay does not poll and does not report blocks: for it the wake-up
-// and blocked metrics stay at zero. It is apart from package warrenprom so
+// CDC relay does not poll: for it the wake-up counter stays at zero. It is apart from package warrenprom so
 // that a consumer service exporting metrics does not link the relay and
 // pgx, nor a relay sidecar the consumer.
 //

@@ -1,0 +1,117 @@
+package cdc_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/localrabbit"
+	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay"
+)
+
+// TestSharedNode runs the tests that alarm or reconfigure the binary's
+// shared private node one after another, beside the package's other
+// tests. One of them alone: go test -run 'TestSharedNode/BlockedBrokerIsReported'.
+func TestSharedNode(t *testing.T) {
+	localrabbit.RunLane(t, []localrabbit.LaneTest{
+		{Name: "RefusedReconnectIsRetried", Run: testRefusedReconnectIsRetried},
+		{Name: "BlockedBrokerIsReported", Run: testBlockedBrokerIsReported},
+	})
+}
+
+// blockRecorder is an Observer that also implements relay.BlockObserver.
+type blockRecorder struct {
+	mu                 sync.Mutex
+	blocked, unblocked int
+}
+
+var _ relay.BlockObserver = (*blockRecorder)(nil)
+
+func (*blockRecorder) Woken(string, bool)                  {}
+func (*blockRecorder) Published(string, relay.Publication) {}
+func (*blockRecorder) Dead(string, int)                    {}
+func (*blockRecorder) OutboxStats(string, outbox.Stats)    {}
+func (b *blockRecorder) Blocked(string, string)            { b.mu.Lock(); b.blocked++; b.mu.Unlock() }
+func (b *blockRecorder) Unblocked(string)                  { b.mu.Lock(); b.unblocked++; b.mu.Unlock() }
+
+func (b *blockRecorder) counts() (blocked, unblocked int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.blocked, b.unblocked
+}
+
+// A broker under a memory alarm blocks the relay's connection once it
+// publishes, and reads nothing more of it. The CDC relay sees it as the
+// polling relay does (ADR 017): its health says blocked, with the reason,
+// not ready but alive (a restart cannot help); it logs it and tells an
+// Observer that implements relay.BlockObserver; and once the alarm lifts
+// the event is delivered and the relay is ready again.
+func testBlockedBrokerIsReported(t *testing.T) {
+	node := localrabbit.Shared(t)
+	e := newEnv(t)
+	testenv.CleanupExchangesAt(t, node.URL(), e.exchange)
+	conn, err := amqpx.Dial(context.Background(), node.URL(), amqpx.DialOptions{Name: t.Name()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { amqpx.CloseConnection(conn, 5*time.Second) })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.QueueDelete(e.queue, false, false, false) })
+	for _, err := range []error{
+		ch.ExchangeDeclare(e.exchange, "fanout", true, false, false, false, nil),
+		func() error { _, err := ch.QueueDeclare(e.queue, true, false, false, false, nil); return err }(),
+		ch.QueueBind(e.queue, "", e.exchange, false, nil),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	obs := &blockRecorder{}
+	logs := &testenv.LogBuffer{}
+	cfg := e.config()
+	cfg.AMQPURL, cfg.Observer, cfg.Logger = node.URL(), obs, slog.New(slog.NewTextHandler(logs, nil))
+	// Long enough that the blocked session outlives the checks below:
+	// its end would reset the block, as a new connection starts unblocked.
+	cfg.PublishTimeout = 5 * time.Minute
+	r, _ := e.start(cfg)
+	srv := httptest.NewServer(r.HealthHandler())
+	t.Cleanup(srv.Close)
+	testenv.WaitFor(t, time.Minute, "the relay to stream", r.Streaming)
+
+	lift := node.Alarm(t)
+	e.ob.Publish(testenv.OutboxEvent("under-alarm"))
+	testenv.WaitFor(t, time.Minute, "the relay to report the block", func() bool { return r.Health().BrokerBlocked })
+	h := r.Health()
+	if h.Ready || !h.Alive || h.BlockedReason == "" || h.BlockedSince.IsZero() {
+		t.Errorf("a blocked relay reports %+v; want not ready, alive, with the broker's reason and the time", h)
+	}
+	if resp, err := http.Get(srv.URL + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/readyz while blocked: %v %v, want 503", resp.StatusCode, err)
+	}
+	if n, _ := obs.counts(); n != 1 {
+		t.Errorf("Observer.Blocked called %d times, want 1", n)
+	}
+	if !logs.Has("the broker blocked the connection") {
+		t.Errorf("no warning that the broker blocked the connection; log:\n%s", logs.String())
+	}
+
+	lift()
+	testenv.WaitFor(t, time.Minute, "the event to be delivered and trimmed once the alarm lifted", func() bool { return e.ob.Count("true") == 0 })
+	testenv.WaitFor(t, time.Minute, "the relay to be ready again", func() bool { return r.Health().Ready })
+	if _, n := obs.counts(); n != 1 {
+		t.Errorf("Observer.Unblocked called %d times, want 1", n)
+	}
+	if got := testenv.MessageIDs(testenv.Drain(t, conn, e.queue)); len(got) == 0 || got[0] != "under-alarm" {
+		t.Errorf("queue holds %v, want under-alarm (once, or twice if the blocked publish went through as the alarm lifted)", got)
+	}
+}
