@@ -84,7 +84,7 @@ cluster-down:
 # Screenshots of every page of `warren console`, taken by its browser test
 # in headless Chromium, into docs/console (the README shows them).
 screenshots:
-	WARREN_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console go test -count=1 -run '^TestBrowserReplayGroup$$' ./internal/console/
+	WARREN_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console go test -count=1 -run '^TestBrowserReplayGroup$$' ./cmd/warren/internal/console/
 
 # Short fuzzing of the decoders that read hostile input, of the
 # redactor that keeps passwords out of error text, and of the capture

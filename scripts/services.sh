@@ -144,7 +144,7 @@ pika() {
 	say "python3-pika $(/usr/bin/python3 -c 'import pika; print(pika.__version__)') ready"
 }
 
-# The console's browser tests (internal/console) drive Debian's Chromium
+# The console's browser tests (cmd/warren/internal/console) drive Debian's Chromium
 # headless; nothing else needs it.
 chromium() {
 	if [ -x /usr/bin/chromium ]; then

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/console"
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )

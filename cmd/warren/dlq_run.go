@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/dlqtool"
-	"github.com/warrenmq/warren/internal/archivefile"
-	"github.com/warrenmq/warren/internal/inventory"
+	"github.com/warrenmq/warren/cmd/warren/internal/archivefile"
+	"github.com/warrenmq/warren/cmd/warren/internal/inventory"
 )
 
 func runDLQList(ctx context.Context, c *dlqCall) error {

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/warrenmq/warren/internal/archivefile"
+	"github.com/warrenmq/warren/cmd/warren/internal/archivefile"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/outbox/capture"

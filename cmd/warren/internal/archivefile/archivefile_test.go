@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/warrenmq/warren/internal/archivefile"
+	"github.com/warrenmq/warren/cmd/warren/internal/archivefile"
 )
 
 func TestCreateRefusesAnExistingFile(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/dlqtool"
-	"github.com/warrenmq/warren/internal/console"
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warrenmq/warren/internal/console"
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 

@@ -14,7 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/dlq"
-	"github.com/warrenmq/warren/internal/console"
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/browser"
 )

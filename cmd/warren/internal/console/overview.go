@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
-	"github.com/warrenmq/warren/internal/inventory"
+	"github.com/warrenmq/warren/cmd/warren/internal/inventory"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )

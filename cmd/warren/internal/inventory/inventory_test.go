@@ -9,7 +9,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/internal/inventory"
+	"github.com/warrenmq/warren/cmd/warren/internal/inventory"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 

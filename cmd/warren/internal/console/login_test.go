@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warrenmq/warren/internal/console"
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
 )
 
 // The login's redirect stays on the console, whatever next says: browsers

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/dlqtool"
-	"github.com/warrenmq/warren/internal/archivefile"
+	"github.com/warrenmq/warren/cmd/warren/internal/archivefile"
 )
 
 // archiveAndPurge deletes the plan's messages after writing them to a new
