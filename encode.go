@@ -36,12 +36,13 @@ const (
 )
 
 // PlaneEnvelopeVersion is the "version" Plane's publisher writes, used in
-// [FormatPlane] when neither the event nor the [Publisher] names one.
+// [FormatPlane] when neither the event nor the [PublisherInfo] names one.
 const PlaneEnvelopeVersion = "1.0"
 
-// Publisher says who publishes, for the fields [FormatPlane] carries beside
-// the event. [FormatWarren] does not write them.
-type Publisher struct {
+// PublisherInfo describes who publishes, for the fields [FormatPlane]
+// carries beside the event; it publishes nothing itself. [FormatWarren]
+// does not write them.
+type PublisherInfo struct {
 	Name     string // "publisher": the publishing service
 	Instance string // "publisher_instance": which process of it, e.g. the host name
 	Version  string // "version" when the event has none; default PlaneEnvelopeVersion
@@ -52,7 +53,7 @@ type Publisher struct {
 // [FormatWarren].
 type Encoder struct {
 	Format    Format
-	Publisher Publisher // used by FormatPlane only
+	Publisher PublisherInfo // used by FormatPlane only
 }
 
 // ParseFormat returns the Format named s: "warren" (or "", the default) or

@@ -164,7 +164,7 @@ func encodeOracleSeeds() []Event {
 var encodeOracleEncoders = []Encoder{
 	{},
 	{Format: FormatWarren},
-	{Format: FormatPlane, Publisher: Publisher{Name: "n", Instance: "i<&>", Version: "v", Source: "s\"q"}},
+	{Format: FormatPlane, Publisher: PublisherInfo{Name: "n", Instance: "i<&>", Version: "v", Source: "s\"q"}},
 	{Format: FormatPlane},
 	{Format: "bogus"},
 }

@@ -21,7 +21,7 @@ const planeWireEvent = `{"event_id":"5b0e8a7e-3f1c-4c1e-9d55-0c6f3e2b9a11","even
 	`"timestamp":1795860000,"version":"1.0","publisher":"outbox_poller","publisher_instance":"api-7f9c",` +
 	`"source":"plane","outbox_id":4711}`
 
-var planePublisher = warren.Publisher{Name: "outbox_poller", Instance: "api-7f9c", Source: "plane"}
+var planePublisher = warren.PublisherInfo{Name: "outbox_poller", Instance: "api-7f9c", Source: "plane"}
 
 func TestDecodeEventAcceptsPlaneWireFormat(t *testing.T) {
 	ev, err := warren.DecodeEvent([]byte(planeWireEvent))
@@ -185,7 +185,7 @@ func TestParseFormat(t *testing.T) {
 func ExampleEncoder() {
 	ev := warren.Event{ID: "ev-1", Type: "label.created", EntityType: "label", EntityID: "l1", WorkspaceID: "w1",
 		InitiatorType: warren.InitiatorUser, CreatedAt: time.Unix(1767323045, 0)}
-	enc := warren.Encoder{Format: warren.FormatPlane, Publisher: warren.Publisher{Name: "billing", Instance: "host-1", Source: "warren-relay"}}
+	enc := warren.Encoder{Format: warren.FormatPlane, Publisher: warren.PublisherInfo{Name: "billing", Instance: "host-1", Source: "warren-relay"}}
 	body, err := enc.Encode(ev, 17)
 	if err != nil {
 		panic(err)

@@ -183,7 +183,7 @@ func FuzzDecodeEvent(f *testing.F) {
 		}
 		// Whatever decodes must re-encode, in either format, and decode
 		// to the same event, which encodes to the same bytes.
-		for _, enc := range []warren.Encoder{{}, {Format: warren.FormatPlane, Publisher: warren.Publisher{Name: "p", Instance: "i", Source: "s"}}} {
+		for _, enc := range []warren.Encoder{{}, {Format: warren.FormatPlane, Publisher: warren.PublisherInfo{Name: "p", Instance: "i", Source: "s"}}} {
 			out, err := enc.Encode(ev, 7)
 			if err != nil {
 				t.Fatalf("re-encode as %q: %v", enc.Format, err)
@@ -250,7 +250,7 @@ func BenchmarkEncode(b *testing.B) {
 	ev.Payload.PreviousAttributes = json.RawMessage(`{"state": "todo"}`)
 	for _, f := range []warren.Format{warren.FormatWarren, warren.FormatPlane} {
 		b.Run(string(f), func(b *testing.B) {
-			enc := warren.Encoder{Format: f, Publisher: warren.Publisher{Name: "relay", Instance: "host", Source: "warren-relay"}}
+			enc := warren.Encoder{Format: f, Publisher: warren.PublisherInfo{Name: "relay", Instance: "host", Source: "warren-relay"}}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := enc.Encode(ev, 4711); err != nil {

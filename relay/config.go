@@ -73,7 +73,7 @@ type Config struct {
 	// Name the relay's Name, Instance the host name, Version
 	// warren.PlaneEnvelopeVersion, Source DefaultSource. Unused in
 	// warren.FormatWarren.
-	Publisher warren.Publisher
+	Publisher warren.PublisherInfo
 
 	// BatchSize is how many rows one claim takes. All rows of a batch are
 	// published concurrently. Default 500: the relay waits on round trips

@@ -40,7 +40,7 @@ type relayRunOptions struct {
 	noListen, migrate                    bool
 	healthAddr                           string
 	format                               string
-	publisher                            warren.Publisher
+	publisher                            warren.PublisherInfo
 	mode, slot                           string
 	dropSlot                             bool
 	nackTimeout                          ageFlag
@@ -89,7 +89,7 @@ func (o *relayRunOptions) config(env *cliEnv) (relay.Config, error) {
 		Exchange:    cmp.Or(o.exchange, env.getenv("WARREN_EXCHANGE"), relay.DefaultExchange),
 		Name:        o.name,
 		Format:      warren.Format(cmp.Or(o.format, env.getenv("WARREN_FORMAT"))),
-		Publisher: warren.Publisher{
+		Publisher: warren.PublisherInfo{
 			Name:     cmp.Or(o.publisher.Name, env.getenv("WARREN_PUBLISHER")),
 			Instance: cmp.Or(o.publisher.Instance, env.getenv("WARREN_PUBLISHER_INSTANCE")),
 			Version:  cmp.Or(o.publisher.Version, env.getenv("WARREN_ENVELOPE_VERSION")),

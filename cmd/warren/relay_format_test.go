@@ -24,7 +24,7 @@ func TestRelayRunFormatFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := warren.Publisher{Name: "billing", Instance: "pod-3", Version: "1.1", Source: "from-env"}
+	want := warren.PublisherInfo{Name: "billing", Instance: "pod-3", Version: "1.1", Source: "from-env"}
 	if cfg.Format != warren.FormatPlane || cfg.Publisher != want {
 		t.Errorf("format %q publisher %+v, want plane %+v", cfg.Format, cfg.Publisher, want)
 	}

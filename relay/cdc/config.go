@@ -65,7 +65,7 @@ type Config struct {
 	// Format and Publisher make the message body, as for the polling
 	// relay (relay.Config).
 	Format    warren.Format
-	Publisher warren.Publisher
+	Publisher warren.PublisherInfo
 
 	// BatchSize is the most events published before their confirms are
 	// awaited together. A batch is whatever the stream delivered while
