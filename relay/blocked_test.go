@@ -5,48 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
-	"github.com/warrenmq/warren/outbox"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/relay/internal/observertest"
 )
-
-// blockRecorder is an Observer that also implements relay.BlockObserver.
-type blockRecorder struct {
-	mu        sync.Mutex
-	blocked   []string // reasons
-	unblocked int
-}
-
-var _ relay.BlockObserver = (*blockRecorder)(nil)
-
-func (*blockRecorder) Woken(string, bool)                  {}
-func (*blockRecorder) Published(string, relay.Publication) {}
-func (*blockRecorder) Dead(string, int)                    {}
-func (*blockRecorder) OutboxStats(string, outbox.Stats)    {}
-
-func (b *blockRecorder) Blocked(outbox, reason string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.blocked = append(b.blocked, reason)
-}
-
-func (b *blockRecorder) Unblocked(outbox string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.unblocked++
-}
-
-func (b *blockRecorder) counts() (blocked, unblocked int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.blocked), b.unblocked
-}
 
 // A broker under a memory alarm blocks the relay's connection and stops
 // reading it: every publish times out, through no fault of the rows. The
@@ -81,7 +47,7 @@ func testBlockedBrokerSpendsNoAttempts(t *testing.T) {
 	}
 
 	const maxAttempts = 3
-	obs := &blockRecorder{}
+	obs := &observertest.Recorder{}
 	logs := recordLogs(t)
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.AMQPURL, cfg.Observer, cfg.Logger = node.URL(), obs, logs.logger
@@ -100,7 +66,7 @@ func testBlockedBrokerSpendsNoAttempts(t *testing.T) {
 	if code, _ := probe(t, srv, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz %d while the broker blocks the relay, want 200: a restart cannot help", code)
 	}
-	if n, _ := obs.counts(); n != 1 {
+	if n := obs.Counts().Blocked; n != 1 {
 		t.Errorf("Observer.Blocked called %d times, want 1", n)
 	}
 	if !logs.contains("the broker blocked the connection") {
@@ -142,7 +108,7 @@ func testBlockedBrokerSpendsNoAttempts(t *testing.T) {
 
 	testenv.WaitFor(t, time.Minute, "the row to be delivered once the alarm lifted", func() bool { return e.count("true") == 0 })
 	waitStatus(t, srv, "/readyz", http.StatusOK)
-	if _, n := obs.counts(); n != 1 {
+	if n := obs.Counts().Unblocked; n != 1 {
 		t.Errorf("Observer.Unblocked called %d times, want 1", n)
 	}
 	// Confirmed, so the message is in the queue, once or (if the publish

@@ -6,62 +6,9 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/internal/observertest"
 )
-
-// recordingObserver counts what a relay tells its Observer.
-type recordingObserver struct {
-	mu                  sync.Mutex
-	notify, poll        int
-	published, failures int
-	dead                int
-	stats               []outbox.Stats
-	outboxes            map[string]bool
-}
-
-func (o *recordingObserver) note(outbox string, f func()) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.outboxes == nil {
-		o.outboxes = map[string]bool{}
-	}
-	o.outboxes[outbox] = true
-	f()
-}
-
-func (o *recordingObserver) Woken(outbox string, byNotify bool) {
-	o.note(outbox, func() {
-		if byNotify {
-			o.notify++
-		} else {
-			o.poll++
-		}
-	})
-}
-
-func (o *recordingObserver) Published(outbox string, p relay.Publication) {
-	o.note(outbox, func() {
-		if p.Err != nil {
-			o.failures++
-		} else {
-			o.published++
-		}
-	})
-}
-
-func (o *recordingObserver) Dead(outbox string, n int) { o.note(outbox, func() { o.dead += n }) }
-
-func (o *recordingObserver) OutboxStats(outbox string, s outbox.Stats) {
-	o.note(outbox, func() { o.stats = append(o.stats, s) })
-}
-
-func (o *recordingObserver) snapshot() recordingObserver {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return recordingObserver{notify: o.notify, poll: o.poll, published: o.published, failures: o.failures, dead: o.dead, stats: o.stats, outboxes: o.outboxes}
-}
 
 // TestObserverSeesNotifyWakeups: with a poll so slow it never fires, an
 // event committed while the relay waits is claimed after a notification,
@@ -71,7 +18,7 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
-	obs := &recordingObserver{}
+	obs := &observertest.Recorder{}
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.Observer = obs
 	cfg.Workers = 1
@@ -92,20 +39,20 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 	testenv.WaitFor(t, 60*time.Second, "the relay's first claim", func() bool { return !run.relay.Health().LastClaim.IsZero() })
 	e.publish(event("notified-1"))
 	got.waitDistinct(t, 1, 60*time.Second)
-	testenv.WaitFor(t, 60*time.Second, "the publish to be observed", func() bool { return obs.snapshot().published == 1 })
-	s := obs.snapshot()
-	if s.notify < 1 || s.poll != 0 {
-		t.Errorf("wake-ups: %d by notify, %d by poll; want at least one by notify and none by poll", s.notify, s.poll)
+	testenv.WaitFor(t, 60*time.Second, "the publish to be observed", func() bool { return obs.Counts().Published == 1 })
+	s := obs.Counts()
+	if s.WokenByNotify < 1 || s.WokenByPoll != 0 {
+		t.Errorf("wake-ups: %d by notify, %d by poll; want at least one by notify and none by poll", s.WokenByNotify, s.WokenByPoll)
 	}
-	if s.failures != 0 || s.dead != 0 {
-		t.Errorf("failures %d, dead %d; want none", s.failures, s.dead)
+	if s.Failures != 0 || s.Dead != 0 {
+		t.Errorf("failures %d, dead %d; want none", s.Failures, s.Dead)
 	}
 	testenv.WaitFor(t, 60*time.Second, "stats showing the table empty", func() bool {
-		st := obs.snapshot().stats
-		return len(st) > 0 && st[len(st)-1].Pending == 0
+		st := obs.Counts().LastStats
+		return st != nil && st.Pending == 0
 	})
-	if len(s.outboxes) != 1 || !s.outboxes[e.table] {
-		t.Errorf("observer told of outboxes %v, want only %s", s.outboxes, e.table)
+	if len(s.Outboxes) != 1 || s.Outboxes[0] != e.table {
+		t.Errorf("observer told of outboxes %v, want only %s", s.Outboxes, e.table)
 	}
 }
 
@@ -115,7 +62,7 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.refusePoison()
-	obs := &recordingObserver{}
+	obs := &observertest.Recorder{}
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.Observer = obs
 	cfg.MaxAttempts = 3
@@ -123,9 +70,9 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	poison := event("poison-1")
 	poison.Type = "poison.created"
 	e.publish(poison)
-	testenv.WaitFor(t, 60*time.Second, "the poison row to be dead", func() bool { return obs.snapshot().dead == 1 })
-	if s := obs.snapshot(); s.failures != 3 || s.published != 0 {
-		t.Errorf("failures %d, published %d; want 3 failures (one per attempt) and nothing published", s.failures, s.published)
+	testenv.WaitFor(t, 60*time.Second, "the poison row to be dead", func() bool { return obs.Counts().Dead == 1 })
+	if s := obs.Counts(); s.Failures != 3 || s.Published != 0 {
+		t.Errorf("failures %d, published %d; want 3 failures (one per attempt) and nothing published", s.Failures, s.Published)
 	}
 	if n := e.count(`state = 'dead'`); n != 1 {
 		t.Errorf("%d dead rows in the table, want 1", n)

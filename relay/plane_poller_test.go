@@ -17,6 +17,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay/internal/observertest"
 )
 
 // planePoller is Plane's outbox poller, its SQL as Plane runs it: claim
@@ -132,7 +133,7 @@ func TestPlanePollerAndRelayTogether(t *testing.T) {
 			e := newPlaneEnv(t, true, migrated)
 			got := consume(t, e.queue)
 			poller := e.startPlanePoller()
-			var obs recordingObserver
+			var obs observertest.Recorder
 			cfg := e.config(testenv.Name(t, "relay"))
 			// A lease far longer than the wait below: a claim the stop did
 			// not release would outlast it.
@@ -162,7 +163,7 @@ func TestPlanePollerAndRelayTogether(t *testing.T) {
 			got.requireAll(t, ids)
 			testenv.WaitFor(t, 60*time.Second, "every row processed", func() bool { return e.count("processed_at IS NULL") == 0 })
 			byPoller := poller.stop()
-			byRelay := obs.snapshot().published
+			byRelay := obs.Counts().Published
 			if byPoller == 0 || byRelay == 0 {
 				t.Errorf("Plane's poller published %d rows and the relay %d: they did not share the table", byPoller, byRelay)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/relay/internal/observertest"
 )
 
 // The outbox row commits or rolls back with the business change.
@@ -72,7 +73,7 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 	e.bindQueue()
 	got := consume(t, e.queue)
 	var connected counter
-	var obs recordingObserver
+	var obs observertest.Recorder
 	claimedBy := make([]counter, 3)
 	for i := range 3 {
 		cfg := e.config(testenv.Name(t, fmt.Sprintf("relay%d", i)))
@@ -90,7 +91,7 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 	elapsed := time.Since(start)
 	testenv.WaitFor(t, 60*time.Second, "an empty outbox", func() bool { return e.count("true") == 0 })
 	dups := got.requireOnly(t, ids)
-	if failed := obs.snapshot().failures; dups > failed {
+	if failed := obs.Counts().Failures; dups > failed {
 		t.Errorf("%d duplicates but only %d failed publishes: rows were published twice without a retry", dups, failed)
 	} else if dups > 0 {
 		t.Logf("%d duplicates, after %d failed publishes", dups, failed)

@@ -10,8 +10,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/cmd/warren/internal/console"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )

@@ -9,9 +9,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/cmd/warren/internal/archivefile"
 	"github.com/warrenmq/warren/cmd/warren/internal/inventory"
+	"github.com/warrenmq/warren/dlqtool"
 )
 
 func runDLQList(ctx context.Context, c *dlqCall) error {

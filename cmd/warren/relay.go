@@ -163,15 +163,11 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	if err != nil {
 		return err
 	}
-	var reg *prometheus.Registry
-	if o.healthAddr != "" {
-		reg = newRegistry()
-		metrics, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
-		if err != nil {
-			return err
-		}
-		cfg.Observer = metrics
+	reg, observer, err := o.relayMetrics()
+	if err != nil {
+		return err
 	}
+	cfg.Observer = observer
 	r, err := relay.New(cfg)
 	if errors.Is(err, relay.ErrInvalidConfig) {
 		return usagef("%v", err)
@@ -203,6 +199,21 @@ func (c *relayRun) serveMigrateRun(ctx context.Context, serve func() (stop func(
 		}
 	}
 	return o.db.redact(run(ctx))
+}
+
+// relayMetrics returns, with --health-addr, the registry /metrics serves
+// and the Observer that feeds it the relay metrics (relayprom), the same
+// for either mode; without it, nil and a nil Observer.
+func (o *relayRunOptions) relayMetrics() (*prometheus.Registry, relay.Observer, error) {
+	if o.healthAddr == "" {
+		return nil, nil, nil
+	}
+	reg := newRegistry()
+	metrics, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return reg, metrics, nil
 }
 
 // newRegistry is the registry --health-addr serves: the process's own

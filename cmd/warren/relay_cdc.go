@@ -15,7 +15,6 @@ import (
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/cdc"
 	"github.com/warrenmq/warren/warrenprom/cdcprom"
-	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
 
 // runCDCRelay is 'warren relay run --mode cdc': the relay that streams
@@ -29,17 +28,11 @@ func runCDCRelay(ctx context.Context, c *relayRun) error {
 	if o.dropSlot {
 		return o.db.redact(dropCDCSlot(ctx, c, cfg))
 	}
-	var reg *prometheus.Registry
-	if o.healthAddr != "" {
-		// The polling relay's metrics, from the same Observer calls: one
-		// set of relay metrics for either mode (docs/alerts.md).
-		reg = newRegistry()
-		metrics, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
-		if err != nil {
-			return err
-		}
-		cfg.Observer = metrics
+	reg, observer, err := o.relayMetrics()
+	if err != nil {
+		return err
 	}
+	cfg.Observer = observer
 	r, err := cdc.New(cfg)
 	if errors.Is(err, cdc.ErrInvalidConfig) {
 		return usagef("%v", err)

@@ -5,15 +5,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
-	"github.com/warrenmq/warren/outbox"
-	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/relay/internal/observertest"
 )
 
 // TestSharedNode runs the tests that alarm or reconfigure the binary's
@@ -24,27 +22,6 @@ func TestSharedNode(t *testing.T) {
 		{Name: "RefusedReconnectIsRetried", Run: testRefusedReconnectIsRetried},
 		{Name: "BlockedBrokerIsReported", Run: testBlockedBrokerIsReported},
 	})
-}
-
-// blockRecorder is an Observer that also implements relay.BlockObserver.
-type blockRecorder struct {
-	mu                 sync.Mutex
-	blocked, unblocked int
-}
-
-var _ relay.BlockObserver = (*blockRecorder)(nil)
-
-func (*blockRecorder) Woken(string, bool)                  {}
-func (*blockRecorder) Published(string, relay.Publication) {}
-func (*blockRecorder) Dead(string, int)                    {}
-func (*blockRecorder) OutboxStats(string, outbox.Stats)    {}
-func (b *blockRecorder) Blocked(string, string)            { b.mu.Lock(); b.blocked++; b.mu.Unlock() }
-func (b *blockRecorder) Unblocked(string)                  { b.mu.Lock(); b.unblocked++; b.mu.Unlock() }
-
-func (b *blockRecorder) counts() (blocked, unblocked int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.blocked, b.unblocked
 }
 
 // A broker under a memory alarm blocks the relay's connection once it
@@ -76,7 +53,7 @@ func testBlockedBrokerIsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	obs := &blockRecorder{}
+	obs := &observertest.Recorder{}
 	logs := &testenv.LogBuffer{}
 	cfg := e.config()
 	cfg.AMQPURL, cfg.Observer, cfg.Logger = node.URL(), obs, slog.New(slog.NewTextHandler(logs, nil))
@@ -98,7 +75,7 @@ func testBlockedBrokerIsReported(t *testing.T) {
 	if resp, err := http.Get(srv.URL + "/readyz"); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/readyz while blocked: %v %v, want 503", resp.StatusCode, err)
 	}
-	if n, _ := obs.counts(); n != 1 {
+	if n := obs.Counts().Blocked; n != 1 {
 		t.Errorf("Observer.Blocked called %d times, want 1", n)
 	}
 	if !logs.Has("the broker blocked the connection") {
@@ -108,7 +85,7 @@ func testBlockedBrokerIsReported(t *testing.T) {
 	lift()
 	testenv.WaitFor(t, time.Minute, "the event to be delivered and trimmed once the alarm lifted", func() bool { return e.ob.Count("true") == 0 })
 	testenv.WaitFor(t, time.Minute, "the relay to be ready again", func() bool { return r.Health().Ready })
-	if _, n := obs.counts(); n != 1 {
+	if n := obs.Counts().Unblocked; n != 1 {
 		t.Errorf("Observer.Unblocked called %d times, want 1", n)
 	}
 	if got := testenv.MessageIDs(testenv.Drain(t, conn, e.queue)); len(got) == 0 || got[0] != "under-alarm" {

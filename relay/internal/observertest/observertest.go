@@ -15,17 +15,23 @@ import (
 	"github.com/warrenmq/warren/relay"
 )
 
-// Recorder counts what a relay tells its Observer.
+// Recorder counts what a relay tells its Observer, block hooks included:
+// it implements relay.Observer and relay.BlockObserver.
 type Recorder struct {
 	mu                  sync.Mutex
-	woken               int
+	notify, poll        int
 	published, failures int
 	dead                int
+	noInsertedAt        int // publications without InsertedAt
+	blocked, unblocked  int
 	stats               []outbox.Stats
 	outboxes            map[string]bool
 }
 
-var _ relay.Observer = (*Recorder)(nil)
+var (
+	_ relay.Observer      = (*Recorder)(nil)
+	_ relay.BlockObserver = (*Recorder)(nil)
+)
 
 func (o *Recorder) note(outbox string, f func()) {
 	o.mu.Lock()
@@ -38,13 +44,21 @@ func (o *Recorder) note(outbox string, f func()) {
 }
 
 // Woken implements relay.Observer.
-func (o *Recorder) Woken(outbox string, byNotify bool) { o.note(outbox, func() { o.woken++ }) }
+func (o *Recorder) Woken(outbox string, byNotify bool) {
+	o.note(outbox, func() {
+		if byNotify {
+			o.notify++
+		} else {
+			o.poll++
+		}
+	})
+}
 
 // Published implements relay.Observer.
 func (o *Recorder) Published(outbox string, p relay.Publication) {
 	o.note(outbox, func() {
 		if p.InsertedAt.IsZero() {
-			panic("observertest: a Publication without InsertedAt")
+			o.noInsertedAt++
 		}
 		if p.Err != nil {
 			o.failures++
@@ -62,18 +76,28 @@ func (o *Recorder) OutboxStats(outbox string, s outbox.Stats) {
 	o.note(outbox, func() { o.stats = append(o.stats, s) })
 }
 
+// Blocked implements relay.BlockObserver.
+func (o *Recorder) Blocked(outbox, reason string) { o.note(outbox, func() { o.blocked++ }) }
+
+// Unblocked implements relay.BlockObserver.
+func (o *Recorder) Unblocked(outbox string) { o.note(outbox, func() { o.unblocked++ }) }
+
 // Counts is a copy of what the Recorder was told.
 type Counts struct {
-	Woken, Published, Failures, Dead int
-	LastStats                        *outbox.Stats
-	Outboxes                         []string
+	WokenByNotify, WokenByPoll int
+	Published, Failures, Dead  int
+	NoInsertedAt               int // publications without InsertedAt
+	Blocked, Unblocked         int
+	LastStats                  *outbox.Stats
+	Outboxes                   []string
 }
 
 // Counts returns what the Recorder was told so far.
 func (o *Recorder) Counts() Counts {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	c := Counts{Woken: o.woken, Published: o.published, Failures: o.failures, Dead: o.dead}
+	c := Counts{WokenByNotify: o.notify, WokenByPoll: o.poll, Published: o.published, Failures: o.failures, Dead: o.dead,
+		NoInsertedAt: o.noInsertedAt, Blocked: o.blocked, Unblocked: o.unblocked}
 	if n := len(o.stats); n > 0 {
 		last := o.stats[n-1]
 		c.LastStats = &last
@@ -138,6 +162,9 @@ func Run(t *testing.T, ob *testenv.OutboxTable, start Start) {
 	if c.Published != good || c.Dead != 1 || c.Failures != maxAttempts {
 		t.Errorf("published %d, dead %d, failed publishes %d; want %d, 1 and %d (one per attempt of the unroutable event)",
 			c.Published, c.Dead, c.Failures, good, maxAttempts)
+	}
+	if c.NoInsertedAt != 0 {
+		t.Errorf("%d publications without InsertedAt: the outbox latency cannot be measured", c.NoInsertedAt)
 	}
 	if len(c.Outboxes) != 1 || c.Outboxes[0] != ob.Table.Name() {
 		t.Errorf("the Observer was told of outboxes %v, want only %s", c.Outboxes, ob.Table.Name())

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/cmd/warren/internal/archivefile"
+	"github.com/warrenmq/warren/dlqtool"
 )
 
 // archiveAndPurge deletes the plan's messages after writing them to a new

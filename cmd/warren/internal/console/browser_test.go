@@ -13,8 +13,8 @@ import (
 	"github.com/chromedp/chromedp"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/cmd/warren/internal/console"
+	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/browser"
 )

@@ -19,9 +19,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/dlqtool"
-	"github.com/warrenmq/warren/cmd/warren/internal/console"
 	"github.com/warrenmq/warren/internal/testenv"
 )
 

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/cmd/warren/internal/inventory"
+	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )

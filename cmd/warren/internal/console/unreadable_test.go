@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/dlqtool"
-	"github.com/warrenmq/warren/cmd/warren/internal/console"
 )
 
 // A DLQ holding messages whose headers amqp091-go refuses made the
