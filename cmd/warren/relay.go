@@ -163,6 +163,14 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	if err != nil {
 		return err
 	}
+	// A typed 0 is refused, as in CDC mode: relay.Config would take it for
+	// "the default", which is not what was typed.
+	for name, v := range map[string][2]int{"batch-size": {cfg.BatchSize, relay.DefaultBatchSize},
+		"workers": {cfg.Workers, relay.DefaultWorkers}, "max-attempts": {cfg.MaxAttempts, relay.DefaultMaxAttempts}} {
+		if _, err := c.given(name, v[0], v[1]); err != nil {
+			return err
+		}
+	}
 	reg, observer, err := o.relayMetrics()
 	if err != nil {
 		return err

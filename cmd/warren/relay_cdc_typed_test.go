@@ -11,7 +11,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// A typed value is never taken for something else: "--mode cdc
+// A typed value is never taken for something else, in either mode: "
 // --batch-size 0" or "--max-attempts 0" would run with the defaults (the
 // relay's config reads 0 as "default"), and "--mode poll --slot=" would
 // accept a cdc flag; each is a usage error (exit 2).
@@ -20,7 +20,7 @@ func TestRelayRunTypedZeroOrEmptyIsAUsageError(t *testing.T) {
 	env := &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string {
 		return map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none"}[k]
 	}}
-	for _, args := range []string{"--mode cdc --batch-size 0", "--mode cdc --max-attempts 0", "--mode cdc --batch-size -1", "--mode poll --slot=", "--mode poll --nack-timeout=0s"} {
+	for _, args := range []string{"--mode cdc --batch-size 0", "--mode cdc --max-attempts 0", "--mode cdc --batch-size -1", "--batch-size 0", "--mode poll --workers 0", "--max-attempts 0", "--mode poll --slot=", "--mode poll --nack-timeout=0s"} {
 		// Bounded: a relay that starts instead waits for its database until the context ends.
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 		code := run(ctx, env, append([]string{"relay", "run"}, strings.Fields(args)...))
