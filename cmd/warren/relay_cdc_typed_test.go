@@ -11,8 +11,8 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// A typed value is never taken for something else, in either mode: "
-// --batch-size 0" or "--max-attempts 0" would run with the defaults (the
+// A typed value is never taken for something else, in either mode:
+// "--batch-size 0" or "--max-attempts 0" would run with the defaults (the
 // relay's config reads 0 as "default"), and "--mode poll --slot=" would
 // accept a cdc flag; each is a usage error (exit 2).
 func TestRelayRunTypedZeroOrEmptyIsAUsageError(t *testing.T) {
