@@ -52,7 +52,8 @@ type Publication struct {
 	// (Postgres's transaction time, on the database's clock).
 	InsertedAt time.Time
 	// Took is the time from handing the message to the broker to its
-	// verdict.
+	// verdict. The CDC relay reads a batch's verdicts after those of the
+	// batches before it, so its Took also holds their retries' waits.
 	Took time.Duration
 	// Err is nil when the broker confirmed the message and did not return
 	// it as unroutable.

@@ -146,7 +146,15 @@ func (r *Relay) confirmLoop(ctx context.Context, pub *amqpx.Publisher, p pipelin
 	for f := range p.sent {
 		if failed {
 			f.cancel()
-			f.batch.Wait(func(int, error) {})
+			// Their verdicts are not settled, but they are told, and
+			// their spans ended: a copy that reached the broker has a
+			// consumer whose span names this one as its parent.
+			f.batch.Wait(func(i int, err error) {
+				if r.cfg.Observer != nil {
+					r.cfg.Observer.Published(r.cfg.Table, relay.Publication{InsertedAt: f.added[i], Took: time.Since(f.sent), Err: err})
+				}
+				f.ends[i](err)
+			})
 			<-p.room
 			continue
 		}
