@@ -7,7 +7,13 @@ GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 VULNDB := https://vuln.go.dev
 PKGS := ./...
 
-.PHONY: test test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
+.PHONY: build test test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
+
+# The command in bin/, stamped with the checkout's version (git describe:
+# the latest tag, the commits since, -dirty), which `warren --version`
+# prints; without a tag, go build's own.
+build:
+	go build -ldflags "-X main.stampedVersion=$$(git describe --tags --dirty 2>/dev/null)" -o bin/warren ./cmd/warren
 
 # devtools/bench is a module of its own; its tests check the report's arithmetic.
 # The race detector changes allocation counts, so the tests that pin the hot

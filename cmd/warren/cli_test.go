@@ -57,18 +57,23 @@ func TestCommandsWithVerbsBehaveAlike(t *testing.T) {
 	}
 }
 
-// Built with VCS stamping (go build's default in a clone; off on some
-// machines through GOFLAGS=-buildvcs=false, and go does not stamp a build
-// in a git worktree), the version names the revision the build recorded.
-func TestVersionNamesTheRevision(t *testing.T) {
+// A build stamped as make build stamps it reports that version; built
+// with VCS stamping (go build's default in a clone; off on some machines
+// through GOFLAGS=-buildvcs=false, and go does not stamp a build in a git
+// worktree), the version also names the revision the build recorded.
+func TestVersionNamesTheStampAndTheRevision(t *testing.T) {
 	t.Parallel()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "warren")
-	if out, err := exec.Command(goTool, "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
+	const stamp = "v0.1.0-3-gabc1234"
+	if out, err := exec.Command(goTool, "build", "-buildvcs=true", "-ldflags", "-X main.stampedVersion="+stamp, "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(bin, "--version").Output(); err != nil || !strings.HasPrefix(string(out), "warren "+stamp+" ") {
+		t.Errorf("warren --version printed %q (%v), want it to begin with warren %s", out, err, stamp)
 	}
 	info, err := buildinfo.ReadFile(bin)
 	if err != nil {

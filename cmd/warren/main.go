@@ -112,9 +112,16 @@ func oneLine(s string) string {
 	return strings.ReplaceAll(s, "\n", " ")
 }
 
-// printVersion prints what a bug report needs: the module version (a
-// tagged 'go install' gives one; a build from a checkout says "(devel)"),
-// the VCS revision the binary was built from, and the Go toolchain.
+// stampedVersion is the version a build from a checkout was stamped with
+// (make build: -ldflags "-X main.stampedVersion=$(git describe --tags)");
+// empty when it was not.
+var stampedVersion string
+
+// printVersion prints what a bug report needs: the version (a tagged 'go
+// install' gives the module's; a build from a checkout, the one make
+// build stamped, else what go build derived: a pseudo-version or
+// "(devel)"), the VCS revision the binary was built from, and the Go
+// toolchain.
 func printVersion(w io.Writer) {
 	version, revision, modified := "(devel)", "", false
 	if bi, ok := debug.ReadBuildInfo(); ok {
@@ -129,6 +136,11 @@ func printVersion(w io.Writer) {
 				modified = s.Value == "true"
 			}
 		}
+	}
+	// The stamp is explicit, so it wins over what go build derived (a
+	// pseudo-version from the checkout's commit, or "(devel)").
+	if stampedVersion != "" {
+		version = stampedVersion
 	}
 	fmt.Fprintf(w, "warren %s", version)
 	if revision != "" {
