@@ -7,7 +7,7 @@ GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 VULNDB := https://vuln.go.dev
 PKGS := ./...
 
-.PHONY: build test test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
+.PHONY: build test test-min-go test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
 
 # The command in bin/, stamped with the checkout's version (git describe:
 # the latest tag, the commits since, -dirty), which `warren --version`
@@ -28,6 +28,13 @@ test:
 	go test -race -count=1 -parallel 4 -timeout 30m $(PKGS)
 	go test -count=1 -run 'Allocates' . ./consumer
 	cd devtools/bench && go test -count=1 ./...
+
+# The lowest Go that go.mod declares, which every importer's build inherits:
+# the unit tier with that toolchain (the go command fetches it from the
+# module proxy), so a feature of a later Go fails here, not in a user's build.
+GO_MIN := $(shell awk '/^go /{print $$2}' go.mod)
+test-min-go:
+	GOTOOLCHAIN=go$(GO_MIN) go test -short -count=1 $(PKGS)
 
 # The unit tier: every test that needs no service, in about a minute.
 # testenv.RequireServices skips the rest, naming what each needed.
