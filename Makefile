@@ -115,7 +115,7 @@ fuzz:
 # back, hostile input, a captured table's schema changed under writes that
 # name its parent, a partition and the replica role; fails on any lost
 # event, unexplained duplicate, wrong dead letter or stranded outbox row. About 4 minutes. `go run ./devtools/reliability -mode long` is the
-# release check that regenerates RELIABILITY.md.
+# release check that regenerates docs/reliability/RELIABILITY.md.
 reliability:
 	go run ./devtools/reliability -mode short
 
@@ -141,7 +141,7 @@ reliability-cdc:
 # kill -9 of the node leading the queues, its restart, and another node's
 # stop_app / start_app, each timed until events flow again; fails on any
 # process that exits on a node's loss instead of reconnecting. About
-# 4 minutes. `-mode long -broker cluster` writes RELIABILITY-cluster.md.
+# 4 minutes. `-mode long -broker cluster` writes docs/reliability/RELIABILITY-cluster.md.
 reliability-cluster:
 	go run ./devtools/reliability -mode short -broker cluster
 

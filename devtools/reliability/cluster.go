@@ -98,7 +98,7 @@ func checkBrokerFaults(b brokerMode, counts map[faultKind]int) error {
 	return nil
 }
 
-// reportName is the long mode's report at the checkout's root: the CDC
+// reportName is the long mode's report, in docs/reliability: the CDC
 // relays' and the cluster's evidence do not overwrite the polling relays'
 // on one node.
 func reportName(rm relayMode, b brokerMode) string {

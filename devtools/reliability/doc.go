@@ -6,7 +6,7 @@
 // webhook receiver misbehaves.
 //
 //	go run ./devtools/reliability -mode short   # CI: about 4 minutes, exit 1 on any problem
-//	go run ./devtools/reliability -mode long    # release check: about 45 minutes, writes the root's RELIABILITY.md
+//	go run ./devtools/reliability -mode long    # release check: about 45 minutes, writes docs/reliability/RELIABILITY.md
 //	make reliability                            # the short mode
 //	go run ./devtools/reliability -faults memory-alarm,dlq-shovel=2   # only these kinds
 //	go run ./devtools/reliability -relay-mode cdc   # the CDC relays (make reliability-cdc); long: RELIABILITY-cdc.md
@@ -117,7 +117,7 @@
 // publishes the 14 or more trimmed batches again after the gate's kill
 // and fails the run.
 //
-// See RELIABILITY.md at the checkout's root for the latest long run.
+// See docs/reliability/RELIABILITY.md for the latest long run.
 //
 // # What would still break it
 //

@@ -225,10 +225,10 @@ type harness struct {
 }
 
 func main() {
-	modeName := flag.String("mode", "short", "short (CI, under 5 minutes) or long (release checks; writes RELIABILITY.md)")
-	broker := flag.String("broker", string(brokerSingle), "single: one private RabbitMQ node; cluster: a private three-node cluster, every process given all three URLs, quorum queues, and node kills, restarts and stop_apps among the faults (long: RELIABILITY-cluster.md)")
+	modeName := flag.String("mode", "short", "short (CI, under 5 minutes) or long (release checks; writes docs/reliability/RELIABILITY.md)")
+	broker := flag.String("broker", string(brokerSingle), "single: one private RabbitMQ node; cluster: a private three-node cluster, every process given all three URLs, quorum queues, and node kills, restarts and stop_apps among the faults (long: docs/reliability/RELIABILITY-cluster.md)")
 	relays := flag.String("relay-mode", string(relayPoll), "poll: the relays claim rows from the outbox table; cdc: they stream it from a logical replication slot (warren relay run --mode cdc), one streaming and one standing by")
-	out := flag.String("out", "", "write the report here (default: RELIABILITY.md at the checkout root in long mode, the run directory in short mode)")
+	out := flag.String("out", "", "write the report here (default: docs/reliability/RELIABILITY.md in long mode, the run directory in short mode)")
 	seed := flag.Uint64("seed", 0, "random seed for the fault schedule and the workload (default: from the clock)")
 	keep := flag.Bool("keep", false, "keep the run directory (logs, service data) even when the run passes")
 	race := flag.Bool("race", false, "build the service binaries with the race detector")
@@ -284,7 +284,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "reliability: %v\n", err)
 			os.Exit(1)
 		}
-		*out = filepath.Join(root, reportName(rm, bm))
+		*out = filepath.Join(root, "docs", "reliability", reportName(rm, bm))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
