@@ -324,6 +324,12 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
+	if c.Name == "" {
+		// Alone: the queue, its retry tiers, the dead-letter queue and
+		// exchange are all named after it, and their defaults' errors
+		// would only point away from the one fix.
+		return fmt.Errorf("%w: Name is required: the consumer's queue, e.g. consumer.Config{Name: \"billing\"}; its retry tiers and dead-letter queue are named after it", ErrInvalidConfig)
+	}
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	if err := validateName("Name", c.Name); err != nil {

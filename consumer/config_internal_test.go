@@ -52,6 +52,17 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
+// The first mistake a new user makes, a Config without a Name, is told
+// alone and with its fix, not after errors about the names derived from it
+// (the dead-letter queue ".dlq" must end in ".dlq").
+func TestConfigWithoutANameSaysOnlyThat(t *testing.T) {
+	t.Parallel()
+	_, err := New(Config{})
+	if !errors.Is(err, ErrInvalidConfig) || strings.Contains(err.Error(), "DeadLetter") || !strings.Contains(err.Error(), `Config{Name: "billing"}`) {
+		t.Errorf("New(Config{}) = %v; want Name is required, with an example, and nothing about the names derived from it", err)
+	}
+}
+
 // Plane's names are valid: its exchange, its shared dead-letter exchange
 // and a queue named after its service.
 func TestConfigTakesPlaneNames(t *testing.T) {

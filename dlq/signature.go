@@ -1,7 +1,9 @@
 package dlq
 
 import (
+	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode"
 )
@@ -59,6 +61,10 @@ var normalizers = []struct {
 func NormalizeError(text string) string {
 	text = strings.Join(strings.Fields(text), " ")
 	for _, n := range normalizers {
+		if n.with == "<n>" {
+			text = replaceNumbers(n.re, text)
+			continue
+		}
 		text = n.re.ReplaceAllStringFunc(text, func(m string) string {
 			// A short hex-looking word is more often a word (cafe, add,
 			// bed) or a small code than an id: only 8 hex digits or more
@@ -66,11 +72,40 @@ func NormalizeError(text string) string {
 			if n.with == "<hex>" && len(m) < 8 {
 				return m
 			}
-			if n.with == "<n>" && !unicode.IsDigit(rune(m[0])) {
-				return m // a status code, kept with its word
-			}
 			return n.with
 		})
 	}
 	return text
+}
+
+// replaceNumbers replaces the numbers re finds with "<n>", except status
+// codes: one named as such ("HTTP 503", "status=404"), and an HTTP status
+// followed by its reason phrase ("503 Service Unavailable", as a webhook's
+// error says it): a 503 and a 400 are different failures.
+func replaceNumbers(re *regexp.Regexp, text string) string {
+	var b strings.Builder
+	last := 0
+	for _, loc := range re.FindAllStringIndex(text, -1) {
+		m := text[loc[0]:loc[1]]
+		b.WriteString(text[last:loc[0]])
+		last = loc[1]
+		if !unicode.IsDigit(rune(m[0])) || isStatusWithReason(m, text[loc[1]:]) {
+			b.WriteString(m)
+			continue
+		}
+		b.WriteString("<n>")
+	}
+	b.WriteString(text[last:])
+	return b.String()
+}
+
+// isStatusWithReason reports whether number is an HTTP status code that
+// rest begins with the reason phrase of.
+func isStatusWithReason(number, rest string) bool {
+	code, err := strconv.Atoi(number)
+	if err != nil || code < 100 || code > 599 || len(number) != 3 {
+		return false
+	}
+	reason := http.StatusText(code)
+	return reason != "" && strings.HasPrefix(rest, " "+reason)
 }

@@ -23,6 +23,9 @@ func TestSignatureGroupsWhatVaries(t *testing.T) {
 		{`retry in 30 seconds`, `retry in 2 minutes`},
 		{`  spaced   out 1 `, `spaced out 2`},
 		{`dial db.internal.example.com:5432: refused`, `dial cache-2.example.org:6379: refused`},
+		// A number that is not followed by its status's reason phrase is
+		// a number.
+		{`failed after 503 tries`, `failed after 400 tries`},
 	}
 	for _, pair := range same {
 		a, b := dlq.Signature(dlq.ClassExhausted, pair[0]), dlq.Signature(dlq.ClassExhausted, pair[1])
@@ -41,6 +44,18 @@ func TestSignatureGroupsWhatVaries(t *testing.T) {
 		a, b := dlq.Signature(dlq.ClassPermanent, pair[0]), dlq.Signature(dlq.ClassPermanent, pair[1])
 		if a == b {
 			t.Errorf("one signature %q for different failures %q and %q", a, pair[0], pair[1])
+		}
+	}
+	// A status code stays in the signature, named as one or followed by its
+	// reason phrase (the webhook sender's own words), so the operator
+	// reads which status failed.
+	for text, want := range map[string]string{
+		`POST https://hooks.example/x: 503 Service Unavailable`: `POST <url>: 503 Service Unavailable`,
+		`webhook returned HTTP 404`:                             `webhook returned HTTP 404`,
+		`upstream said 400 Bad Request: bad field`:              `upstream said 400 Bad Request: bad field`,
+	} {
+		if got := dlq.NormalizeError(text); got != want {
+			t.Errorf("NormalizeError(%q) = %q, want %q", text, got, want)
 		}
 	}
 	if dlq.Signature(dlq.ClassPermanent, "x") == dlq.Signature(dlq.ClassExhausted, "x") {

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/tracecontext"
@@ -77,6 +78,11 @@ func (o *Table) PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event)
 	traceParent, traceState := tracecontext.FromContext(ctx)
 	args := append(cols.args(o.channel), nullable(traceParent), nullable(traceState))
 	if err := tx.QueryRow(ctx, o.sql.insert, args...).Scan(&inserted); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "42703") { // undefined_table, undefined_column
+			// What a new user meets first: say the fix, not only SQLSTATE.
+			return 0, fmt.Errorf("outbox: write %d events to outbox %s: %w: the table is missing or older than this build; run `warren outbox migrate` or Table.Migrate (and CheckSchema at start-up): %w", len(evs), o.table, ErrSchema, err)
+		}
 		return 0, fmt.Errorf("outbox: write %d events to outbox %s: %w", len(evs), o.table, err)
 	}
 	return inserted, nil

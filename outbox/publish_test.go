@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -140,5 +141,29 @@ func TestStorableJSON(t *testing.T) {
 		if err := outbox.StorableJSON("x", []byte(in)); (err == nil) != ok {
 			t.Errorf("StorableJSON(%s) = %v, want ok=%v", in, err, ok)
 		}
+	}
+}
+
+// Publishing to a table that was never migrated is the first error a new
+// user meets: it names the fix (migrate) and wraps ErrSchema, not only
+// Postgres's SQLSTATE 42P01.
+func TestPublishToAnUnmigratedTableSaysMigrate(t *testing.T) {
+	t.Parallel()
+	pool := testenv.PgPool(t)
+	table := testenv.Name(t, "ob")
+	testenv.DropTables(t, table)
+	ob, err := outbox.New(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	_, err = ob.Publish(ctx, tx, event("first"))
+	if !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), "warren outbox migrate") {
+		t.Errorf("Publish to an unmigrated table: %v; want ErrSchema, naming warren outbox migrate", err)
 	}
 }
