@@ -21,6 +21,10 @@
 //	r := consumertest.Deliver(ctx, c, consumertest.Delivery{Event: ev, Attempt: 2})
 //	// r.Disposition == consumer.Retried, r.Queue == "billing.retry.10s"
 //
+// A test with a real dedup store (Redis, Postgres) gives the store a
+// [Space] of its own per run: the store outlives the run, and without one
+// an event the last run delivered is a duplicate in this one.
+//
 // What is left out is what needs a broker: the confirm of the copy's
 // publish, the ack, and a publish that fails (the consumer then requeues
 // the message). The Observer, Stats and logs of the consumer are not
