@@ -34,9 +34,12 @@ const (
 type UnhandledPolicy uint8
 
 const (
-	// AckUnhandled acknowledges the event and counts it as skipped. On a
-	// fanout exchange every consumer sees every event, so this is the
-	// default.
+	// AckUnhandled acknowledges the event and counts it as skipped (and
+	// as Stats.Unrouted). On a fanout exchange every consumer sees every
+	// event, so this is the default. Such an event passes no middleware:
+	// a dedup store keeps no key for it. The consumer warns, per event
+	// type, when the first one arrives and every 10 minutes after, naming
+	// the prefixes it handles: a mistyped prefix shows there.
 	AckUnhandled UnhandledPolicy = iota
 	// DeadLetterUnhandled sends it to the DLQ with class "unhandled", for
 	// consumers that must handle every event type they receive.

@@ -30,10 +30,12 @@ type BaseConsumer struct {
 	log  *slog.Logger
 	host string
 
-	mu      sync.Mutex // guards router and mws until Run starts
-	router  router
-	mws     []warren.Middleware
-	started atomic.Bool
+	mu     sync.Mutex // guards router and mws until Run starts
+	router router
+	// unrouted: the event types no route took, for the warning.
+	unrouted unrouted
+	mws      []warren.Middleware
+	started  atomic.Bool
 
 	ready     atomic.Bool
 	running   atomic.Bool

@@ -357,6 +357,9 @@ func (c *BaseConsumer) handlePartitioned(ps *partitionSet, p *partition, d amqp.
 // long as the session lives. Requeued, the shutdown's verdict, is not
 // sent: the channel's close returns the message to the head of the queue.
 func (c *BaseConsumer) actPartitioned(ps *partitionSet, p *partition, j job, v decision) (Settlement, bool) {
+	if v.unrouted {
+		c.noteUnrouted(p.ctx, v.eventType)
+	}
 	s := v.Settlement
 	switch v.Disposition {
 	case Requeued:

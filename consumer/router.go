@@ -44,6 +44,15 @@ func (r *router) match(eventType string) warren.Handler {
 	return nil
 }
 
+// prefixes returns the registered prefixes, longest first.
+func (r *router) prefixes() []string {
+	out := make([]string, len(r.routes))
+	for i, rt := range r.routes {
+		out[i] = rt.prefix
+	}
+	return out
+}
+
 // UnhandledError is the error for an event no registered handler matches,
 // under [DeadLetterUnhandled].
 type UnhandledError struct{ EventType string }

@@ -16,6 +16,7 @@ type counters struct {
 	received, done, skipped, duplicates       counter
 	retried, deferred, deadLettered, requeued counter
 	unavailable                               counter // of deferred: warren.Unavailable
+	unrouted                                  counter // of skipped: no handler's prefix matched
 	publishFailures, reconnects, blocks       counter
 	publishersRenewed                         counter
 	partitionsTaken, partitionsReleased       counter
@@ -40,9 +41,12 @@ func (s *counters) moved(k move) *counter {
 // received ends in exactly one of Done, Skipped, Duplicates, Retried,
 // Deferred, DeadLettered or Requeued, or is still in flight.
 type Stats struct {
-	Received        uint64 `json:"received"`
-	Done            uint64 `json:"done"`          // handled and acked
-	Skipped         uint64 `json:"skipped"`       // acked without handling (filters, no handler)
+	Received uint64 `json:"received"`
+	Done     uint64 `json:"done"`    // handled and acked
+	Skipped  uint64 `json:"skipped"` // acked without handling (filters, no handler)
+	// Unrouted: of Skipped, the events no handler's prefix matched (under
+	// AckUnhandled). They pass no middleware: no dedup claim, no filter.
+	Unrouted        uint64 `json:"unrouted"`
 	Duplicates      uint64 `json:"duplicates"`    // acked as already handled
 	Retried         uint64 `json:"retried"`       // sent to a retry tier after a transient failure
 	Deferred        uint64 `json:"deferred"`      // sent to a retry tier without spending an attempt
@@ -69,7 +73,7 @@ type Stats struct {
 func (c *BaseConsumer) Stats() Stats {
 	s := &c.stats
 	return Stats{
-		Received: s.received.Load(), Done: s.done.Load(), Skipped: s.skipped.Load(), Duplicates: s.duplicates.Load(),
+		Received: s.received.Load(), Done: s.done.Load(), Skipped: s.skipped.Load(), Unrouted: s.unrouted.Load(), Duplicates: s.duplicates.Load(),
 		Retried: s.retried.Load(), Deferred: s.deferred.Load(), Unavailable: s.unavailable.Load(), DeadLettered: s.deadLettered.Load(), Requeued: s.requeued.Load(),
 		PublishFailures: s.publishFailures.Load(), PublishersRenewed: s.publishersRenewed.Load(), Reconnects: s.reconnects.Load(), Blocks: s.blocks.Load(), InFlight: s.inFlight.Load(),
 		ActivePartitions: s.activePartitions.Load(), PartitionsTaken: s.partitionsTaken.Load(), PartitionsReleased: s.partitionsReleased.Load(),

@@ -70,6 +70,7 @@ type decision struct {
 	// event's, or what an undecodable body says (Settlement.EventType, for
 	// observers, stays empty then).
 	eventID, eventType string
+	unrouted           bool // no handler's prefix matched: skipped without the chain
 }
 
 // evaluate decodes a delivery, runs it through the handler chain h and
@@ -100,7 +101,15 @@ func (c *BaseConsumer) evaluateIn(hctx context.Context, h warren.Handler, d amqp
 	if c.cfg.Observer != nil {
 		start = time.Now()
 	}
-	err = c.invoke(ctx, h, m)
+	// An event no handler takes, under AckUnhandled, is skipped without
+	// the middleware chain: a skip needs no dedup claim (which would leave
+	// a key for the store's retention per such event) and no filter.
+	unrouted := c.cfg.Unhandled == AckUnhandled && c.router.match(m.Event.Type) == nil
+	if unrouted {
+		err = c.router.Handle(ctx, m)
+	} else {
+		err = c.invoke(ctx, h, m)
+	}
 	var took time.Duration
 	if !start.IsZero() {
 		took = time.Since(start)
@@ -114,6 +123,7 @@ func (c *BaseConsumer) evaluateIn(hctx context.Context, h warren.Handler, d amqp
 	err = redact.Error(err)
 	v := c.decide(d, queue, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
 	v.EventType, v.eventID, v.eventType, v.HandlerDuration = m.Event.Type, m.Event.ID, m.Event.Type, took
+	v.unrouted = unrouted
 	return v
 }
 
@@ -199,6 +209,9 @@ func (c *BaseConsumer) deadLetterDecision(d amqp.Delivery, queue string, attempt
 
 // act carries out v on the delivery of j: acks, nacks or moves it.
 func (c *BaseConsumer) act(hctx context.Context, j job, v decision) Settlement {
+	if v.unrouted {
+		c.noteUnrouted(hctx, v.eventType)
+	}
 	s := v.Settlement
 	switch v.Disposition {
 	case Done, Skipped, Duplicate:
