@@ -37,7 +37,9 @@ const (
 	// AckUnhandled acknowledges the event and counts it as skipped (and
 	// as Stats.Unrouted). On a fanout exchange every consumer sees every
 	// event, so this is the default. Such an event passes no middleware:
-	// a dedup store keeps no key for it. The consumer warns, per event
+	// a dedup store keeps no key for it, and a middleware meant to see
+	// every event needs a handler for the prefix "" beside it (every event
+	// is routed then). The consumer warns, per event
 	// type, when the first one arrives and every 10 minutes after, naming
 	// the prefixes it handles: a mistyped prefix shows there.
 	AckUnhandled UnhandledPolicy = iota
