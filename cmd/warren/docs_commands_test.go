@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +59,7 @@ func docCommands(t *testing.T, files []string) []docCommand {
 			if strings.Contains(cmd, " | ") || strings.Contains(cmd, " / ") {
 				continue
 			}
-			out = append(out, docCommand{where: filepath.Base(file) + ":" + itoa(at), args: strings.Fields(cmd)})
+			out = append(out, docCommand{where: filepath.Base(file) + ":" + strconv.Itoa(at), args: strings.Fields(cmd)})
 		}
 	}
 	return out
@@ -69,15 +70,6 @@ func stripComment(s string) string {
 		return before
 	}
 	return s
-}
-
-func itoa(n int) string {
-	var b []byte
-	for n > 0 || len(b) == 0 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		n /= 10
-	}
-	return string(b)
 }
 
 // Every warren command the README and the docs show in a code block is

@@ -2,6 +2,8 @@ package main
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -296,5 +298,37 @@ func TestSendFailureOfReadsOnlyPOSTsThatGotNoAnswer(t *testing.T) {
 		if ok && (id != "e085" || at.IsZero()) {
 			t.Errorf("%q: id %q at %v", c.err, id, at)
 		}
+	}
+}
+
+// The checker reads the webhook replicas' own logs: a failure without an
+// answer is evidence for its replica and event only, and an unexplained
+// duplicate prints what each replica said of the event.
+func TestWebhookLogsAreReadPerReplica(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name+".log")
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	timeout := `{"time":"2026-12-06T13:04:56.180Z","level":"WARN","msg":"event failed, will retry","event_id":"ev-1","error":"POST http://127.0.0.1:1/…#ab: context deadline exceeded"}` + "\n"
+	refused := `{"time":"2026-12-06T13:04:57.000Z","level":"WARN","msg":"event failed, will retry","event_id":"ev-2","error":"POST http://127.0.0.1:1/…#ab: 503 Service Unavailable"}` + "\n"
+	h := &harness{procs: []*proc{
+		newProc(procSpec{name: "webhook-a", kind: "webhook"}, write("webhook-a", timeout)),
+		newProc(procSpec{name: "webhook-b", kind: "webhook"}, write("webhook-b", refused)),
+		newProc(procSpec{name: "relay-a", kind: "relay"}, write("relay-a", timeout)), // not a poster
+		newProc(procSpec{name: "webhook-c", kind: "webhook"}, filepath.Join(dir, "missing.log")),
+	}}
+	failures := h.sendFailures()
+	if len(failures) != 1 || len(failures["ev-1"]) != 1 || len(failures["ev-1"]["webhook-a"]) != 1 {
+		t.Errorf("send failures %v, want only ev-1 by webhook-a", failures)
+	}
+	if got := h.logLinesOf("ev-2"); !strings.Contains(got, "webhook-b: ") || strings.Contains(got, "webhook-a") {
+		t.Errorf("log lines of ev-2: %q, want webhook-b's line only", got)
+	}
+	if got := h.logLinesOf("ev-9"); got != "nothing" {
+		t.Errorf("log lines of an event nobody logged: %q", got)
 	}
 }

@@ -16,29 +16,37 @@ import (
 // replica, when it logged such a failure.
 func (h *harness) sendFailures() map[string]map[string][]time.Time {
 	out := map[string]map[string][]time.Time{}
+	h.eachWebhookLogLine(func(replica, line string) bool {
+		at, id, ok := sendFailureOf([]byte(line))
+		if ok {
+			if out[id] == nil {
+				out[id] = map[string][]time.Time{}
+			}
+			out[id][replica] = append(out[id][replica], at)
+		}
+		return true
+	})
+	return out
+}
+
+// eachWebhookLogLine calls fn with each line of each webhook replica's
+// log, and the replica's name, while fn returns true for that replica. A
+// missing log is no evidence and is passed over.
+func (h *harness) eachWebhookLogLine(fn func(replica, line string) bool) {
 	for _, p := range h.procs {
 		if p.spec.kind != "webhook" {
 			continue
 		}
 		f, err := os.Open(p.logPath)
 		if err != nil {
-			continue // no log, no evidence: the duplicate stays unexplained
+			continue
 		}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			at, id, ok := sendFailureOf(sc.Bytes())
-			if !ok {
-				continue
-			}
-			if out[id] == nil {
-				out[id] = map[string][]time.Time{}
-			}
-			out[id][p.spec.name] = append(out[id][p.spec.name], at)
+		for sc.Scan() && fn(p.spec.name, sc.Text()) {
 		}
 		f.Close()
 	}
-	return out
 }
 
 // sendFailureOf reads one log line: a handler failure of an event whose
@@ -75,28 +83,17 @@ func sendFailureOf(line []byte) (at time.Time, eventID string, ok bool) {
 // few lines each, for a failure a fault did not explain.
 func (h *harness) logLinesOf(id string) string {
 	var out []string
-	for _, p := range h.procs {
-		if p.spec.kind != "webhook" {
-			continue
-		}
-		f, err := os.Open(p.logPath)
-		if err != nil {
-			continue
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		n := 0
-		for sc.Scan() && n < 8 {
-			if line := sc.Text(); strings.Contains(line, id) {
-				if len(line) > 400 {
-					line = line[:400] + "…"
-				}
-				out = append(out, p.spec.name+": "+line)
-				n++
+	count := map[string]int{}
+	h.eachWebhookLogLine(func(replica, line string) bool {
+		if strings.Contains(line, id) {
+			if len(line) > 400 {
+				line = line[:400] + "…"
 			}
+			out = append(out, replica+": "+line)
+			count[replica]++
 		}
-		f.Close()
-	}
+		return count[replica] < 8
+	})
 	if len(out) == 0 {
 		return "nothing"
 	}
