@@ -39,9 +39,14 @@ const (
 	// event, so this is the default. Such an event passes no middleware:
 	// a dedup store keeps no key for it, and a middleware meant to see
 	// every event needs a handler for the prefix "" beside it (every event
-	// is routed then). The consumer warns, per event
+	// is routed then). A middleware that rewrites event types (an upcaster
+	// from legacy names) does not run before the route is chosen: register
+	// a handler for the old prefix, or set DeadLetterUnhandled, under which
+	// every event passes the chain. The consumer warns, per event
 	// type, when the first one arrives and every 10 minutes after, naming
-	// the prefixes it handles: a mistyped prefix shows there.
+	// the prefixes it handles: a mistyped prefix shows there. It names at
+	// most the first 1000 distinct types of the process's life; later ones
+	// are counted in Stats.Unrouted without a warning.
 	AckUnhandled UnhandledPolicy = iota
 	// DeadLetterUnhandled sends it to the DLQ with class "unhandled", for
 	// consumers that must handle every event type they receive.

@@ -11,6 +11,13 @@ import (
 // warrenprom/relayprom implements it for Prometheus. Its methods are called concurrently from
 // the relay's goroutines and must return quickly without blocking. With
 // no Observer configured, each call site costs one nil check.
+//
+// Both relays (package relay and relay/cdc) call it from their publishing
+// path and do not guard against it: a method that blocks holds publishing
+// while the relay's health still says ready, and a method that panics
+// ends the process between the broker's confirm and the settle, so the
+// restarted relay publishes that batch again, and panics again if the
+// Observer does.
 type Observer interface {
 	// Woken is called each time a worker that was waiting wakes to claim
 	// rows: byNotify is true when a notification woke it, false when its

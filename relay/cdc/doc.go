@@ -221,10 +221,16 @@
 //     liveness probe never restarts it. [DropSlot] and a new relay mend
 //     it; the new slot's backfill publishes every pending row.
 //   - A broker memory or disk alarm that outlasts PublishTimeout: the
-//     relay reports the block (Health, the log, a BlockObserver), but its
-//     session ends at PublishTimeout and the next one starts unblocked
-//     until it publishes, so readiness returns between sessions, and the
-//     events the block held are published again by each session.
+//     relay reports the block (Health, the log, a BlockObserver) and is not
+//     ready, but its session ends at PublishTimeout and the next one starts
+//     unblocked until it publishes. So BlockedSince restarts with each
+//     session and never says how long the alarm has lasted; a
+//     BlockObserver is told Blocked and Unblocked once per session; each
+//     timed-out batch counts as failed publishes, its error saying "no
+//     confirm" without naming the block; and the events the block held
+//     are published again (an attack with five events under a 20s alarm
+//     delivered each twice).
+//   - An Observer that blocks or panics (see [relay.Observer]).
 //   - An outbox or state table made UNLOGGED while a session streams is
 //     refused ([ErrNotLogged]) only when the next session starts; a crash
 //     in between empties it.
