@@ -14,6 +14,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/observeguard"
 )
 
 // BaseConsumer consumes one queue and runs handlers on its messages. Embed
@@ -28,7 +29,10 @@ type BaseConsumer struct {
 	cfg  Config
 	topo Topology
 	log  *slog.Logger
-	host string
+	// observe runs every call to cfg.Observer: a panic there must not
+	// end the process with a delivery unacked (package observeguard).
+	observe *observeguard.Guard
+	host    string
 
 	mu     sync.Mutex // guards router and mws until Run starts
 	router router
@@ -82,6 +86,7 @@ func New(cfg Config) (*BaseConsumer, error) {
 		host:      amqpx.Hostname(),
 		forceStop: make(chan struct{}),
 	}
+	c.observe = observeguard.New(c.log)
 	c.router.unhandled = cfg.Unhandled
 	if cfg.QueueType == Classic && len(amqpx.SplitURLs(cfg.URL)) > 1 {
 		// A classic queue lives on the node that declared it: when that
@@ -196,7 +201,7 @@ func (c *BaseConsumer) Run(ctx context.Context) error {
 	c.ready.Store(false)
 	if s != nil {
 		if c.cfg.Observer != nil {
-			c.cfg.Observer.Disconnected(c.cfg.Name, nil)
+			c.observe.Call("Disconnected", func() { c.cfg.Observer.Disconnected(c.cfg.Name, nil) })
 		}
 		s.stopConsuming()
 	}
@@ -303,7 +308,8 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job, run handl
 			c.stats.reconnects.Add(1)
 		}
 		if c.cfg.Observer != nil {
-			c.cfg.Observer.Connected(c.cfg.Name, connected)
+			reconnect := connected
+			c.observe.Call("Connected", func() { c.cfg.Observer.Connected(c.cfg.Name, reconnect) })
 		}
 		connected = true
 		c.ready.Store(true)
@@ -322,7 +328,7 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job, run handl
 		case err := <-s.lost:
 			c.ready.Store(false)
 			if c.cfg.Observer != nil {
-				c.cfg.Observer.Disconnected(c.cfg.Name, err)
+				c.observe.Call("Disconnected", func() { c.cfg.Observer.Disconnected(c.cfg.Name, err) })
 			}
 			s.abandon()
 			c.log.Warn("lost the broker; reconnecting", "error", err)

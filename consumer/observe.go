@@ -11,7 +11,11 @@ import (
 // implements it for Prometheus. Its methods are called concurrently from
 // the workers and the connection supervisor and must return quickly
 // without blocking. With no Observer configured, each call site costs one
-// nil check.
+// nil check. A method that panics costs only that report: the consumer
+// recovers it and logs "the Observer panicked" at Error level with the
+// method and the stack, at most once per method every 10 seconds.
+// Unrecovered, Received's panic would end the process before the ack,
+// and every restart would take the same delivery and panic again.
 type Observer interface {
 	// Received is called when a worker takes a delivery. Every Received
 	// is followed by exactly one Settled for the same delivery.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -127,5 +128,53 @@ func TestObserverSeesEveryDisposition(t *testing.T) {
 	}
 	if s := c.Stats(); s.Done != 2 || s.Retried != 1 || s.DeadLettered != 2 {
 		t.Errorf("Stats %+v disagree with the observer", s)
+	}
+}
+
+// panickingObserver is an Observer whose every method panics.
+type panickingObserver struct{}
+
+func (panickingObserver) Received(string)                     { panic("observer bug: Received") }
+func (panickingObserver) Settled(string, consumer.Settlement) { panic("observer bug: Settled") }
+func (panickingObserver) Connected(string, bool)              { panic("observer bug: Connected") }
+func (panickingObserver) Disconnected(string, error)          { panic("observer bug: Disconnected") }
+
+// An Observer that panics costs its reports, not the process: before the
+// consumer recovered it, Received's panic came before the ack, so the
+// process ended, the delivery came back, and every restart panicked on
+// it. Each event must be handled exactly once and acked, and the log
+// must say which method panicked.
+func TestObserverPanicIsRecovered(t *testing.T) {
+	t.Parallel()
+	logs := &testenv.LogBuffer{}
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.Observer = panickingObserver{}
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	var mu sync.Mutex
+	handled := map[string]int{}
+	c.HandleFunc("", func(_ context.Context, m *warren.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[m.Event.ID]++
+		return nil
+	})
+	stop := start(t, c)
+	newPublisher(t).events(c.Topology().Exchange, "", event("p-1", "ok.done"), event("p-2", "ok.done"), event("p-3", "ok.done"))
+	testenv.WaitFor(t, 60*time.Second, "three events acked", func() bool { return c.Stats().Done == 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{"p-1", "p-2", "p-3"} {
+		if handled[id] != 1 {
+			t.Errorf("%s handled %d times, want once", id, handled[id])
+		}
+	}
+	for _, method := range []string{"Connected", "Received", "Settled", "Disconnected"} {
+		if !logs.Has("method=" + method) {
+			t.Errorf("the log does not say %s panicked:\n%s", method, logs)
+		}
 	}
 }

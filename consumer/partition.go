@@ -304,7 +304,7 @@ func (c *BaseConsumer) handlePartitioned(ps *partitionSet, p *partition, d amqp.
 		c.stats.inFlight.Add(1)
 		c.stats.lastMessage.Store(time.Now().UnixNano())
 		if obs != nil {
-			obs.Received(c.cfg.Name)
+			c.observe.Call("Received", func() { obs.Received(c.cfg.Name) })
 		}
 		v := ps.h.h(p.ctx, p, d, spent)
 		settled, retry := true, false
@@ -337,7 +337,7 @@ func (c *BaseConsumer) handlePartitioned(ps *partitionSet, p *partition, d amqp.
 		c.stats.lastSettled.Store(time.Now().UnixNano())
 		c.stats.inFlight.Add(-1)
 		if obs != nil {
-			obs.Settled(c.cfg.Name, s)
+			c.observe.Call("Settled", func() { obs.Settled(c.cfg.Name, s) })
 		}
 		if !retry {
 			return settled

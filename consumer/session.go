@@ -164,18 +164,7 @@ func (c *BaseConsumer) blockChanged(blocked bool, reason string) {
 	case reason == "":
 		c.log.Info("the broker unblocked this connection")
 	}
-	c.observeBlocked(blocked, reason)
-}
-
-func (c *BaseConsumer) observeBlocked(active bool, reason string) {
-	o, ok := c.cfg.Observer.(BlockObserver)
-	switch {
-	case !ok:
-	case active:
-		o.Blocked(c.cfg.Name, reason)
-	default:
-		o.Unblocked(c.cfg.Name)
-	}
+	c.observe.ObserveBlocked(c.cfg.Observer, c.cfg.Name, blocked, reason)
 }
 
 // watch turns a close notification into a session failure. A clean close

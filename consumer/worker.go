@@ -44,8 +44,9 @@ func (c *BaseConsumer) process(hctx context.Context, h warren.Handler, j job) {
 		c.dispose(hctx, h, j)
 		return
 	}
-	obs.Received(c.cfg.Name)
-	obs.Settled(c.cfg.Name, c.dispose(hctx, h, j))
+	c.observe.Call("Received", func() { obs.Received(c.cfg.Name) })
+	s := c.dispose(hctx, h, j)
+	c.observe.Call("Settled", func() { obs.Settled(c.cfg.Name, s) })
 }
 
 // dispose decodes the delivery, runs the handler, decides what the ack

@@ -13,11 +13,13 @@ import (
 // no Observer configured, each call site costs one nil check.
 //
 // Both relays (package relay and relay/cdc) call it from their publishing
-// path and do not guard against it: a method that blocks holds publishing
-// while the relay's health still says ready, and a method that panics
-// ends the process between the broker's confirm and the settle, so the
-// restarted relay publishes that batch again, and panics again if the
-// Observer does.
+// path. A method that panics costs only that report: the relay recovers
+// it and logs "the Observer panicked" at Error level with the method and
+// the stack, at most once per method every 10 seconds (a count says how
+// many it did not log). Unrecovered, the panic would end the process
+// between the broker's confirm and the settle, and the restarted relay
+// would publish that batch again. A method that blocks is not guarded
+// against: it holds publishing while the relay's health still says ready.
 type Observer interface {
 	// Woken is called each time a worker that was waiting wakes to claim
 	// rows: byNotify is true when a notification woke it, false when its

@@ -83,10 +83,24 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 func TestObserverScenarioSharedWithTheCDCRelay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	observertest.Run(t, e.ob, func(exchange string, obs relay.Observer, maxAttempts int) {
-		cfg := e.config(testenv.Name(t, "relay"))
-		cfg.Exchange, cfg.Observer, cfg.MaxAttempts = exchange, obs, maxAttempts
-		cfg.StatsInterval = 50 * time.Millisecond
-		e.start(cfg)
-	})
+	observertest.Run(t, e.ob, e.observerStart)
+}
+
+// An Observer that panics costs its reports, not a crash between a
+// confirm and its settle (relay/internal/observertest.RunPanicking).
+func TestObserverPanicIsRecovered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	observertest.RunPanicking(t, e.ob, e.observerStart)
+}
+
+// observerStart starts a relay as the shared Observer scenarios ask.
+func (e *env) observerStart(s observertest.Settings) {
+	cfg := e.config(testenv.Name(e.t, "relay"))
+	cfg.Exchange, cfg.Observer, cfg.MaxAttempts = s.Exchange, s.Observer, s.MaxAttempts
+	if s.Logger != nil {
+		cfg.Logger = s.Logger
+	}
+	cfg.StatsInterval = 50 * time.Millisecond
+	e.start(cfg)
 }

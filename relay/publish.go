@@ -88,7 +88,8 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 			err = fmt.Errorf("%w (it may have reached other queues bound to the exchange: one refusing queue is enough for a nack)", err)
 		}
 		if r.cfg.Observer != nil {
-			r.cfg.Observer.Published(r.cfg.Table, Publication{InsertedAt: c.InsertedAt, Took: time.Since(start), Err: err})
+			p := Publication{InsertedAt: c.InsertedAt, Took: time.Since(start), Err: err}
+			r.observe.Call("Published", func() { r.cfg.Observer.Published(r.cfg.Table, p) })
 		}
 		ends[j](err)
 		if err == nil || errors.Is(err, amqpx.ErrNacked) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/observeguard"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay/internal/engine"
@@ -36,6 +37,7 @@ type Relay struct {
 	// (noticePlaneMigration).
 	sql     atomic.Pointer[statements]
 	log     *slog.Logger
+	observe *observeguard.Guard // runs every call to cfg.Observer
 	wake    wakeup
 	running atomic.Bool
 	hooks   hooks
@@ -93,6 +95,7 @@ func New(cfg Config) (*Relay, error) {
 		wake:   newWakeup(),
 		health: newHealth(cfg),
 	}
+	r.observe = observeguard.New(r.log)
 	r.sql.Store(&sql)
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName)
@@ -167,7 +170,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	if r.cfg.Observer != nil {
 		listener.Go(func() {
-			engine.ReportStats(listenCtx, r.outbox, pool, r.cfg.StatsInterval, func(s outbox.Stats) { r.cfg.Observer.OutboxStats(r.cfg.Table, s) }, r.log)
+			engine.ReportStats(listenCtx, r.outbox, pool, r.cfg.StatsInterval, func(s outbox.Stats) {
+				r.observe.Call("OutboxStats", func() { r.cfg.Observer.OutboxStats(r.cfg.Table, s) })
+			}, r.log)
 		})
 	}
 	// Said when the stop begins, not only when it ends, so a stop that
@@ -339,7 +344,7 @@ func (r *Relay) blockChanged(blocked bool, reason string) {
 	case reason == "":
 		r.log.Info("the broker unblocked the connection; claiming resumes")
 	}
-	engine.ObserveBlocked(r.cfg.Observer, r.cfg.Table, blocked, reason)
+	r.observe.ObserveBlocked(r.cfg.Observer, r.cfg.Table, blocked, reason)
 }
 
 func closeError(e *amqp.Error) error {

@@ -150,13 +150,13 @@ func (r *Relay) sendSettle(ctx context.Context, pool *pgxpool.Pool, s *statement
 
 func (r *Relay) observeWake(byNotify bool) {
 	if r.cfg.Observer != nil {
-		r.cfg.Observer.Woken(r.cfg.Table, byNotify)
+		r.observe.Call("Woken", func() { r.cfg.Observer.Woken(r.cfg.Table, byNotify) })
 	}
 }
 
 func (r *Relay) observeDead(n int) {
 	if r.cfg.Observer != nil && n > 0 {
-		r.cfg.Observer.Dead(r.cfg.Table, n)
+		r.observe.Call("Dead", func() { r.cfg.Observer.Dead(r.cfg.Table, n) })
 	}
 }
 

@@ -230,7 +230,8 @@
 //     confirm" without naming the block; and the events the block held
 //     are published again (an attack with five events under a 20s alarm
 //     delivered each twice).
-//   - An Observer that blocks or panics (see [relay.Observer]).
+//   - An Observer that blocks (see [relay.Observer]); one that panics is
+//     recovered and logged.
 //   - An outbox or state table made UNLOGGED while a session streams is
 //     refused ([ErrNotLogged]) only when the next session starts; a crash
 //     in between empties it.

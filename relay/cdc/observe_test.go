@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/internal/observertest"
 )
 
@@ -14,10 +13,24 @@ import (
 func TestObserverScenarioSharedWithThePollingRelay(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	observertest.Run(t, e.ob, func(exchange string, obs relay.Observer, maxAttempts int) {
-		cfg := e.config()
-		cfg.Exchange, cfg.Observer, cfg.MaxAttempts = exchange, obs, maxAttempts
-		cfg.StatsInterval = 50 * time.Millisecond
-		e.start(cfg)
-	})
+	observertest.Run(t, e.ob, e.observerStart)
+}
+
+// An Observer that panics costs its reports, not a crash between a
+// confirm and its settle (relay/internal/observertest.RunPanicking).
+func TestObserverPanicIsRecovered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	observertest.RunPanicking(t, e.ob, e.observerStart)
+}
+
+// observerStart starts a relay as the shared Observer scenarios ask.
+func (e *env) observerStart(s observertest.Settings) {
+	cfg := e.config()
+	cfg.Exchange, cfg.Observer, cfg.MaxAttempts = s.Exchange, s.Observer, s.MaxAttempts
+	if s.Logger != nil {
+		cfg.Logger = s.Logger
+	}
+	cfg.StatsInterval = 50 * time.Millisecond
+	e.start(cfg)
 }

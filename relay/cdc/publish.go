@@ -150,9 +150,7 @@ func (r *Relay) confirmLoop(ctx context.Context, pub *amqpx.Publisher, p pipelin
 			// their spans ended: a copy that reached the broker has a
 			// consumer whose span names this one as its parent.
 			f.batch.Wait(func(i int, err error) {
-				if r.cfg.Observer != nil {
-					r.cfg.Observer.Published(r.cfg.Table, relay.Publication{InsertedAt: f.added[i], Took: time.Since(f.sent), Err: err})
-				}
+				r.observePublished(f.added[i], f.sent, err)
 				f.ends[i](err)
 			})
 			<-p.room
@@ -258,9 +256,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		}
 		expire := time.AfterFunc(r.cfg.PublishTimeout, cancel)
 		batch.Wait(func(i int, err error) {
-			if r.cfg.Observer != nil {
-				r.cfg.Observer.Published(r.cfg.Table, relay.Publication{InsertedAt: added[i], Took: time.Since(sent), Err: err})
-			}
+			r.observePublished(added[i], sent, err)
 			switch {
 			case err == nil:
 				s.done = append(s.done, ids[i])
@@ -315,5 +311,14 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 		out, ids, returns, added, ends = failedOut, failedIDs, failedReturns, failedAdded, failedEnds
 		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
 		batch, cancel, sent = pub.Send(bctx, r.cfg.Exchange, out), bcancel, time.Now()
+	}
+}
+
+// observePublished tells the Observer, if any, of one row's verdict: the
+// row was added to the batch at added and its batch sent at sent.
+func (r *Relay) observePublished(added, sent time.Time, err error) {
+	if r.cfg.Observer != nil {
+		p := relay.Publication{InsertedAt: added, Took: time.Since(sent), Err: err}
+		r.observe.Call("Published", func() { r.cfg.Observer.Published(r.cfg.Table, p) })
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/observeguard"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay/internal/engine"
@@ -29,6 +30,7 @@ type Relay struct {
 	poolConfig *pgxpool.Config // for the relay's own pool, when Config.Pool is nil
 	repl       *pgconn.Config
 	log        *slog.Logger
+	observe    *observeguard.Guard // runs every call to cfg.Observer
 	enc        warren.Encoder
 	table      *outbox.Table // for the Observer's stats
 	tracer     trace.Tracer  // nil without Config.TracerProvider
@@ -72,6 +74,7 @@ func New(cfg Config) (*Relay, error) {
 	}
 	r := &Relay{cfg: cfg, pool: cfg.Pool, log: cfg.Logger.With("relay", cfg.Name, "slot", cfg.Slot),
 		enc: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, table: table}
+	r.observe = observeguard.New(r.log)
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer("github.com/warrenmq/warren/relay/cdc")
 	}
@@ -151,7 +154,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		statsCtx, stopStats := context.WithCancel(ctx)
 		var stats sync.WaitGroup
 		stats.Go(func() {
-			engine.ReportStats(statsCtx, r.table, r.pool, r.cfg.StatsInterval, func(s outbox.Stats) { r.cfg.Observer.OutboxStats(r.cfg.Table, s) }, r.log)
+			engine.ReportStats(statsCtx, r.table, r.pool, r.cfg.StatsInterval, func(s outbox.Stats) {
+				r.observe.Call("OutboxStats", func() { r.cfg.Observer.OutboxStats(r.cfg.Table, s) })
+			}, r.log)
 		})
 		defer stats.Wait()
 		defer stopStats()
@@ -205,7 +210,7 @@ func (r *Relay) blockChanged(blocked bool, reason string) {
 	case reason == "":
 		r.log.Info("the broker unblocked the connection")
 	}
-	engine.ObserveBlocked(r.cfg.Observer, r.cfg.Table, blocked, reason)
+	r.observe.ObserveBlocked(r.cfg.Observer, r.cfg.Table, blocked, reason)
 }
 
 func isSlotBusy(err error) bool {

@@ -186,7 +186,8 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 		}
 		r.dead.Add(int64(len(s.dead)))
 		if r.cfg.Observer != nil && len(s.dead) > 0 {
-			r.cfg.Observer.Dead(r.cfg.Table, len(s.dead)) // committed: the mark is in the table
+			n := len(s.dead)
+			r.observe.Call("Dead", func() { r.cfg.Observer.Dead(r.cfg.Table, n) }) // committed: the mark is in the table
 		}
 		// Forgotten once the dead mark is committed, not when it is
 		// decided: a batch that fails after the decision drops the mark,

@@ -6,6 +6,7 @@ package observertest
 
 import (
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -108,10 +109,17 @@ func (o *Recorder) Counts() Counts {
 	return c
 }
 
-// Start runs a relay on the test's table that publishes to exchange,
-// with obs as its Observer, at most maxAttempts attempts per row and a
-// stats interval short enough for the test.
-type Start func(exchange string, obs relay.Observer, maxAttempts int)
+// Settings are what a scenario asks of the relay it starts.
+type Settings struct {
+	Exchange    string         // where the relay publishes
+	Observer    relay.Observer // the relay's Observer
+	MaxAttempts int            // attempts per row
+	Logger      *slog.Logger   // the relay's logger; nil: the test's own
+}
+
+// Start runs a relay on the test's table with s and a stats interval
+// short enough for the test.
+type Start func(s Settings)
 
 // Run is the scenario: five events a queue takes and one that no queue
 // is bound for (the broker returns it as unroutable, which spends an
@@ -124,23 +132,9 @@ func Run(t *testing.T, ob *testenv.OutboxTable, start Start) {
 	const good, maxAttempts = 5, 3
 	// The relays publish to a fanout exchange; a topic exchange behind
 	// it routes by event type, so that "lost.#" reaches no queue.
-	exchange, router, queue := testenv.Name(t, "observed"), testenv.Name(t, "router"), testenv.Name(t, "observedq")
-	testenv.CleanupExchanges(t, exchange, router)
-	testenv.CleanupQueues(t, queue)
-	ch := testenv.Channel(t)
-	for _, err := range []error{
-		ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil),
-		ch.ExchangeDeclare(router, "topic", true, false, false, false, nil),
-		ch.ExchangeBind(router, "#", exchange, false, nil),
-		func() error { _, err := ch.QueueDeclare(queue, true, false, false, false, nil); return err }(),
-		ch.QueueBind(queue, "good.#", router, false, nil),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	exchange, _ := declare(t)
 	rec := &Recorder{}
-	start(exchange, rec, maxAttempts)
+	start(Settings{Exchange: exchange, Observer: rec, MaxAttempts: maxAttempts})
 	for i := range good {
 		ev := testenv.OutboxEvent(fmt.Sprintf("%s-good-%d", t.Name(), i))
 		ev.Type = "good.created"
@@ -171,5 +165,75 @@ func Run(t *testing.T, ob *testenv.OutboxTable, start Start) {
 	}
 	if n := ob.Count(`state = 'dead'`); n != 1 {
 		t.Errorf("%d dead rows in the table, want 1", n)
+	}
+}
+
+// declare makes the scenarios' broker side: a fanout exchange the relay
+// publishes to, and a topic exchange behind it that routes "good.#" to
+// queue and "lost.#" nowhere.
+func declare(t *testing.T) (exchange, queue string) {
+	t.Helper()
+	exchange, router, queue := testenv.Name(t, "observed"), testenv.Name(t, "router"), testenv.Name(t, "observedq")
+	testenv.CleanupExchanges(t, exchange, router)
+	testenv.CleanupQueues(t, queue)
+	ch := testenv.Channel(t)
+	for _, err := range []error{
+		ch.ExchangeDeclare(exchange, "fanout", true, false, false, false, nil),
+		ch.ExchangeDeclare(router, "topic", true, false, false, false, nil),
+		ch.ExchangeBind(router, "#", exchange, false, nil),
+		func() error { _, err := ch.QueueDeclare(queue, true, false, false, false, nil); return err }(),
+		ch.QueueBind(queue, "good.#", router, false, nil),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return exchange, queue
+}
+
+// panicker is an Observer, and a BlockObserver, whose every method panics.
+type panicker struct{}
+
+func (panicker) Woken(string, bool)                  { panic("observer bug: Woken") }
+func (panicker) Published(string, relay.Publication) { panic("observer bug: Published") }
+func (panicker) Dead(string, int)                    { panic("observer bug: Dead") }
+func (panicker) OutboxStats(string, outbox.Stats)    { panic("observer bug: OutboxStats") }
+func (panicker) Blocked(string, string)              { panic("observer bug: Blocked") }
+func (panicker) Unblocked(string)                    { panic("observer bug: Unblocked") }
+
+// RunPanicking is the scenario of an Observer whose every method panics:
+// the relay must log it and go on, as if it had no Observer. Before the
+// relays recovered it, the first panic came between the broker's confirm
+// and the settle: the process ended (this test binary with it) and a
+// restarted relay published the batch again. Every good event must reach
+// its queue exactly once, the unroutable one must become dead (its Dead
+// report panics too, after the mark is committed), and the log must say
+// which method panicked.
+func RunPanicking(t *testing.T, ob *testenv.OutboxTable, start Start) {
+	t.Helper()
+	const good = 5
+	exchange, queue := declare(t)
+	logs := &testenv.LogBuffer{}
+	start(Settings{Exchange: exchange, Observer: panicker{}, MaxAttempts: 2,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	for i := range good {
+		ev := testenv.OutboxEvent(fmt.Sprintf("%s-good-%d", t.Name(), i))
+		ev.Type = "good.created"
+		ob.Publish(ev)
+	}
+	lost := testenv.OutboxEvent(t.Name() + "-unroutable")
+	lost.Type = "lost.created"
+	ob.Publish(lost)
+
+	testenv.WaitFor(t, 90*time.Second, "every row settled: nothing pending, the unroutable one dead", func() bool {
+		return ob.Count(`state = 'pending'`) == 0 && ob.Count(`state = 'dead'`) == 1
+	})
+	if n := testenv.QueueDepth(t, testenv.Channel(t), queue); n != good {
+		t.Errorf("%d messages in the queue, want %d: each good event exactly once", n, good)
+	}
+	for _, want := range []string{"the Observer panicked", "method=Published", `panic="observer bug: Published"`} {
+		if !logs.Has(want) {
+			t.Errorf("the relay's log does not say %q:\n%s", want, logs)
+		}
 	}
 }
