@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -66,23 +67,30 @@ func (c *relayRun) cdcConfig() (cdc.Config, error) {
 	if err != nil {
 		return cdc.Config{}, err
 	}
-	return cdc.Config{
-		DatabaseURL:    pcfg.DatabaseURL,
-		AMQPURL:        pcfg.AMQPURL,
-		Exchange:       pcfg.Exchange,
-		Table:          pcfg.Table,
-		Slot:           o.slot,
-		Name:           o.name,
-		Format:         pcfg.Format,
-		Publisher:      pcfg.Publisher,
-		BatchSize:      batchSize,
-		PublishTimeout: pcfg.PublishTimeout,
-		MaxAttempts:    maxAttempts,
-		NackTimeout:    time.Duration(o.nackTimeout),
-		RetryMin:       pcfg.RetryMin,
-		RetryMax:       pcfg.RetryMax,
-		Logger:         pcfg.Logger,
-	}, nil
+	cfg := cdc.Config{Slot: o.slot, BatchSize: batchSize, MaxAttempts: maxAttempts, NackTimeout: time.Duration(o.nackTimeout)}
+	shareSettings(&cfg, pcfg)
+	return cfg, nil
+}
+
+// shareSettings copies into dst every setting of src that the CDC relay
+// also has, by name and type, and leaves dst's other fields alone: the
+// two configs share most settings, and a list of them here would be one
+// more place for a new setting to be forgotten (the field list this
+// replaced had already lost one). Settings whose defaults differ
+// (BatchSize, MaxAttempts) are set from the flags instead (given), and
+// only those still zero in dst are copied. It returns the names copied.
+func shareSettings(dst *cdc.Config, src relay.Config) (copied []string) {
+	to, from := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src)
+	for i := range to.NumField() {
+		name := to.Type().Field(i).Name
+		f := from.FieldByName(name)
+		if !f.IsValid() || f.Type() != to.Field(i).Type() || !to.Field(i).IsZero() {
+			continue
+		}
+		to.Field(i).Set(f)
+		copied = append(copied, name)
+	}
+	return copied
 }
 
 // given is the value v of the integer flag name when it was given, else

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -60,5 +61,28 @@ func TestRelayRunFlagsKeepTheirValueInEitherMode(t *testing.T) {
 	defer cancel()
 	if code := run(ctx, env, strings.Fields("relay run --mode cdc --workers 2")); code != 2 {
 		t.Errorf("--mode cdc --workers 2: exit %d, want 2 (usage)", code)
+	}
+}
+
+// Every setting both relays have reaches the CDC relay from the flags
+// that set it for the polling relay, by name and type, without a list
+// of fields to keep in step.
+func TestShareSettingsCopiesEverySharedSetting(t *testing.T) {
+	t.Parallel()
+	src := relay.Config{DatabaseURL: "postgres://db/app", AMQPURL: "amqp://mq/", Exchange: "app.events", Table: "orders_outbox",
+		Name: "relay-1", Format: "plane", PublishTimeout: 3 * time.Second, RetryMin: time.Second, RetryMax: time.Minute,
+		BatchSize: 999, MaxAttempts: 999, Workers: 4}
+	dst := cdc.Config{BatchSize: 50, MaxAttempts: 7}
+	copied := shareSettings(&dst, src)
+	for _, want := range []string{"DatabaseURL", "AMQPURL", "Exchange", "Table", "Name", "Format", "Publisher", "PublishTimeout", "RetryMin", "RetryMax", "Logger", "Observer"} {
+		if !slices.Contains(copied, want) {
+			t.Errorf("%s not copied (copied %v)", want, copied)
+		}
+	}
+	if dst.Exchange != src.Exchange || dst.Format != src.Format || dst.PublishTimeout != src.PublishTimeout || dst.RetryMax != src.RetryMax {
+		t.Errorf("copied values differ: %+v", dst)
+	}
+	if dst.BatchSize != 50 || dst.MaxAttempts != 7 {
+		t.Errorf("BatchSize %d, MaxAttempts %d: a setting the flags already set for this mode was overwritten", dst.BatchSize, dst.MaxAttempts)
 	}
 }
