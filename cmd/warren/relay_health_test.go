@@ -53,9 +53,10 @@ func TestRelayRunHealthAddr(t *testing.T) {
 		}},
 		{"cdc", `"role":"streaming"`, func(table string) []string {
 			group := `{outbox="` + table + `",slot="` + table + `_cdc"}`
-			return []string{"warren_cdc_relay_published_total" + group + " 3\n", "warren_cdc_relay_streaming" + group + " 1",
-				// The polling relay's metrics, from the same Observer calls.
-				`warren_relay_published_total{outbox="` + table + `"} 3` + "\n", `warren_relay_publish_failures_total{outbox="` + table + `"} 0`,
+			// The polling relay's metrics, from the same Observer calls,
+			// then the slot's own.
+			return []string{`warren_relay_published_total{outbox="` + table + `"} 3` + "\n", `warren_relay_publish_failures_total{outbox="` + table + `"} 0`,
+				"warren_cdc_relay_streaming" + group + " 1",
 				"warren_cdc_slot_active" + group + " 1", "warren_cdc_slot_lag_bytes" + group, "warren_cdc_slot_status_errors_total" + group + " 0"}
 		}},
 	} {

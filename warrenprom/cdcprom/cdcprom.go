@@ -42,10 +42,8 @@ type Metrics struct {
 	mu     sync.Mutex
 	relays []*cdc.Relay
 
-	published, dead, streaming *prometheus.Desc
-	active, lag, walStatus     *prometheus.Desc
-	oldest                     *prometheus.Desc
-	statusErrors               *prometheus.CounterVec
+	streaming, active, lag, walStatus *prometheus.Desc
+	statusErrors                      *prometheus.CounterVec
 }
 
 var _ prometheus.Collector = (*Metrics)(nil)
@@ -64,16 +62,12 @@ func New(reg prometheus.Registerer, db outbox.DB, opts Options) (*Metrics, error
 	m := &Metrics{
 		db:        db,
 		timeout:   cmp.Or(opts.Timeout, DefaultTimeout),
-		published: desc("warren_cdc_relay_published_total", "Events this process's CDC relays had confirmed by the broker.", group...),
-		dead:      desc("warren_cdc_relay_dead_rows_total", "Events this process's CDC relays made dead: refused MaxAttempts times, or not publishable.", group...),
 		streaming: desc("warren_cdc_relay_streaming", "1 while one of this process's CDC relays streams the slot, else 0 (standing by, or between sessions).", group...),
 		active:    desc("warren_cdc_slot_active", "1 while a relay, of any process, streams the slot, as Postgres sees it; else 0.", group...),
 		lag: desc("warren_cdc_slot_lag_bytes",
 			"WAL the server keeps for the slot: from the position every event before which is confirmed and trimmed to the server's current position.", group...),
 		walStatus: desc("warren_cdc_slot_wal_status",
 			"1 for the server's verdict on the slot's WAL (label wal_status: reserved, extended, unreserved, lost); lost means the slot cannot stream again.", append(group, "wal_status")...),
-		oldest: desc("warren_cdc_oldest_pending_age_seconds",
-			"How long the outbox's oldest pending row has waited: the relay group's lag in time; 0 when none.", group...),
 		statusErrors: promreg.CounterVec("warren_cdc_slot_status_errors_total",
 			"Scrapes whose read of the slot's status failed or ran out of time; the slot gauges are left out of those scrapes.", group...),
 	}
@@ -84,8 +78,8 @@ func New(reg prometheus.Registerer, db outbox.DB, opts Options) (*Metrics, error
 }
 
 // Watch adds r to the relays the metrics report. Relays of one group (the
-// same table and slot) are reported together: their counts summed,
-// streaming when one of them streams.
+// same table and slot) are reported together: streaming when one of them
+// streams.
 func (m *Metrics) Watch(r *cdc.Relay) {
 	m.statusErrors.WithLabelValues(r.Table(), r.Slot()) // exported at 0 from now on
 	m.mu.Lock()
@@ -95,7 +89,7 @@ func (m *Metrics) Watch(r *cdc.Relay) {
 
 // Describe implements [prometheus.Collector].
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.published, m.dead, m.streaming, m.active, m.lag, m.walStatus, m.oldest} {
+	for _, d := range []*prometheus.Desc{m.streaming, m.active, m.lag, m.walStatus} {
 		ch <- d
 	}
 	m.statusErrors.Describe(ch)
@@ -103,9 +97,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 
 // group is the relays of one slot, as one scrape sees them.
 type group struct {
-	table, slot     string
-	published, dead int64
-	streaming       bool
+	table, slot string
+	streaming   bool
 }
 
 func (m *Metrics) groups() []*group {
@@ -121,8 +114,6 @@ func (m *Metrics) groups() []*group {
 			bySlot[k] = g
 			out = append(out, g)
 		}
-		g.published += r.Published()
-		g.dead += r.Dead()
 		g.streaming = g.streaming || r.Streaming()
 	}
 	return out
@@ -134,8 +125,6 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
 	for _, g := range m.groups() {
-		ch <- prometheus.MustNewConstMetric(m.published, prometheus.CounterValue, float64(g.published), g.table, g.slot)
-		ch <- prometheus.MustNewConstMetric(m.dead, prometheus.CounterValue, float64(g.dead), g.table, g.slot)
 		ch <- prometheus.MustNewConstMetric(m.streaming, prometheus.GaugeValue, boolValue(g.streaming), g.table, g.slot)
 		if m.db != nil {
 			m.collectStatus(ctx, ch, g)
@@ -157,7 +146,6 @@ func (m *Metrics) collectStatus(ctx context.Context, ch chan<- prometheus.Metric
 	}
 	ch <- prometheus.MustNewConstMetric(m.active, prometheus.GaugeValue, boolValue(st.Active), g.table, g.slot)
 	ch <- prometheus.MustNewConstMetric(m.lag, prometheus.GaugeValue, float64(st.LagBytes), g.table, g.slot)
-	ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, st.OldestPending.Seconds(), g.table, g.slot)
 	if st.WALStatus != "" {
 		ch <- prometheus.MustNewConstMetric(m.walStatus, prometheus.GaugeValue, 1, g.table, g.slot, st.WALStatus)
 	}

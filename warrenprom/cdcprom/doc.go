@@ -3,14 +3,18 @@
 // does not link the logical replication client.
 //
 // The relay metrics both relays share (publishes, failures, dead rows,
-// latencies, the table's gauges) come from relayprom, given to the relay
-// as its Config.Observer; this package adds the slot's own. Its
-// warren_cdc_relay_published_total and warren_cdc_relay_dead_rows_total
-// predate that and count the same events as relayprom's
-// warren_relay_published_total and warren_relay_dead_rows_total.
+// latencies, the table's gauges such as the oldest pending row's age)
+// come from relayprom, given to the relay as its Config.Observer; this
+// package adds only what the polling relay has not: whether the process
+// streams the slot, and the slot's own gauges. (Before 0.2 it also
+// exported warren_cdc_relay_published_total,
+// warren_cdc_relay_dead_rows_total and
+// warren_cdc_oldest_pending_age_seconds, which counted what relayprom's
+// warren_relay_published_total, warren_relay_dead_rows_total and
+// warren_outbox_oldest_pending_age_seconds count.)
 //
-// The relay keeps its own counts; [Metrics] reads them, and asks Postgres
-// for the slot's status through [cdc.Status], when Prometheus scrapes:
+// [Metrics] reads whether each relay streams, and asks Postgres for the
+// slot's status through [cdc.Status], when Prometheus scrapes:
 //
 //	reg := prometheus.NewRegistry()
 //	m, _ := cdcprom.New(reg, pool, cdcprom.Options{})
@@ -22,17 +26,14 @@
 // Metrics (labels outbox, the table's name, and slot, the group's
 // replication slot):
 //
-//	warren_cdc_relay_published_total        events this process's relays had confirmed by the broker
-//	warren_cdc_relay_dead_rows_total        events they made dead
-//	warren_cdc_relay_streaming              1 while one of them streams the slot, else 0
+//	warren_cdc_relay_streaming              1 while one of this process's relays streams the slot, else 0
 //	warren_cdc_slot_active                  1 while any relay streams the slot (Postgres's view), else 0
 //	warren_cdc_slot_lag_bytes               WAL the server keeps for the slot
 //	warren_cdc_slot_wal_status              1, labelled wal_status: reserved, extended, unreserved or lost
-//	warren_cdc_oldest_pending_age_seconds   age of the table's oldest pending row: the group's lag in time
 //	warren_cdc_slot_status_errors_total     scrapes whose read of the slot's status failed
 //
-// The slot and table gauges describe the group, whichever relay's process
-// reports them: with several relays on one slot, aggregate them with max,
-// and the relays' counters with sum. They are left out of a scrape whose
-// read fails (a stale lag is worse than none) or finds no slot yet.
+// The slot gauges describe the group, whichever relay's process reports
+// them: with several relays on one slot, aggregate them with max. They are
+// left out of a scrape whose read fails (a stale lag is worse than none)
+// or finds no slot yet.
 package cdcprom
