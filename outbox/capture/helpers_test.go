@@ -55,11 +55,17 @@ func newEnvWith(t *testing.T, ddl string) *env {
 	e := &env{t: t, pool: ob.Pool, outbox: ob.Table, table: testenv.Name(t, "src")}
 	testenv.DropTables(t, e.table, ob.Table.CaptureErrorsTable())
 	// Dropping the table drops its triggers; the function and the
-	// migration records are removed here.
+	// migration records are removed here. The records' table is made by
+	// the first Install on the database: on a fresh one, a test that
+	// installs nothing may end before any test made it.
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_, err := e.pool.Exec(ctx, fmt.Sprintf(`DROP FUNCTION IF EXISTS %s() CASCADE`, pgx.Identifier{e.table + "_warren_capture"}.Sanitize()))
+		var recorded bool
 		if err == nil {
+			err = e.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, capture.MigrationsTable).Scan(&recorded)
+		}
+		if err == nil && recorded {
 			_, err = e.pool.Exec(ctx, `DELETE FROM `+capture.MigrationsTable+` WHERE name = $1`, "public."+e.table)
 		}
 		if err != nil {
