@@ -67,10 +67,9 @@
 // [Open] with Options.Schema [SchemaPlane] gives the operations on Plane's
 // own outbox table, which Plane's triggers write and the relay drains in
 // place (see package relay). Its rows are read through expressions that
-// yield [Columns] ([Table.RowColumns]), so [Row] and [ScanRow] serve
-// both: a processed row is Delivered, available_at is the end of its
-// claim's lease, Claims is the claim's fencing token
-// ([PlaneClaimToken]). [Table.CheckPlane] checks Plane's columns and
+// yield a warren row's columns, so [Row] serves both: a processed row is
+// Delivered, available_at is the end of its claim's lease, Claims is the
+// claim's fencing token (claimed_at in microseconds). [Table.CheckPlane] checks Plane's columns and
 // whether warren's optional migration is applied; [Table.Migrate] applies
 // it (additive columns warren_attempts, warren_last_error,
 // warren_dead_at and three partial indexes built concurrently, recorded in

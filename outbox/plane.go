@@ -9,19 +9,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/warrenmq/warren/internal/outboxsql"
 )
 
 // planeStatements are the operator's queries on a SchemaPlane table, in
 // one of two variants: without warren's optional columns, or with them.
 type planeStatements struct {
-	columns string // the select list that yields Columns
+	columns string // the select list that yields outboxsql.Columns
 	stats   string
 	dead    string // with the migration only
 	redrive string // with the migration only
 }
 
-// planeColumnsSQL reads a Plane row as [Columns], so that ScanRow, the
-// relay's encoder and the command's printing work on it unchanged.
+// planeColumnsSQL reads a Plane row as outboxsql.Columns, so that the row
+// scanner, the relay's encoder and the command's printing work on it
+// unchanged.
 // Identifiers are cast to text (Plane's are uuid), timestamps to
 // timestamptz (Django makes timestamp or timestamptz, by USE_TZ). A row is
 // delivered once processed_at is set; available_at is the end of its
@@ -79,7 +82,7 @@ SELECT count(*) FROM (SELECT pg_notify($6, '') FROM redriven) AS notified`
 func planeValues(lease time.Duration, migrated bool) map[string]string {
 	v := map[string]string{
 		"lease":      intervalSQL(lease),
-		"token":      PlaneClaimToken("claimed_at"),
+		"token":      outboxsql.PlaneClaimToken("claimed_at"),
 		"live":       "",
 		"is_dead":    "false",
 		"attempts":   "0",
@@ -109,16 +112,16 @@ func renderPlaneStatements(table string, lease time.Duration, migrated bool) pla
 	return s
 }
 
-// RowColumns returns the select list that reads [Columns] from this table,
-// for [ScanRow]: Columns itself for SchemaWarren; for SchemaPlane,
+// rowColumns returns the select list that reads outboxsql.Columns from
+// this table: Columns itself for SchemaWarren; for SchemaPlane,
 // expressions over Plane's columns, and over warren's optional ones when
 // migrated says the table has them ([PlaneSchema].Migrated). Package relay
-// builds its claim on it.
-func (o *Table) RowColumns(migrated bool) string {
+// builds its claim on it (lent as outboxsql.RowColumns).
+func (o *Table) rowColumns(migrated bool) string {
 	if o.schema == SchemaPlane {
 		return o.plane[b2i(migrated)].columns
 	}
-	return Columns
+	return outboxsql.Columns
 }
 
 func b2i(b bool) int {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 )
@@ -26,16 +27,16 @@ func TestOpenPlane(t *testing.T) {
 	// has every column ScanRow scans, and the optional columns appear
 	// only in the migrated variant.
 	for _, migrated := range []bool{false, true} {
-		cols := ob.RowColumns(migrated)
-		if n, want := strings.Count(topLevelCommas(cols), ","), strings.Count(outbox.Columns, ","); n != want {
+		cols := outboxsql.RowColumns(ob, migrated)
+		if n, want := strings.Count(topLevelCommas(cols), ","), strings.Count(outboxsql.Columns, ","); n != want {
 			t.Errorf("migrated=%v: %d columns, ScanRow reads %d:\n%s", migrated, n+1, want+1, cols)
 		}
 		if strings.Contains(cols, "warren_") != migrated || strings.Contains(cols, "{") {
 			t.Errorf("migrated=%v: %s", migrated, cols)
 		}
 	}
-	if w := must(outbox.New("")); w.RowColumns(true) != outbox.Columns {
-		t.Error("a warren table reads outbox.Columns")
+	if w := must(outbox.New("")); outboxsql.RowColumns(w, true) != outboxsql.Columns {
+		t.Error("a warren table reads outboxsql.Columns")
 	}
 }
 

@@ -4,14 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/outboxsql"
 )
 
 // State is where a row is in its life.
@@ -56,14 +55,15 @@ type Row struct {
 	DecodeErr error
 }
 
-// ScanRow reads one row of a query that selects [Columns], after any
-// leading columns whose destinations are given in prefix. A
+// scanRow reads one row of a query that selects outboxsql.Columns, after
+// any leading columns whose destinations are given in prefix. It is lent
+// to the relays as outboxsql.ScanRow. A
 // value the row cannot represent is reported in the row's DecodeErr, not as
 // an error: pgx ends the whole result at the first column it fails to scan,
 // so one such row would fail a claim, listing or purge of many. The
 // timestamps are therefore scanned into pgtype.Timestamptz, which holds
 // the infinities that time.Time cannot.
-func ScanRow(rows pgx.Rows, prefix ...any) (Row, error) {
+func scanRow(rows pgx.Rows, prefix ...any) (Row, error) {
 	// The destinations live in one value, so a row costs one allocation
 	// for them and the strings it holds; pgtype.Text reads a NULL as ""
 	// without the extra allocation a **string costs. The relay scans
@@ -126,7 +126,7 @@ func collectRows(rows pgx.Rows) ([]Row, error) {
 	defer rows.Close()
 	var out []Row
 	for rows.Next() {
-		r, err := ScanRow(rows)
+		r, err := scanRow(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -135,25 +135,7 @@ func collectRows(rows pgx.Rows) ([]Row, error) {
 	return out, rows.Err()
 }
 
-// MaxErrorText is the most bytes of error text a relay writes to a row's
-// last_error.
-const MaxErrorText = 2000
-
-// ErrorText is s as a relay stores it in last_error: what a text column
-// refuses (invalid UTF-8, NUL) replaced by U+FFFD, and cut to at most
-// MaxErrorText bytes on a character boundary, "…" marking the cut. A cut
-// inside a character, or a byte Postgres refuses, would fail the
-// statement that records the row's failure, and with it every attempt to
-// record it.
-func ErrorText(s string) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
-	if len(s) <= MaxErrorText {
-		return s
-	}
-	const cut = "…"
-	n := MaxErrorText - len(cut)
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + cut
-}
+// The relays and the test kit read rows with their own SQL; the scanner
+// and the select list are lent to them, not exported (package
+// internal/outboxsql says why).
+func init() { outboxsql.Lend(scanRow, (*Table).rowColumns) }

@@ -40,18 +40,6 @@ func ParseSchema(s string) (Schema, error) {
 	return "", fmt.Errorf("unknown outbox schema %q: want %q or %q", s, SchemaWarren, SchemaPlane)
 }
 
-// PlaneClaimToken is the fencing token of a claim on a SchemaPlane table,
-// as SQL over the claimed_at expression col: its time in whole
-// microseconds since the epoch (0 while unclaimed). Two claims of one row
-// are at least a lease apart, so their tokens differ; the relay's settle
-// statements match a row only while its claimed_at still yields the token
-// the claim returned (as [Row].Claims). It is computed the same way on
-// both sides, from the stored value, so the column's type
-// (timestamp or timestamptz) and the session's time zone do not matter.
-func PlaneClaimToken(col string) string {
-	return fmt.Sprintf("coalesce(floor(extract(epoch FROM %s) * 1000000)::bigint, 0)", col)
-}
-
 // intervalSQL renders d as an SQL interval literal. Only durations the
 // package itself holds are rendered, never caller text.
 func intervalSQL(d time.Duration) string {

@@ -1,6 +1,10 @@
 package outbox
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/warrenmq/warren/internal/outboxsql"
+)
 
 // statements are the queries that producers and operators run on one
 // outbox table, rendered once with its quoted name. The relay's claim and
@@ -17,12 +21,6 @@ type statements struct {
 
 	captureErrorsExist, captureErrors string
 }
-
-// Columns are the columns [ScanRow] reads, in its order, for a query that
-// selects whole rows (SELECT outbox.Columns FROM …).
-const Columns = `id, event_id, event_type, entity_type, entity_id, workspace_id, project_id,
-	initiator_id, initiator_type, payload, version, extra, created_at, inserted_at, state,
-	available_at, attempts, claims, claimed_by, last_error, finished_at, traceparent, tracestate`
 
 // The insert takes one array per column so a batch is one statement. The
 // NOTIFY rides in the caller's transaction, so it is delivered when (and
@@ -80,7 +78,7 @@ const deadFilter = `state = 'dead'
 	AND (cardinality($3::text[]) = 0 OR event_id = ANY($3::text[]))
 	AND (cardinality($5::bigint[]) = 0 OR id = ANY($5::bigint[]))`
 
-const deadSQL = `SELECT ` + Columns + ` FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4`
+const deadSQL = `SELECT ` + outboxsql.Columns + ` FROM {table} WHERE ` + deadFilter + ` ORDER BY id LIMIT $4`
 
 const redriveSQL = `
 WITH redriven AS (
@@ -97,7 +95,7 @@ SELECT count(*) FROM (SELECT pg_notify($6, '') FROM redriven) AS notified`
 // otherwise read the whole table for every batch
 // (TestPurgeSelectUsesTheFinishedIndex).
 const purgeSelectSQL = `
-SELECT ` + Columns + ` FROM {table}
+SELECT ` + outboxsql.Columns + ` FROM {table}
 WHERE state = ANY($1::text[]) AND state <> 'pending' AND finished_at < $2
 LIMIT $3
 FOR UPDATE SKIP LOCKED`

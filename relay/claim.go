@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )
@@ -142,7 +143,7 @@ func (r *Relay) claim(ctx context.Context, pool *pgxpool.Pool, s *statements, ta
 				prefix = append(prefix, &wasLapsed)
 			}
 			var err error
-			c.Row, err = outbox.ScanRow(rows, prefix...)
+			c.Row, err = outboxsql.ScanRow[outbox.Row](rows, prefix...)
 			if err != nil {
 				return err
 			}

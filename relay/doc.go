@@ -95,7 +95,7 @@
 //   - A confirmed row gets processed_at, so Plane's cleaner keeps deleting
 //     processed rows after its cutoff; the relay deletes nothing
 //     (KeepDelivered is implied). Every settle is fenced on the claimed_at
-//     its claim set (outbox.PlaneClaimToken): a relay whose lease lapsed
+//     its claim set (in microseconds, as a token): a relay whose lease lapsed
 //     cannot settle rows taken over since.
 //   - A failed publish puts the row back as a claim that lapses when its
 //     retry delay ends (claimed_at = now() - Lease + delay), which keeps

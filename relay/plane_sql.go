@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -11,7 +12,7 @@ import (
 // set to now() by a claim, and a claim older than the lease has lapsed.
 // Settling sets processed_at, as Plane's poller does, so Plane's cleaner
 // keeps trimming the table; no row is deleted. Every settle is fenced on
-// the claim's token (outbox.PlaneClaimToken: its claimed_at in
+// the claim's token (outboxsql.PlaneClaimToken: its claimed_at in
 // microseconds), which the claim returned as the row's Claims: a relay
 // whose lease lapsed and whose rows were claimed again (by a relay, or
 // released and taken by Plane's poller) matches nothing. Lease and
@@ -134,8 +135,8 @@ func renderPlaneStatements(ob *outbox.Table, maxAttempts int, migrated bool) sta
 	v := map[string]string{
 		"lease":        fmt.Sprintf("interval '%d microseconds'", ob.Lease().Microseconds()),
 		"max_attempts": fmt.Sprint(maxAttempts),
-		"fence_token":  outbox.PlaneClaimToken("o.claimed_at"),
-		"columns":      ob.RowColumns(migrated),
+		"fence_token":  outboxsql.PlaneClaimToken("o.claimed_at"),
+		"columns":      outboxsql.RowColumns(ob, migrated),
 		"exhausted":    "false",
 		"live":         "",
 		"live_o":       "",

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )
@@ -180,7 +181,7 @@ type failures struct {
 func (f *failures) add(c claimed, res result, lo, hi time.Duration) {
 	f.fence.add(c)
 	f.eventIDs = append(f.eventIDs, c.Event.ID)
-	f.errs = append(f.errs, outbox.ErrorText(res.err.Error()))
+	f.errs = append(f.errs, outboxsql.ErrorText(res.err.Error()))
 	f.delays = append(f.delays, retryDelay(c.Attempts, lo, hi).Seconds())
 	f.permanent = append(f.permanent, res.outcome == rejected)
 }

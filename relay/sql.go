@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/internal/outboxsql"
 )
 
 // statements are the relay's queries on one outbox table, rendered once
@@ -63,7 +63,7 @@ UPDATE {table} AS o SET
 		ELSE o.last_error END
 FROM picked AS p
 WHERE o.id = p.picked_id
-RETURNING p.exhausted, ` + outbox.Columns
+RETURNING p.exhausted, ` + outboxsql.Columns
 
 // entityOrderClause makes only the oldest pending row of an entity
 // claimable. A claimed (leased) row is still pending, so the entity's next

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
 )
@@ -100,7 +101,7 @@ func TestPlaneStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token := outbox.PlaneClaimToken("o.claimed_at") + " = s.claims"
+	token := outboxsql.PlaneClaimToken("o.claimed_at") + " = s.claims"
 	for _, migrated := range []bool{false, true} {
 		stmts := relay.PlaneStatements(ob, 7, migrated)
 		for name, q := range stmts {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 )
@@ -205,14 +206,14 @@ func TestBacklogRowsAsPublishBatchWrites(t *testing.T) {
 	if _, err := o.Pool.Exec(ctx, backlogInsertSQL(table), backlogInsertArgs(1, 2)...); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := o.Pool.Query(ctx, `SELECT `+outbox.Columns+` FROM `+table+` ORDER BY id`)
+	rows, err := o.Pool.Query(ctx, `SELECT `+outboxsql.Columns+` FROM `+table+` ORDER BY id`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
 	var got []outbox.Row
 	for rows.Next() {
-		r, err := outbox.ScanRow(rows)
+		r, err := outboxsql.ScanRow[outbox.Row](rows)
 		if err != nil {
 			t.Fatal(err)
 		}

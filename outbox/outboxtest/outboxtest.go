@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -22,7 +23,7 @@ func Events(ctx context.Context, tx pgx.Tx, table *outbox.Table) ([]warren.Event
 			return nil, err
 		}
 	}
-	q := `SELECT ` + outbox.Columns + ` FROM ` + pgx.Identifier{table.Name()}.Sanitize() + ` ORDER BY id`
+	q := `SELECT ` + outboxsql.Columns + ` FROM ` + pgx.Identifier{table.Name()}.Sanitize() + ` ORDER BY id`
 	rows, err := tx.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("outboxtest: read outbox %s: %w", table.Name(), err)
@@ -30,7 +31,7 @@ func Events(ctx context.Context, tx pgx.Tx, table *outbox.Table) ([]warren.Event
 	defer rows.Close()
 	var out []warren.Event
 	for rows.Next() {
-		r, err := outbox.ScanRow(rows)
+		r, err := outboxsql.ScanRow[outbox.Row](rows)
 		if err != nil {
 			return nil, fmt.Errorf("outboxtest: read outbox %s: %w", table.Name(), err)
 		}

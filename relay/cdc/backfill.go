@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -143,7 +144,7 @@ func queryRows(ctx context.Context, db interface {
 	defer rs.Close()
 	var out []outbox.Row
 	for rs.Next() {
-		row, err := outbox.ScanRow(rs)
+		row, err := outboxsql.ScanRow[outbox.Row](rs)
 		if err != nil {
 			return nil, err
 		}
@@ -160,11 +161,11 @@ func queryRows(ctx context.Context, db interface {
 // after the cursor (through the claim index, or the whole table) and
 // sorted them for each page, which made a backfill quadratic.
 func backfillPageSQL(t string) string {
-	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id > $1 AND id <= $2 AND state = 'pending' ORDER BY id LIMIT $3`
+	return `SELECT ` + outboxsql.Columns + ` FROM ` + t + ` WHERE id > $1 AND id <= $2 AND state = 'pending' ORDER BY id LIMIT $3`
 }
 
 const backfillPlanSQL = `SET LOCAL enable_sort = off`
 
 func pendingRowsSQL(t string) string {
-	return `SELECT ` + outbox.Columns + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id`
+	return `SELECT ` + outboxsql.Columns + ` FROM ` + t + ` WHERE id = ANY($1::bigint[]) AND (state = 'pending') IS TRUE ORDER BY id`
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/internal/redact"
-	"github.com/warrenmq/warren/outbox"
 )
 
 // settleLoop settles batches in order, merging those that queued up
@@ -156,7 +156,7 @@ func (r *Relay) settle(ctx context.Context, s settlement) error {
 			// last_error leaves the process, into Postgres and `warren
 			// outbox dead`, and an error may quote a URL (the routing key
 			// is the event type, which a producer chooses).
-			ids[i], attempts[i], reasons[i] = d.id, int32(d.attempts), outbox.ErrorText(redact.Text(d.reason, r.cfg.AMQPURL, r.cfg.DatabaseURL))
+			ids[i], attempts[i], reasons[i] = d.id, int32(d.attempts), outboxsql.ErrorText(redact.Text(d.reason, r.cfg.AMQPURL, r.cfg.DatabaseURL))
 		}
 		t := pgx.Identifier{r.cfg.Table}.Sanitize()
 		err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
