@@ -79,28 +79,19 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	}
 }
 
-// The Observer scenario both relays pass (relay/internal/observertest).
-func TestObserverScenarioSharedWithTheCDCRelay(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	observertest.Run(t, e.ob, e.observerStart)
-}
-
-// An Observer that panics costs its reports, not a crash between a
-// confirm and its settle (relay/internal/observertest.RunPanicking).
-func TestObserverPanicIsRecovered(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	observertest.RunPanicking(t, e.ob, e.observerStart)
-}
-
-// observerStart starts a relay as the shared Observer scenarios ask.
-func (e *env) observerStart(s observertest.Settings) {
-	cfg := e.config(testenv.Name(e.t, "relay"))
-	cfg.Exchange, cfg.Observer, cfg.MaxAttempts = s.Exchange, s.Observer, s.MaxAttempts
-	if s.Logger != nil {
-		cfg.Logger = s.Logger
-	}
-	cfg.StatsInterval = 50 * time.Millisecond
-	e.start(cfg)
+// The Observer scenarios both relays pass (relay/internal/observertest),
+// an Observer that panics among them.
+func TestObserverScenarios(t *testing.T) {
+	observertest.Scenarios(t, func(t *testing.T) (*testenv.OutboxTable, observertest.Start) {
+		e := newEnv(t)
+		return e.ob, func(s observertest.Settings) {
+			cfg := e.config(testenv.Name(e.t, "relay"))
+			cfg.Exchange, cfg.Observer, cfg.MaxAttempts = s.Exchange, s.Observer, s.MaxAttempts
+			if s.Logger != nil {
+				cfg.Logger = s.Logger
+			}
+			cfg.StatsInterval = 50 * time.Millisecond
+			e.start(cfg)
+		}
+	})
 }

@@ -4,33 +4,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/relay/internal/observertest"
 )
 
-// The Observer scenario both relays pass (relay/internal/observertest):
+// The Observer scenarios both relays pass (relay/internal/observertest):
 // the CDC relay reports what the polling relay does, so that one adapter
-// serves both.
-func TestObserverScenarioSharedWithThePollingRelay(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	observertest.Run(t, e.ob, e.observerStart)
-}
-
-// An Observer that panics costs its reports, not a crash between a
-// confirm and its settle (relay/internal/observertest.RunPanicking).
-func TestObserverPanicIsRecovered(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	observertest.RunPanicking(t, e.ob, e.observerStart)
-}
-
-// observerStart starts a relay as the shared Observer scenarios ask.
-func (e *env) observerStart(s observertest.Settings) {
-	cfg := e.config()
-	cfg.Exchange, cfg.Observer, cfg.MaxAttempts = s.Exchange, s.Observer, s.MaxAttempts
-	if s.Logger != nil {
-		cfg.Logger = s.Logger
-	}
-	cfg.StatsInterval = 50 * time.Millisecond
-	e.start(cfg)
+// serves both, and survives an Observer that panics.
+func TestObserverScenarios(t *testing.T) {
+	observertest.Scenarios(t, func(t *testing.T) (*testenv.OutboxTable, observertest.Start) {
+		e := newEnv(t)
+		return e.ob, func(s observertest.Settings) {
+			cfg := e.config()
+			cfg.Exchange, cfg.Observer, cfg.MaxAttempts = s.Exchange, s.Observer, s.MaxAttempts
+			if s.Logger != nil {
+				cfg.Logger = s.Logger
+			}
+			cfg.StatsInterval = 50 * time.Millisecond
+			e.start(cfg)
+		}
+	})
 }

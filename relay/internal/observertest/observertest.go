@@ -109,6 +109,21 @@ func (o *Recorder) Counts() Counts {
 	return c
 }
 
+// Scenarios runs every scenario of this package as a parallel subtest,
+// each on a fresh table and relay from setup: the Observer test both
+// relays pass.
+func Scenarios(t *testing.T, setup func(t *testing.T) (*testenv.OutboxTable, Start)) {
+	for name, run := range map[string]func(*testing.T, *testenv.OutboxTable, Start){
+		"reports": Run, "panicking observer": RunPanicking,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ob, start := setup(t)
+			run(t, ob, start)
+		})
+	}
+}
+
 // Settings are what a scenario asks of the relay it starts.
 type Settings struct {
 	Exchange    string         // where the relay publishes
@@ -135,14 +150,7 @@ func Run(t *testing.T, ob *testenv.OutboxTable, start Start) {
 	exchange, _ := declare(t)
 	rec := &Recorder{}
 	start(Settings{Exchange: exchange, Observer: rec, MaxAttempts: maxAttempts})
-	for i := range good {
-		ev := testenv.OutboxEvent(fmt.Sprintf("%s-good-%d", t.Name(), i))
-		ev.Type = "good.created"
-		ob.Publish(ev)
-	}
-	lost := testenv.OutboxEvent(t.Name() + "-unroutable")
-	lost.Type = "lost.created"
-	ob.Publish(lost)
+	publish(t, ob, good)
 
 	testenv.WaitFor(t, 90*time.Second, "the Observer told of 5 publishes and 1 dead row", func() bool {
 		c := rec.Counts()
@@ -191,6 +199,20 @@ func declare(t *testing.T) (exchange, queue string) {
 	return exchange, queue
 }
 
+// publish writes good events that reach the scenario's queue, then one
+// that no queue is bound for.
+func publish(t *testing.T, ob *testenv.OutboxTable, good int) {
+	t.Helper()
+	for i := range good {
+		ev := testenv.OutboxEvent(fmt.Sprintf("%s-good-%d", t.Name(), i))
+		ev.Type = "good.created"
+		ob.Publish(ev)
+	}
+	lost := testenv.OutboxEvent(t.Name() + "-unroutable")
+	lost.Type = "lost.created"
+	ob.Publish(lost)
+}
+
 // panicker is an Observer, and a BlockObserver, whose every method panics.
 type panicker struct{}
 
@@ -216,14 +238,7 @@ func RunPanicking(t *testing.T, ob *testenv.OutboxTable, start Start) {
 	logs := &testenv.LogBuffer{}
 	start(Settings{Exchange: exchange, Observer: panicker{}, MaxAttempts: 2,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	for i := range good {
-		ev := testenv.OutboxEvent(fmt.Sprintf("%s-good-%d", t.Name(), i))
-		ev.Type = "good.created"
-		ob.Publish(ev)
-	}
-	lost := testenv.OutboxEvent(t.Name() + "-unroutable")
-	lost.Type = "lost.created"
-	ob.Publish(lost)
+	publish(t, ob, good)
 
 	testenv.WaitFor(t, 90*time.Second, "every row settled: nothing pending, the unroutable one dead", func() bool {
 		return ob.Count(`state = 'pending'`) == 0 && ob.Count(`state = 'dead'`) == 1
