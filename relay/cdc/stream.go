@@ -103,129 +103,167 @@ func signal(c chan struct{}) {
 // redrives into the queue, and tells Postgres the flushed position every
 // StatusInterval and whenever it asks. It alone uses conn.
 func (r *Relay) read(ctx context.Context, conn *pgconn.PgConn, q *queue) error {
-	types := pgtype.NewMap()
-	relations := map[uint32]*pglogrepl.RelationMessage{}
-	inTransaction := false
-	var xid uint32           // the transaction being read
-	var commit pglogrepl.LSN // and where it commits
-	var pushed pglogrepl.LSN // the last end pushed
-	nextStatus := time.Now()
+	rd := &reader{r: r, conn: conn, q: q, types: pgtype.NewMap(), relations: map[uint32]*pglogrepl.RelationMessage{},
+		nextStatus: time.Now(), heard: time.Now()}
 	// Every status sent is the heartbeat /healthz reads: the reader sends
 	// one at least every StatusInterval, whatever it waits on.
 	defer r.health.beat.Store(0)
+	for {
+		if !time.Now().Before(rd.nextStatus) {
+			if err := rd.sendStatus(ctx); err != nil {
+				return err
+			}
+		}
+		if err := rd.waitForRoom(ctx); err != nil {
+			return err
+		}
+		if time.Since(rd.heard) > silenceLimit {
+			return fmt.Errorf("no word from the server for %v, though asked for a reply", silenceLimit)
+		}
+		data, err := rd.receive(ctx)
+		if err != nil {
+			return err
+		}
+		if len(data) > 0 {
+			if err := rd.handle(data); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// reader is one session's reading of the stream (read).
+type reader struct {
+	r         *Relay
+	conn      *pgconn.PgConn
+	q         *queue
+	types     *pgtype.Map
+	relations map[uint32]*pglogrepl.RelationMessage
+
+	inTransaction bool
+	xid           uint32        // the transaction being read
+	commit        pglogrepl.LSN // and where it commits
+	pushed        pglogrepl.LSN // the last end pushed
+
+	nextStatus time.Time
 	// heard is when the server last said anything while the reader
 	// listened. A server gone without a reset (a partition, a frozen VM)
 	// only makes reads time out, and an idle one may say nothing: after
 	// a silence the status asks for a reply, and a longer one ends the
 	// session, as Postgres's own wal_receiver_timeout does.
-	heard := time.Now()
-	sendStatus := func() error {
-		nextStatus = time.Now().Add(r.cfg.StatusInterval)
-		pos := pglogrepl.LSN(r.flushed.Load())
-		// pglogrepl ignores the context of a send: a deadline on the
-		// socket keeps a server that stopped reading from blocking the
-		// reader, and with it a stop.
-		conn.Conn().SetWriteDeadline(time.Now().Add(statusWriteTimeout))
-		err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{
-			WALWritePosition: pos, ReplyRequested: time.Since(heard) > silenceLimit/3})
-		conn.Conn().SetWriteDeadline(time.Time{})
-		if err == nil {
-			r.health.stamp()
-		}
-		return err
+	heard time.Time
+}
+
+// sendStatus tells the server the flushed position.
+func (rd *reader) sendStatus(ctx context.Context) error {
+	rd.nextStatus = time.Now().Add(rd.r.cfg.StatusInterval)
+	pos := pglogrepl.LSN(rd.r.flushed.Load())
+	// pglogrepl ignores the context of a send: a deadline on the socket
+	// keeps a server that stopped reading from blocking the reader, and
+	// with it a stop.
+	rd.conn.Conn().SetWriteDeadline(time.Now().Add(statusWriteTimeout))
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, rd.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: pos, ReplyRequested: time.Since(rd.heard) > silenceLimit/3})
+	rd.conn.Conn().SetWriteDeadline(time.Time{})
+	if err != nil {
+		return fmt.Errorf("send standby status: %w", err)
 	}
-	for {
-		if !time.Now().Before(nextStatus) {
-			if err := sendStatus(); err != nil {
-				return fmt.Errorf("send standby status: %w", err)
-			}
-		}
-		// A full queue is not read from: the walsender waits on its
-		// socket, and the status updates keep the connection alive.
-		for q.full() {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-q.room:
-				heard = time.Now() // not listening is not silence
-			case <-time.After(time.Until(nextStatus)):
-				if err := sendStatus(); err != nil {
-					return fmt.Errorf("send standby status: %w", err)
-				}
-			}
-		}
-		if time.Since(heard) > silenceLimit {
-			return fmt.Errorf("no word from the server for %v, though asked for a reply", silenceLimit)
-		}
-		rctx, cancel := context.WithDeadline(ctx, nextStatus)
-		msg, err := conn.ReceiveMessage(rctx)
-		cancel()
-		if err == nil {
-			heard = time.Now()
-		}
-		switch {
-		case ctx.Err() != nil:
+	rd.r.health.stamp()
+	return nil
+}
+
+// waitForRoom returns once the queue has room. A full queue is not read
+// from: the walsender waits on its socket, and the status updates keep
+// the connection alive.
+func (rd *reader) waitForRoom(ctx context.Context) error {
+	for rd.q.full() {
+		select {
+		case <-ctx.Done():
 			return ctx.Err()
-		case err != nil && pgconn.Timeout(err):
-			continue
-		case err != nil:
-			return fmt.Errorf("receive from slot: %w", err)
-		}
-		var data []byte
-		switch m := msg.(type) {
-		case *pgproto3.CopyData:
-			data = m.Data
-		case *pgproto3.ErrorResponse:
-			return pgconn.ErrorResponseToPgError(m)
-		default:
-			continue
-		}
-		if len(data) == 0 {
-			continue
-		}
-		switch data[0] {
-		case pglogrepl.PrimaryKeepaliveMessageByteID:
-			ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
-			if err != nil {
+		case <-rd.q.room:
+			rd.heard = time.Now() // not listening is not silence
+		case <-time.After(time.Until(rd.nextStatus)):
+			if err := rd.sendStatus(ctx); err != nil {
 				return err
-			}
-			// Everything that committed before ServerWALEnd has been
-			// sent, and read above; with no transaction open, the
-			// position may follow the server once the queue before
-			// this marker is settled. Without it a quiet outbox would
-			// keep the WAL of every other table's writes.
-			if !inTransaction && ka.ServerWALEnd > pushed {
-				q.push(item{end: ka.ServerWALEnd})
-				pushed = ka.ServerWALEnd
-			}
-			if ka.ReplyRequested {
-				nextStatus = time.Time{}
-			}
-		case pglogrepl.XLogDataByteID:
-			xld, err := pglogrepl.ParseXLogData(data[1:])
-			if err != nil {
-				return err
-			}
-			lm, err := pglogrepl.Parse(xld.WALData)
-			if err != nil {
-				return fmt.Errorf("decode the stream: %w", err)
-			}
-			switch m := lm.(type) {
-			case *pglogrepl.RelationMessage:
-				relations[m.RelationID] = m
-			case *pglogrepl.BeginMessage:
-				inTransaction, xid, commit = true, m.Xid, m.FinalLSN
-			case *pglogrepl.InsertMessage:
-				r.queueRow(types, relations[m.RelationID], m.Tuple, item{xid: xid, commit: commit}, q)
-			case *pglogrepl.UpdateMessage:
-				r.queueRow(types, relations[m.RelationID], m.NewTuple, item{xid: xid, commit: commit}, q)
-			case *pglogrepl.CommitMessage:
-				inTransaction = false
-				q.push(item{end: m.TransactionEndLSN})
-				pushed = m.TransactionEndLSN
 			}
 		}
 	}
+	return nil
+}
+
+// receive waits until the next status is due for a message from the
+// server, and returns its CopyData payload: nil when the wait ended
+// without one, or the message was of another kind.
+func (rd *reader) receive(ctx context.Context) ([]byte, error) {
+	rctx, cancel := context.WithDeadline(ctx, rd.nextStatus)
+	msg, err := rd.conn.ReceiveMessage(rctx)
+	cancel()
+	if err == nil {
+		rd.heard = time.Now()
+	}
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil && pgconn.Timeout(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("receive from slot: %w", err)
+	}
+	switch m := msg.(type) {
+	case *pgproto3.CopyData:
+		return m.Data, nil
+	case *pgproto3.ErrorResponse:
+		return nil, pgconn.ErrorResponseToPgError(m)
+	}
+	return nil, nil
+}
+
+// handle reads one message of the stream: a keepalive, or WAL data (a
+// relation, a transaction's begin and commit, an insert or update).
+func (rd *reader) handle(data []byte) error {
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return err
+		}
+		// Everything that committed before ServerWALEnd has been sent,
+		// and read above; with no transaction open, the position may
+		// follow the server once the queue before this marker is
+		// settled. Without it a quiet outbox would keep the WAL of every
+		// other table's writes.
+		if !rd.inTransaction && ka.ServerWALEnd > rd.pushed {
+			rd.q.push(item{end: ka.ServerWALEnd})
+			rd.pushed = ka.ServerWALEnd
+		}
+		if ka.ReplyRequested {
+			rd.nextStatus = time.Time{}
+		}
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return err
+		}
+		lm, err := pglogrepl.Parse(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("decode the stream: %w", err)
+		}
+		switch m := lm.(type) {
+		case *pglogrepl.RelationMessage:
+			rd.relations[m.RelationID] = m
+		case *pglogrepl.BeginMessage:
+			rd.inTransaction, rd.xid, rd.commit = true, m.Xid, m.FinalLSN
+		case *pglogrepl.InsertMessage:
+			rd.r.queueRow(rd.types, rd.relations[m.RelationID], m.Tuple, item{xid: rd.xid, commit: rd.commit}, rd.q)
+		case *pglogrepl.UpdateMessage:
+			rd.r.queueRow(rd.types, rd.relations[m.RelationID], m.NewTuple, item{xid: rd.xid, commit: rd.commit}, rd.q)
+		case *pglogrepl.CommitMessage:
+			rd.inTransaction = false
+			rd.q.push(item{end: m.TransactionEndLSN})
+			rd.pushed = m.TransactionEndLSN
+		}
+	}
+	return nil
 }
 
 // queueRow queues a pending row of the outbox table, of the transaction
