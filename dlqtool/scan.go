@@ -79,55 +79,76 @@ func (q *Queue) scanThen(ctx context.Context, prefetch int, p *Progress, progres
 	if prefetch < 0 || prefetch > math.MaxUint16 {
 		prefetch = 0
 	}
-	var (
-		ch         *amqp.Channel
-		closed     chan *amqp.Error
-		deliveries <-chan amqp.Delivery
-	)
-	startCtx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
-	defer cancel()
-	err = amqpx.Bound(startCtx, q.conn, func() error {
-		var err error
-		if ch, err = q.conn.Channel(); err != nil {
-			return fmt.Errorf("open channel: %w", err)
-		}
-		if err := ch.Qos(prefetch, 0, false); err != nil {
-			return fmt.Errorf("set prefetch on %q: %w", q.name, err)
-		}
-		closed = ch.NotifyClose(make(chan *amqp.Error, 1))
-		if deliveries, err = ch.Consume(q.name, scanTag, false, false, false, false, nil); err != nil {
-			return fmt.Errorf("read %q: %w", q.name, err)
-		}
-		return nil
-	})
-	acks := &ackCounter{}
-	if ch != nil {
-		defer func() {
-			if end != nil {
-				err = end(err)
-			}
-			// Bounded: a broker that stopped reading (an alarm blocks a
-			// replay's publishing connection) must not hang the way out.
-			// The broker requeues whatever was not acked when the
-			// channel, or the connection under it, closes.
-			//
-			// The close's answer is also the only proof that the acks
-			// sent before it took effect: an ack is written and
-			// forgotten, and one lost with the connection leaves its
-			// message queued, though counted done.
-			cerr := amqpx.CloseChannelAnswered(q.conn, ch)
-			if cerr == nil || amqpx.WasClosed(cerr) {
-				q.awaitHandBack(ctx, total-acks.n)
-			}
-			if cerr != nil && acks.n > 0 {
-				err = errors.Join(err, fmt.Errorf("%w: the channel failed before the broker confirmed the removal of the %d messages acknowledged; some may still be in %q (count it): %w", ErrUnconfirmed, acks.n, q.name, cerr))
-			}
-		}()
+	r, err := q.openRead(ctx, prefetch)
+	if r.ch != nil {
+		defer func() { err = q.closeRead(ctx, r, total, end, err) }()
 	}
 	if err != nil {
 		return err
 	}
+	return q.readAll(ctx, r, total, p, progress, visit)
+}
 
+// queueRead is one scan's consumer on the queue.
+type queueRead struct {
+	ch         *amqp.Channel
+	closed     chan *amqp.Error
+	deliveries <-chan amqp.Delivery
+	acks       *ackCounter
+}
+
+// openRead starts consuming the queue on a channel of its own with
+// prefetch. A channel is returned with an error that came after it
+// opened: closeRead must close it.
+func (q *Queue) openRead(ctx context.Context, prefetch int) (queueRead, error) {
+	r := queueRead{acks: &ackCounter{}}
+	startCtx, cancel := context.WithTimeout(ctx, amqpx.SetupTimeout)
+	defer cancel()
+	err := amqpx.Bound(startCtx, q.conn, func() error {
+		var err error
+		if r.ch, err = q.conn.Channel(); err != nil {
+			return fmt.Errorf("open channel: %w", err)
+		}
+		if err := r.ch.Qos(prefetch, 0, false); err != nil {
+			return fmt.Errorf("set prefetch on %q: %w", q.name, err)
+		}
+		r.closed = r.ch.NotifyClose(make(chan *amqp.Error, 1))
+		if r.deliveries, err = r.ch.Consume(q.name, scanTag, false, false, false, false, nil); err != nil {
+			return fmt.Errorf("read %q: %w", q.name, err)
+		}
+		return nil
+	})
+	return r, err
+}
+
+// closeRead ends a read of total messages whose scan ended with err: end,
+// if set, first, then the channel's close. It returns the scan's error.
+func (q *Queue) closeRead(ctx context.Context, r queueRead, total int, end func(error) error, err error) error {
+	if end != nil {
+		err = end(err)
+	}
+	// Bounded: a broker that stopped reading (an alarm blocks a replay's
+	// publishing connection) must not hang the way out. The broker
+	// requeues whatever was not acked when the channel, or the connection
+	// under it, closes.
+	//
+	// The close's answer is also the only proof that the acks sent before
+	// it took effect: an ack is written and forgotten, and one lost with
+	// the connection leaves its message queued, though counted done.
+	cerr := amqpx.CloseChannelAnswered(q.conn, r.ch)
+	if cerr == nil || amqpx.WasClosed(cerr) {
+		q.awaitHandBack(ctx, total-r.acks.n)
+	}
+	if cerr != nil && r.acks.n > 0 {
+		err = errors.Join(err, fmt.Errorf("%w: the channel failed before the broker confirmed the removal of the %d messages acknowledged; some may still be in %q (count it): %w", ErrUnconfirmed, r.acks.n, q.name, cerr))
+	}
+	return err
+}
+
+// readAll hands each of the total messages counted at the start to visit,
+// until visit says stop or fails, or the messages that are left went to
+// another client.
+func (q *Queue) readAll(ctx context.Context, r queueRead, total int, p *Progress, progress func(Progress), visit visitFunc) error {
 	idle := time.NewTimer(idleWait)
 	defer idle.Stop()
 	idleC := idle.C
@@ -139,25 +160,11 @@ func (q *Queue) scanThen(ctx context.Context, prefetch int, p *Progress, progres
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("reading %q: %w", q.name, ctx.Err())
-		case d, ok := <-deliveries:
+		case d, ok := <-r.deliveries:
 			if !ok {
-				if cancelled {
-					// Every delivery the broker sent before it confirmed
-					// the cancel has now been seen: the rest of the
-					// messages counted at the start went to another client.
-					return nil
-				}
-				// amqp091-go reports a channel's closing before it
-				// closes the deliveries, so an empty closed means the
-				// broker cancelled the consumer: the queue went away.
-				select {
-				case err := <-closed:
-					return fmt.Errorf("reading %q: channel closed: %w", q.name, errOrClosed(err))
-				default:
-					return fmt.Errorf("reading %q: the broker cancelled the read (was the queue deleted?): %w", q.name, ErrNoQueue)
-				}
+				return q.readEnded(r, cancelled)
 			}
-			acks.inner, d.Acknowledger = d.Acknowledger, acks
+			r.acks.inner, d.Acknowledger = d.Acknowledger, r.acks
 			m := newMessage(seen, publishingOf(&d))
 			m.replayTo = q.consumer
 			seen++
@@ -188,13 +195,33 @@ func (q *Queue) scanThen(ctx context.Context, prefetch int, p *Progress, progres
 			// sends every delivery it dispatched to this consumer before
 			// the cancel-ok, and amqp091-go hands them over before it
 			// closes deliveries, so the loop reads on until that close.
-			if err := q.cancelRead(ctx, ch); err != nil {
+			if err := q.cancelRead(ctx, r.ch); err != nil {
 				return fmt.Errorf("reading %q: end the read: %w", q.name, err)
 			}
 			cancelled, idleC = true, nil
 		}
 	}
 	return nil
+}
+
+// readEnded says why the deliveries closed before every message counted
+// was seen.
+func (q *Queue) readEnded(r queueRead, cancelled bool) error {
+	if cancelled {
+		// Every delivery the broker sent before it confirmed the cancel
+		// has now been seen: the rest of the messages counted at the
+		// start went to another client.
+		return nil
+	}
+	// amqp091-go reports a channel's closing before it closes the
+	// deliveries, so an empty closed means the broker cancelled the
+	// consumer: the queue went away.
+	select {
+	case err := <-r.closed:
+		return fmt.Errorf("reading %q: channel closed: %w", q.name, errOrClosed(err))
+	default:
+		return fmt.Errorf("reading %q: the broker cancelled the read (was the queue deleted?): %w", q.name, ErrNoQueue)
+	}
 }
 
 // ackCounter counts the deliveries a scan's visitor acknowledged, which
