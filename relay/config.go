@@ -206,10 +206,7 @@ func (c Config) withDefaults() Config {
 	c.Table = cmp.Or(c.Table, outbox.DefaultTable)
 	c.Name = cmp.Or(c.Name, defaultName())
 	c.Format = cmp.Or(c.Format, warren.FormatWarren)
-	c.Publisher.Name = cmp.Or(c.Publisher.Name, c.Name)
-	c.Publisher.Instance = cmp.Or(c.Publisher.Instance, amqpx.Hostname())
-	c.Publisher.Version = cmp.Or(c.Publisher.Version, warren.PlaneEnvelopeVersion)
-	c.Publisher.Source = cmp.Or(c.Publisher.Source, DefaultSource)
+	c.Publisher = engine.PublisherDefaults(c.Publisher, c.Name, DefaultSource)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.Lease = cmp.Or(c.Lease, DefaultLease)
@@ -235,24 +232,16 @@ func defaultName() string {
 func (c Config) validate() error {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if c.Pool == nil && c.DatabaseURL == "" {
-		add("one of Pool and DatabaseURL is required")
-	}
-	if err := outbox.ValidateTable(c.Table); err != nil {
-		add("Table: %v", err)
-	}
 	if _, err := outbox.ParseSchema(string(c.Schema)); err != nil {
 		add("Schema: %v", err)
 	}
 	if c.Schema == outbox.SchemaPlane && c.OrderByEntity {
 		add("OrderByEntity is not supported on a Plane outbox table (Schema %q)", c.Schema)
 	}
-	if err := amqpx.CheckURL(c.AMQPURL); err != nil {
-		add("AMQPURL: %v", err)
-	}
 	problems = append(problems, engine.Shared{
-		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes,
-		Durations: map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax,
+		HasDatabase: c.Pool != nil || c.DatabaseURL != "", Table: c.Table, AMQPURL: c.AMQPURL,
+		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
+		Durations: map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout,
 			"PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay, "StatsInterval": c.StatsInterval},
 	}.Problems()...)
 	for name, v := range map[string]int{"BatchSize": c.BatchSize, "Workers": c.Workers, "MaxAttempts": c.MaxAttempts, "MaxInFlight": c.MaxInFlight} {
@@ -265,9 +254,6 @@ func (c Config) validate() error {
 	}
 	if c.Lease <= c.PublishTimeout {
 		add("Lease (%v) must be longer than PublishTimeout (%v), or rows would be reclaimed while their publish is still waiting", c.Lease, c.PublishTimeout)
-	}
-	if c.RetryMax < c.RetryMin {
-		add("RetryMax (%v) must not be below RetryMin (%v)", c.RetryMax, c.RetryMin)
 	}
 	if c.PollMax < c.PollMin {
 		add("PollMax (%v) must not be below PollMin (%v)", c.PollMax, c.PollMin)

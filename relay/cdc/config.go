@@ -34,19 +34,12 @@ type Config struct {
 	// string) with replication=database added. Logged only redacted.
 	DatabaseURL string
 
-	// AMQPURL is the broker, or several nodes of one cluster separated by
-	// commas: each session connects to a node picked at random and, when
-	// it is lost, to the next (see consumer.Config.URL). Default
-	// amqp://guest:guest@127.0.0.1:5672/.
-	AMQPURL string
-
-	// Exchange is the durable fanout exchange events are published to.
-	// Default "warren.events".
-	Exchange string
-
-	// Table is the outbox table, written by outbox.Publish as for the
-	// polling relay. Default "warren_outbox".
-	Table string
+	// AMQPURL, Exchange and Table are the broker (one node or several),
+	// the exchange and the outbox table, as for the polling relay
+	// ([relay.Config]); each session connects to a node of AMQPURL.
+	// Defaults amqp://guest:guest@127.0.0.1:5672/, "warren.events" and
+	// "warren_outbox".
+	AMQPURL, Exchange, Table string
 
 	// Slot is the logical replication slot: one per relay group. Every
 	// relay of a group names the same slot; Postgres lets one of them
@@ -178,10 +171,7 @@ func (c Config) withDefaults() Config {
 	c.Publication = cmp.Or(c.Publication, c.Slot)
 	c.Name = cmp.Or(c.Name, fmt.Sprintf("warren-cdc-relay@%s:%d", amqpx.Hostname(), os.Getpid()))
 	c.Format = cmp.Or(c.Format, warren.FormatWarren)
-	c.Publisher.Name = cmp.Or(c.Publisher.Name, c.Name)
-	c.Publisher.Instance = cmp.Or(c.Publisher.Instance, amqpx.Hostname())
-	c.Publisher.Version = cmp.Or(c.Publisher.Version, warren.PlaneEnvelopeVersion)
-	c.Publisher.Source = cmp.Or(c.Publisher.Source, relay.DefaultSource)
+	c.Publisher = engine.PublisherDefaults(c.Publisher, c.Name, relay.DefaultSource)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.BatchesInFlight = cmp.Or(c.BatchesInFlight, DefaultBatchesInFlight)
 	c.PublishTimeout = cmp.Or(c.PublishTimeout, DefaultPublishTimeout)
@@ -199,12 +189,6 @@ func (c Config) withDefaults() Config {
 
 func (c Config) validate() error {
 	var errs []error
-	if c.Pool == nil && c.DatabaseURL == "" {
-		errs = append(errs, errors.New("one of Pool and DatabaseURL is required"))
-	}
-	if err := outbox.ValidateTable(c.Table); err != nil {
-		errs = append(errs, err)
-	}
 	for name, v := range map[string]string{"Slot": c.Slot, "Publication": c.Publication} {
 		if !slotNameRE.MatchString(v) {
 			errs = append(errs, fmt.Errorf("%s %q: want lower-case letters, digits and underscores, at most 63 bytes", name, v))
@@ -223,17 +207,12 @@ func (c Config) validate() error {
 	// no event can get past would make every event dead, or end every
 	// session.
 	for _, p := range (engine.Shared{
-		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes,
-		Durations: map[string]time.Duration{"PublishTimeout": c.PublishTimeout, "RetryMin": c.RetryMin, "RetryMax": c.RetryMax,
+		HasDatabase: c.Pool != nil || c.DatabaseURL != "", Table: c.Table, AMQPURL: c.AMQPURL,
+		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
+		Durations: map[string]time.Duration{"PublishTimeout": c.PublishTimeout,
 			"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval, "NackTimeout": c.NackTimeout, "StatsInterval": c.StatsInterval},
 	}).Problems() {
 		errs = append(errs, errors.New(p))
-	}
-	if c.RetryMax < c.RetryMin {
-		errs = append(errs, fmt.Errorf("RetryMax %v is less than RetryMin %v", c.RetryMax, c.RetryMin))
-	}
-	if err := amqpx.CheckURL(c.AMQPURL); err != nil {
-		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

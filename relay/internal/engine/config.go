@@ -1,24 +1,42 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/outbox"
 )
 
-// Shared is the settings both relays have and check alike: what makes the
-// message (Format, MaxMessageBytes), where it goes (Exchange), how the
-// relay names itself (Name), and the durations each relay bounds its
-// waits with, by field name.
+// Shared is the settings both relays have and check alike: where rows
+// come from (HasDatabase: a Pool or a DatabaseURL; Table), what makes the
+// message (Format, MaxMessageBytes), where it goes (AMQPURL, Exchange),
+// how the relay names itself (Name), its retry bounds, and the durations
+// each relay bounds its waits with, by field name.
 type Shared struct {
-	Exchange        string
-	Name            string
-	Format          warren.Format
-	MaxMessageBytes int
-	Durations       map[string]time.Duration
+	HasDatabase        bool
+	Table              string
+	AMQPURL            string
+	Exchange           string
+	Name               string
+	Format             warren.Format
+	MaxMessageBytes    int
+	RetryMin, RetryMax time.Duration
+	Durations          map[string]time.Duration
+}
+
+// PublisherDefaults is p with both relays' defaults for what it leaves
+// empty: the relay's name, this host, Plane's envelope version and source.
+func PublisherDefaults(p warren.PublisherInfo, name, source string) warren.PublisherInfo {
+	p.Name = cmp.Or(p.Name, name)
+	p.Instance = cmp.Or(p.Instance, amqpx.Hostname())
+	p.Version = cmp.Or(p.Version, warren.PlaneEnvelopeVersion)
+	p.Source = cmp.Or(p.Source, source)
+	return p
 }
 
 // Problems returns what is wrong with s, after defaults, one line per
@@ -29,6 +47,22 @@ type Shared struct {
 func (s Shared) Problems() []string {
 	var problems []string
 	add := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if !s.HasDatabase {
+		add("one of Pool and DatabaseURL is required")
+	}
+	if err := outbox.ValidateTable(s.Table); err != nil {
+		add("Table: %v", err)
+	}
+	if err := amqpx.CheckURL(s.AMQPURL); err != nil {
+		add("AMQPURL: %v", err)
+	}
+	if s.RetryMax < s.RetryMin {
+		add("RetryMax (%v) must not be below RetryMin (%v)", s.RetryMax, s.RetryMin)
+	}
+	if s.Durations == nil {
+		s.Durations = map[string]time.Duration{}
+	}
+	s.Durations["RetryMin"], s.Durations["RetryMax"] = s.RetryMin, s.RetryMax
 	if _, err := warren.ParseFormat(string(s.Format)); err != nil {
 		add("Format: %v", err)
 	}
