@@ -14,9 +14,10 @@ type Format string
 
 const (
 	// FormatWarren is warren's envelope and the default (the zero Format):
-	// the event fields, "created_at" as an RFC 3339 string with
-	// nanoseconds, and "version" when the event has one. It is what
-	// [Event.MarshalJSON] writes.
+	// the event fields ("workspace_id", "project_id", "initiator_id" and
+	// "initiator_type" only when not empty), "created_at" as an RFC 3339
+	// string with nanoseconds, and "version" when the event has one. It is
+	// what [Event.MarshalJSON] writes.
 	FormatWarren Format = "warren"
 
 	// FormatPlane is Plane's envelope, for Plane's consumers: every field
@@ -89,10 +90,14 @@ func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
 	w.str("event_type", ev.Type, false)
 	w.str("entity_type", ev.EntityType, false)
 	w.str("entity_id", ev.EntityID, false)
-	w.str("workspace_id", ev.WorkspaceID, false)
+	// Plane's consumers want every field; warren's envelope leaves out
+	// the empty ones that only some services have (a workspace, who
+	// initiated the change), so that they are not forced on others'
+	// messages. Decoding gives a missing one as "".
+	w.str("workspace_id", ev.WorkspaceID, !planeFormat)
 	w.nullable("project_id", ev.ProjectID, planeFormat)
 	w.nullable("initiator_id", ev.InitiatorID, planeFormat)
-	w.str("initiator_type", ev.InitiatorType, false)
+	w.str("initiator_type", ev.InitiatorType, !planeFormat)
 	w.key("payload")
 	if err := w.payload(ev.Payload); err != nil {
 		return nil, err

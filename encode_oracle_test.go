@@ -28,10 +28,10 @@ func referenceEncode(enc Encoder, ev Event, outboxID int64) ([]byte, error) {
 	w.str("event_type", ev.Type, false)
 	w.str("entity_type", ev.EntityType, false)
 	w.str("entity_id", ev.EntityID, false)
-	w.str("workspace_id", ev.WorkspaceID, false)
+	w.str("workspace_id", ev.WorkspaceID, !planeFormat)
 	w.nullable("project_id", ev.ProjectID, planeFormat)
 	w.nullable("initiator_id", ev.InitiatorID, planeFormat)
-	w.str("initiator_type", ev.InitiatorType, false)
+	w.str("initiator_type", ev.InitiatorType, !planeFormat)
 	var pw refWriter
 	pw.raw("data", orNull(ev.Payload.Data))
 	pw.raw("previous_attributes", orNull(ev.Payload.PreviousAttributes))
