@@ -18,7 +18,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// The README's first command: the demo runs the whole pipeline and checks
+// The README's pipeline demo: it runs the whole pipeline and checks
 // its own summary. A short run with unique names keeps it honest.
 func TestDemoRunsAndChecksItself(t *testing.T) {
 	var b [4]byte
