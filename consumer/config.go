@@ -221,7 +221,9 @@ type Config struct {
 	// heap grows to about twice the live bytes before it collects
 	// (GOGC=100); set GOMEMLIMIT accordingly. Default 0: no budget; the
 	// worst case is logged at start (for an unknown limit, as a range:
-	// worst_case_bytes_at_least and _at_most), with a warning above 1 GiB.
+	// worst_case_bytes_at_least, _at_default for the broker version's
+	// default, and _at_most), with a warning above 1 GiB when a stated
+	// limit is above MaxBodyBytes.
 	MemoryBudget int64
 
 	// BrokerMaxMessageSize is the broker's max_message_size in bytes, for

@@ -48,9 +48,12 @@ type BaseConsumer struct {
 
 	block  amqpx.BlockState // of the current session's connection
 	stats  counters
-	memory atomic.Pointer[memoryPlan]   // of the latest session
-	parts  atomic.Pointer[partitionSet] // of the latest session, with Config.Partitions
-	tracer trace.Tracer                 // nil without Config.TracerProvider
+	memory atomic.Pointer[memoryPlan] // of the latest session
+	// memoryNote says once per process what an unstated broker limit
+	// lets the consumer hold (planSession).
+	memoryNote sync.Once
+	parts      atomic.Pointer[partitionSet] // of the latest session, with Config.Partitions
+	tracer     trace.Tracer                 // nil without Config.TracerProvider
 
 	// adoptedArgs are the arguments the queue was adopted with
 	// (Config.AdoptQueue), learned by the first declaration that found

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -49,8 +50,8 @@ const rabbitHardMaxMessageSize = 512 << 20
 // answer.
 const probeTimeout = 5 * time.Second
 
-// warnWorstCase is the worst case above which a consumer without a budget
-// warns at start.
+// warnWorstCase is the worst case above which a consumer without a budget,
+// whose stated broker limit is above MaxBodyBytes, warns at start.
 const warnWorstCase = 1 << 30
 
 // brokerLimit is the broker's max_message_size as far as the consumer knows
@@ -68,6 +69,13 @@ type brokerLimit struct {
 	// probeFailed: the probe got no answer (an alarm, a timeout, a refused
 	// connection), so another try may yet read the limit.
 	probeFailed bool
+	// version is the broker's RabbitMQ version, as its connection said;
+	// versionDefault, for a limit the probe found larger than MaxBodyBytes,
+	// is that version's default max_message_size when it is larger still
+	// (0 otherwise): what a broker nobody configured allows. It is only
+	// reported, never planned with (see planMemory).
+	version        string
+	versionDefault int64
 }
 
 // exact reports whether the broker's limit is known rather than assumed.
@@ -92,7 +100,7 @@ var errProbeTimeout = errors.New("the broker did not answer the size probe in ti
 // connection, the probe would stop the acks that let the broker free
 // memory. On its own, a block ends the probe at once, and probeTimeout
 // bounds every other silence.
-func probeBrokerLimit(ctx context.Context, url, name string, size int) (limit int64, err error) {
+func probeBrokerLimit(ctx context.Context, url, name string, size int) (limit int64, version string, err error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, probeTimeout, errProbeTimeout)
 	defer cancel()
 	// url may name several nodes: each gets its share of the time, so a
@@ -100,8 +108,9 @@ func probeBrokerLimit(ctx context.Context, url, name string, size int) (limit in
 	perNode := probeTimeout / time.Duration(len(amqpx.SplitURLs(url)))
 	conn, err := amqpx.Dial(ctx, url, amqpx.DialOptions{Name: name, Timeout: perNode})
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
+	version, _ = conn.Properties["version"].(string)
 
 	// A block is the broker's answer for as long as its alarm lasts: give
 	// up at once rather than wait out the timeout.
@@ -155,7 +164,25 @@ func probeBrokerLimit(ctx context.Context, url, name string, size int) (limit in
 	if err != nil && ctx.Err() != nil {
 		err = context.Cause(ctx) // the block or the timeout says it all
 	}
-	return limit, err
+	return limit, version, err
+}
+
+// versionDefaultLimit is RabbitMQ version's default max_message_size:
+// 128 MiB from 3.8, 16 MiB from 4.0; 0 for a version it cannot read.
+func versionDefaultLimit(version string) int64 {
+	major, rest, _ := strings.Cut(version, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minor)
+	switch {
+	case err1 != nil || err2 != nil:
+		return 0
+	case ma >= 4:
+		return 16 << 20
+	case ma == 3 && mi >= 8:
+		return 128 << 20
+	}
+	return 0
 }
 
 // refusedSize matches RabbitMQ's 406 for an oversized message: "message
@@ -184,11 +211,11 @@ func limitFromClose(e *amqp.Error) (int64, error) {
 	return n, nil
 }
 
-// resolveLimit turns a probe's outcome (of a body of probeSize bytes) into
-// the limit the consumer plans with. A limit the broker named is exact;
-// otherwise it is unknown and RabbitMQ's hard maximum is assumed, with the
-// reason.
-func resolveLimit(probeSize int, limit int64, err error) brokerLimit {
+// resolveLimit turns a probe's outcome (of a body of probeSize bytes, on a
+// broker of version) into the limit the consumer plans with. A limit the
+// broker named is exact; otherwise it is unknown and RabbitMQ's hard
+// maximum is assumed, with the reason.
+func resolveLimit(probeSize int, limit int64, version string, err error) brokerLimit {
 	switch {
 	case err == nil && limit > 0:
 		return brokerLimit{bytes: limit, source: limitProbed}
@@ -196,10 +223,13 @@ func resolveLimit(probeSize int, limit int64, err error) brokerLimit {
 		// Refused, its text unreadable: below the probe's size.
 		return brokerLimit{bytes: int64(probeSize - 1), source: limitProbed}
 	}
-	l := brokerLimit{bytes: rabbitHardMaxMessageSize, source: limitAssumed}
+	l := brokerLimit{bytes: rabbitHardMaxMessageSize, source: limitAssumed, version: version}
 	if err == nil {
 		l.atLeast = int64(probeSize)
 		l.why = fmt.Sprintf("the broker accepted a %d-byte probe, so its limit is larger and unknown", probeSize)
+		if d := versionDefaultLimit(version); d >= l.atLeast {
+			l.versionDefault = d
+		}
 	} else {
 		l.why = fmt.Sprintf("size probe failed: %v", err)
 		l.probeFailed = true
@@ -217,8 +247,20 @@ type memoryPlan struct {
 	// an unknown limit it is computed at the hard maximum: an upper bound.
 	worstCase int64
 	// worstCaseAtLeast is, with an unknown limit, the worst case at the
-	// least the limit is known to be (0 when nothing is known).
-	worstCaseAtLeast int64
+	// least the limit is known to be (0 when nothing is known), and
+	// worstCaseAtDefault at the broker version's default (0 when that is
+	// not known): what a broker nobody configured lets the consumer hold.
+	worstCaseAtLeast, worstCaseAtDefault int64
+}
+
+// reported is the worst case Health reports: without a budget, at the
+// broker version's default when the limit is unknown and the default is
+// known, the figure a stock broker allows; otherwise the one planned with.
+func (p memoryPlan) reported() int64 {
+	if !p.limit.exact() && p.worstCaseAtDefault > 0 {
+		return p.worstCaseAtDefault
+	}
+	return p.worstCase
 }
 
 // logAttrs are the plan's attributes for the start-up log. An unknown
@@ -231,6 +273,10 @@ func (p memoryPlan) logAttrs() []any {
 	attrs := []any{"max_message_size_source", p.limit.source}
 	if p.limit.atLeast > 0 {
 		attrs = append(attrs, "broker_max_message_size_at_least", p.limit.atLeast, "worst_case_bytes_at_least", p.worstCaseAtLeast)
+	}
+	if p.worstCaseAtDefault > 0 {
+		attrs = append(attrs, "rabbitmq_version", p.limit.version, "default_max_message_size", p.limit.versionDefault,
+			"worst_case_bytes_at_default", p.worstCaseAtDefault)
 	}
 	return append(attrs, "worst_case_bytes_at_most", p.worstCase)
 }
@@ -251,6 +297,11 @@ func planMemory(cfg Config, limit brokerLimit) (memoryPlan, error) {
 	plan.worstCase = worstCase(cfg, plan.prefetch, limit.bytes)
 	if !limit.exact() && limit.atLeast > 0 {
 		plan.worstCaseAtLeast = worstCase(cfg, plan.prefetch, limit.atLeast)
+	}
+	// Without a budget, what a stock broker allows is the figure worth
+	// stating; under one, the bound the budget holds is.
+	if !limit.exact() && limit.versionDefault > 0 && cfg.MemoryBudget == 0 {
+		plan.worstCaseAtDefault = worstCase(cfg, plan.prefetch, limit.versionDefault)
 	}
 	return plan, nil
 }
@@ -312,8 +363,8 @@ func (c *BaseConsumer) planSession(ctx context.Context) (memoryPlan, error) {
 		limit = brokerLimit{bytes: cfg.BrokerMaxMessageSize, source: limitConfigured}
 	} else {
 		size := cfg.MaxBodyBytes + 1
-		probed, err := probeBrokerLimit(ctx, cfg.URL, c.connectionName()+" size probe", size)
-		limit = resolveLimit(size, probed, err)
+		probed, version, err := probeBrokerLimit(ctx, cfg.URL, c.connectionName()+" size probe", size)
+		limit = resolveLimit(size, probed, version, err)
 	}
 	plan, err := planMemory(cfg, limit)
 	switch {
@@ -329,13 +380,19 @@ func (c *BaseConsumer) planSession(ctx context.Context) (memoryPlan, error) {
 	case plan.prefetch < cfg.Prefetch:
 		c.log.Info("prefetch lowered to fit the memory budget", "prefetch", cfg.Prefetch, "effective_prefetch", plan.prefetch,
 			"memory_budget", cfg.MemoryBudget, "max_message_size", limit.bytes, "max_message_size_source", limit.source)
-	case cfg.MemoryBudget == 0 && plan.worstCase > warnWorstCase:
-		msg := "the consumer may hold more than 1 GiB of message bodies; set the broker's max_message_size (rabbitmq.conf) or Config.MemoryBudget"
-		if !limit.exact() {
-			msg = fmt.Sprintf("the broker's max_message_size is unknown (%s) and may be up to RabbitMQ's maximum: the consumer may hold more than 1 GiB of message bodies; lower it to at most MaxBodyBytes (%d) so the probe reads it, or set Config.BrokerMaxMessageSize, or Config.MemoryBudget",
-				limit.why, cfg.MaxBodyBytes)
-		}
-		c.log.Warn(msg, plan.logAttrs()...)
+	case cfg.MemoryBudget == 0 && !limit.exact() && !limit.probeFailed:
+		// A broker nobody configured: nothing is wrong yet, so not a
+		// warning, and said once per process, not per reconnect. The
+		// "consuming" line carries the figures every session.
+		c.memoryNote.Do(func() {
+			c.log.Info(fmt.Sprintf("the broker accepts messages larger than MaxBodyBytes (%d), which the consumer can only dead-letter; to bound the memory they can take, set the broker's max_message_size to at most MaxBodyBytes, or Config.MemoryBudget with Config.BrokerMaxMessageSize",
+				cfg.MaxBodyBytes), plan.logAttrs()...)
+		})
+	case cfg.MemoryBudget == 0 && limit.bytes > int64(cfg.MaxBodyBytes) && plan.worstCase > warnWorstCase:
+		// A limit the operator stated, above what the consumer decodes:
+		// producers may fill memory with messages it can only dead-letter.
+		c.log.Warn(fmt.Sprintf("the consumer may hold more than 1 GiB of message bodies: the broker's max_message_size (%d) is above MaxBodyBytes (%d); lower it (rabbitmq.conf) or set Config.MemoryBudget",
+			limit.bytes, cfg.MaxBodyBytes), plan.logAttrs()...)
 	}
 	return plan, nil
 }

@@ -93,7 +93,7 @@ func TestPlanMemoryRefusesABudgetBelowPrefetchOne(t *testing.T) {
 // would fit.
 func TestPlanMemoryWithAnUnknownLimitUsesTheMaximum(t *testing.T) {
 	t.Parallel()
-	unknown := resolveLimit(mib+1, 0, nil) // the broker accepted a 1 MiB + 1 probe
+	unknown := resolveLimit(mib+1, 0, "", nil) // the broker accepted a 1 MiB + 1 probe
 	cfg := Config{Name: "q", Channels: 2, Prefetch: 100, Workers: 8}.withDefaults()
 
 	cfg.MemoryBudget = 2*3*512*mib + 8*mib // 2 channels × 3 × 512 MiB + 8 workers × 1 MiB
@@ -135,17 +135,27 @@ func TestMemoryPlanLogsAnUnknownLimitAsARange(t *testing.T) {
 		limit brokerLimit
 		want  map[string]any
 	}{
-		{"accepted", resolveLimit(mib+1, 0, nil), map[string]any{
+		{"accepted", resolveLimit(mib+1, 0, "", nil), map[string]any{
 			"max_message_size_source":          limitAssumed,
 			"broker_max_message_size_at_least": int64(mib + 1),
 			"worst_case_bytes_at_least":        int64(2*10*(mib+1) + 4*mib),
 			"worst_case_bytes_at_most":         int64(2*10*512*mib + 4*mib),
 		}},
-		{"probe failed", resolveLimit(mib+1, 0, errors.New("blocked")), map[string]any{
+		// A stock broker's figure is its version's default.
+		{"accepted by RabbitMQ 4.1", resolveLimit(mib+1, 0, "4.1.3", nil), map[string]any{
+			"max_message_size_source":          limitAssumed,
+			"broker_max_message_size_at_least": int64(mib + 1),
+			"worst_case_bytes_at_least":        int64(2*10*(mib+1) + 4*mib),
+			"rabbitmq_version":                 "4.1.3",
+			"default_max_message_size":         int64(16 * mib),
+			"worst_case_bytes_at_default":      int64(2*10*16*mib + 4*mib),
+			"worst_case_bytes_at_most":         int64(2*10*512*mib + 4*mib),
+		}},
+		{"probe failed", resolveLimit(mib+1, 0, "3.13.7", errors.New("blocked")), map[string]any{
 			"max_message_size_source":  limitAssumed,
 			"worst_case_bytes_at_most": int64(2*10*512*mib + 4*mib),
 		}},
-		{"probed", resolveLimit(mib+1, 262144, nil), map[string]any{
+		{"probed", resolveLimit(mib+1, 262144, "3.13.7", nil), map[string]any{
 			"max_message_size_source": limitProbed,
 			"broker_max_message_size": int64(262144),
 			"worst_case_bytes":        int64(2*10*262144 + 4*262144),
@@ -188,7 +198,7 @@ func TestResolveLimit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := resolveLimit(probe, tc.limit, tc.err)
+			got := resolveLimit(probe, tc.limit, "", tc.err)
 			if got.bytes != tc.want.bytes || got.source != tc.want.source || got.atLeast != tc.want.atLeast || got.probeFailed != tc.want.probeFailed {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
@@ -228,14 +238,17 @@ func TestProbeReadsTheBrokersLimit(t *testing.T) {
 	node := localrabbit.Shared(t)
 	node.SetMaxMessageSize(t, 262144)
 	ctx := context.Background()
-	limit, err := probeBrokerLimit(ctx, node.URL(), t.Name(), mib+1)
+	limit, _, err := probeBrokerLimit(ctx, node.URL(), t.Name(), mib+1)
 	if err != nil || limit != 262144 {
 		t.Errorf("probe = %d, %v; want limit 262144", limit, err)
 	}
 
-	limit, err = probeBrokerLimit(ctx, testenv.AMQPURL(t), t.Name(), mib+1)
+	limit, version, err := probeBrokerLimit(ctx, testenv.AMQPURL(t), t.Name(), mib+1)
 	if err != nil || limit != 0 {
 		t.Errorf("probe of the shared broker = %d, %v; want it accepted (limit 0)", limit, err)
+	}
+	if versionDefaultLimit(version) == 0 {
+		t.Errorf("the broker's version %q is not one whose default max_message_size is known", version)
 	}
 }
 
@@ -253,8 +266,22 @@ func TestProbeGetsPastANodeThatNeverAnswers(t *testing.T) {
 	stalled.Stall(true)
 	list := stalled.URL(t, brokerURL) + "," + brokerURL
 	for range 4 { // the dial starts at a random node: each try has even odds of the stalled one first
-		if limit, err := probeBrokerLimit(context.Background(), list, t.Name(), mib+1); err != nil || limit != 0 {
+		if limit, _, err := probeBrokerLimit(context.Background(), list, t.Name(), mib+1); err != nil || limit != 0 {
 			t.Fatalf("probe = %d, %v; want the answering node's (accepted, limit 0)", limit, err)
+		}
+	}
+}
+
+// The default max_message_size of each RabbitMQ version the consumer
+// reports a stock broker's worst case with.
+func TestVersionDefaultLimit(t *testing.T) {
+	t.Parallel()
+	for version, want := range map[string]int64{
+		"3.7.28": 0, "3.8.0": 128 * mib, "3.10.8": 128 * mib, "3.13.7": 128 * mib,
+		"4.0.0": 16 * mib, "4.1.3": 16 * mib, "": 0, "unknown": 0, "4": 0,
+	} {
+		if got := versionDefaultLimit(version); got != want {
+			t.Errorf("versionDefaultLimit(%q) = %d, want %d", version, got, want)
 		}
 	}
 }

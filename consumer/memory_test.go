@@ -267,3 +267,54 @@ func TestMemoryBudgetWithAnUnknownLimitPlansAtTheMaximum(t *testing.T) {
 		}
 	})
 }
+
+// A broker nobody configured (the test broker: it accepts the probe, so
+// its limit is unknown) gets no warning: a first start must not show one
+// its user cannot act on. The consumer notes the figures once per process
+// at Info, not at every reconnect, and Health reports the worst case at
+// the broker version's default with the maximum beside it.
+func TestStockBrokerGetsNoMemoryWarning(t *testing.T) {
+	t.Parallel()
+	var log *logLines
+	c := newConsumer(t, func(cfg *consumer.Config) { log = captureLog(t, cfg) })
+	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	start(t, c)
+	if closed := testenv.CloseConnections(t, c.Config().Name); closed == 0 {
+		t.Fatalf("no connection of %s found to close", c.Config().Name)
+	}
+	testenv.WaitFor(t, 60*time.Second, "the consumer to reconnect", func() bool {
+		return c.Stats().Reconnects >= 1 && c.Health().Ready
+	})
+	for _, line := range strings.Split(log.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && (strings.Contains(line, "max_message_size") || strings.Contains(line, "GiB")) {
+			t.Errorf("a stock broker's consumer warned about its memory: %s", line)
+		}
+	}
+	if n := strings.Count(log.String(), "the broker accepts messages larger than MaxBodyBytes"); n != 1 {
+		t.Errorf("the note on the broker's limit was logged %d times over two sessions, want once", n)
+	}
+	if !log.has("worst_case_bytes_at_default=") || !log.has("rabbitmq_version=") {
+		t.Errorf("the log does not state the worst case at the broker's default:\n%s", log)
+	}
+	h := c.Health()
+	if h.WorstCaseBytes == 0 || h.WorstCaseBytesAtMost <= h.WorstCaseBytes {
+		t.Errorf("Health worst case %d, at most %d: want the version default's figure below the maximum's", h.WorstCaseBytes, h.WorstCaseBytesAtMost)
+	}
+}
+
+// A limit the operator stated above MaxBodyBytes, without a budget, is
+// warned about: producers may fill memory with messages the consumer can
+// only dead-letter, and the operator can act on it.
+func TestStatedLimitAboveMaxBodyBytesIsWarned(t *testing.T) {
+	t.Parallel()
+	var log *logLines
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.BrokerMaxMessageSize = 128 << 20
+		log = captureLog(t, cfg)
+	})
+	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	start(t, c)
+	if !log.has("level=WARN msg=\"the consumer may hold more than 1 GiB of message bodies: the broker's max_message_size (134217728) is above MaxBodyBytes") {
+		t.Errorf("no warning of a stated limit above MaxBodyBytes:\n%s", log)
+	}
+}

@@ -109,9 +109,17 @@ type Health struct {
 	Prefetch int `json:"prefetch,omitempty"`
 	// WorstCaseBytes is the most bytes of message bodies the current
 	// session can hold (see Config.MemoryBudget). When the broker's
-	// max_message_size is unknown it is computed at RabbitMQ's maximum,
-	// 512 MiB: an upper bound, logged as worst_case_bytes_at_most.
+	// max_message_size is unknown (larger than MaxBodyBytes, and not
+	// stated) and there is no budget, it is computed at the default of the
+	// broker's RabbitMQ version, what a broker nobody configured allows
+	// (128 MiB for 3.x, 16 MiB from 4.0), and WorstCaseBytesAtMost at
+	// RabbitMQ's maximum, 512 MiB, to which an operator may have raised
+	// it. Under a budget, or without a version, it is at that maximum: the
+	// bound the budget is kept with.
 	WorstCaseBytes int64 `json:"worst_case_bytes,omitempty"`
+	// WorstCaseBytesAtMost is, for an unknown limit, the worst case at
+	// RabbitMQ's maximum max_message_size (0 for a known limit).
+	WorstCaseBytesAtMost int64 `json:"worst_case_bytes_at_most,omitempty"`
 	// ActivePartitions, with Config.Partitions, are the partitions (by
 	// index) this replica is active on: it has received their deliveries
 	// on its current subscriptions. A partition with nothing to deliver
@@ -133,7 +141,10 @@ func (c *BaseConsumer) Health() Health {
 		h.Dependencies = append(h.Dependencies, st)
 	}
 	if mem := c.memory.Load(); mem != nil {
-		h.Prefetch, h.WorstCaseBytes = mem.prefetch, mem.worstCase
+		h.Prefetch, h.WorstCaseBytes = mem.prefetch, mem.reported()
+		if !mem.limit.exact() {
+			h.WorstCaseBytesAtMost = mem.worstCase
+		}
 	}
 	if ps := c.parts.Load(); ps != nil && c.ready.Load() {
 		h.ActivePartitions = ps.active()
