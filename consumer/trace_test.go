@@ -7,14 +7,13 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/spanrecorder"
 )
 
 // TestRetryStaysInTheTrace: a message with a traceparent header fails once
@@ -23,9 +22,8 @@ import (
 // as an error.
 func TestRetryStaysInTheTrace(t *testing.T) {
 	t.Parallel()
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	recorder := spanrecorder.New()
+	tp := recorder
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.TracerProvider = tp
 		cfg.RetryDelays = []time.Duration{time.Millisecond}

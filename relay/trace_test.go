@@ -6,13 +6,12 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/spanrecorder"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -73,9 +72,8 @@ func (e *env) publishIn(ctx context.Context, ev warren.Event) {
 // one before.
 func TestOneTraceFromPublishToHandler(t *testing.T) {
 	t.Parallel()
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	recorder := spanrecorder.New()
+	tp := recorder
 
 	e := newEnv(t)
 	seen, c := traced(t, e, tp)
@@ -93,7 +91,7 @@ func TestOneTraceFromPublishToHandler(t *testing.T) {
 		t.Fatalf("the handler runs in trace %s, the producer in %s", inHandler.TraceID(), want)
 	}
 
-	var publish, process sdktrace.ReadOnlySpan
+	var publish, process *spanrecorder.Span
 	testenv.WaitFor(t, 60*time.Second, "the relay's and the consumer's spans to end", func() bool {
 		for _, s := range recorder.Ended() {
 			switch s.SpanKind() {
@@ -108,7 +106,7 @@ func TestOneTraceFromPublishToHandler(t *testing.T) {
 	if publish.Name() != "publish "+e.exchange || process.Name() != "process "+c.Topology().Queue {
 		t.Errorf("span names %q and %q", publish.Name(), process.Name())
 	}
-	for _, s := range []sdktrace.ReadOnlySpan{publish, process} {
+	for _, s := range []*spanrecorder.Span{publish, process} {
 		if s.SpanContext().TraceID() != want {
 			t.Errorf("span %q is in trace %s, want %s", s.Name(), s.SpanContext().TraceID(), want)
 		}
@@ -132,8 +130,7 @@ func TestOneTraceFromPublishToHandler(t *testing.T) {
 // remote parent.
 func TestTraceCarriedWithoutTracers(t *testing.T) {
 	t.Parallel()
-	tp := sdktrace.NewTracerProvider() // the producer's only
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	tp := spanrecorder.New() // the producer's only
 	e := newEnv(t)
 	seen, _ := traced(t, e, nil)
 	e.start(e.config(testenv.Name(t, "relay")))
@@ -173,8 +170,7 @@ func TestNoTraceNoHeader(t *testing.T) {
 // row, where Dead and Purge's archive hook see it.
 func TestRowKeepsTraceContext(t *testing.T) {
 	t.Parallel()
-	tp := sdktrace.NewTracerProvider()
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	tp := spanrecorder.New()
 	e := newEnv(t)
 	ctx, span := tp.Tracer("test").Start(context.Background(), "producer")
 	e.publishIn(ctx, event("kept-1"))

@@ -7,18 +7,17 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/warrenmq/warren/internal/testenv/spanrecorder"
 	"github.com/warrenmq/warren/internal/tracecontext"
 )
 
 // A failed span's status and exception event carry the error redacted:
 // spans go to a tracing backend, outside the process.
 func TestEndSpanRedactsTheError(t *testing.T) {
-	recorder := tracetest.NewSpanRecorder()
-	tracer := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)).Tracer("test")
+	recorder := spanrecorder.New()
+	tracer := recorder.Tracer("test")
 	_, span := tracecontext.StartSpan(context.Background(), tracer, "process", trace.SpanKindConsumer, tracecontext.Messaging{Operation: "process", Destination: "q"})
 	tracecontext.EndSpan(span, errors.New("POST https://bob:s3cr3t-pw@hooks.example/x?token=tok-123: 500"))
 

@@ -6,12 +6,10 @@ import (
 	"testing"
 	"time"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/spanrecorder"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -22,9 +20,8 @@ import (
 // first batch and the second is drained.
 func TestSpansOfDrainedBatchesEnd(t *testing.T) {
 	t.Parallel()
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	recorder := spanrecorder.New()
+	tp := recorder
 	r, err := New(Config{DatabaseURL: testenv.DatabaseURL(t), Exchange: testenv.Name(t, "missing"), TracerProvider: tp, PublishTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/internal/testenv/spanrecorder"
 )
 
 // With a TracerProvider the CDC relay records a producer span per event,
@@ -20,9 +19,8 @@ import (
 // traceparent so that the consumer's span is its child.
 func TestAPublishSpanJoinsTheProducersTrace(t *testing.T) {
 	t.Parallel()
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	recorder := spanrecorder.New()
+	tp := recorder
 
 	e := newEnv(t)
 	e.bindQueue()
@@ -56,7 +54,7 @@ func TestAPublishSpanJoinsTheProducersTrace(t *testing.T) {
 		t.Fatal("the event never arrived")
 	}
 
-	var publish sdktrace.ReadOnlySpan
+	var publish *spanrecorder.Span
 	testenv.WaitFor(t, 60*time.Second, "the relay's publish span to end", func() bool {
 		for _, s := range recorder.Ended() {
 			if s.SpanKind() == trace.SpanKindProducer {
