@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/creack/pty"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/dlq"
@@ -67,7 +66,7 @@ func interruptAtPrompt(t *testing.T, prompt string, args ...string) {
 // what the terminal showed.
 func atPrompt(t *testing.T, prompt string, meanwhile func(), answer []byte, args ...string) (screen string, err error) {
 	t.Helper()
-	ptmx, tty, err := pty.Open()
+	ptmx, tty, err := testenv.OpenPTY()
 	if err != nil {
 		t.Fatal(err)
 	}
