@@ -6,6 +6,9 @@ GOVULNCHECK := golang.org/x/vuln/cmd/govulncheck@v1.9.0
 # govulncheck's database (its default, named so the probe and the run agree).
 VULNDB := https://vuln.go.dev
 PKGS := ./...
+# The console's browser tests are a module of their own, so that the
+# library's go.mod does not carry chromedp to every importer.
+BROWSERTEST := cmd/warren/internal/console/browsertest
 
 .PHONY: build test test-min-go test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
 
@@ -28,6 +31,7 @@ test:
 	go test -race -count=1 -parallel 4 -timeout 30m $(PKGS)
 	go test -count=1 -run 'Allocates' . ./consumer
 	cd devtools/bench && go test -count=1 ./...
+	cd $(BROWSERTEST) && go test -race -count=1 ./...
 
 # The lowest Go that go.mod declares, which every importer's build inherits:
 # the unit tier with that toolchain (the go command fetches it from the
@@ -54,6 +58,7 @@ lint: vulncheck
 	go vet -tags slow $(PKGS)
 	go run $(STATICCHECK) -tags slow $(PKGS)
 	cd devtools/bench && go vet ./... && go run $(STATICCHECK) ./...
+	cd $(BROWSERTEST) && go vet ./... && go run $(STATICCHECK) ./...
 
 # Part of lint. govulncheck runs only when its database answers within 5s
 # (the probe reads the database's small index, part of its documented API);
@@ -73,7 +78,8 @@ vulncheck:
 		exit 1; \
 	else \
 		set -x; go run $(GOVULNCHECK) -db $(VULNDB) $(PKGS) && \
-		cd devtools/bench && go run $(GOVULNCHECK) -db $(VULNDB) ./...; \
+		(cd devtools/bench && go run $(GOVULNCHECK) -db $(VULNDB) ./...) && \
+		cd $(BROWSERTEST) && go run $(GOVULNCHECK) -db $(VULNDB) ./...; \
 	fi
 
 # Every benchmark scenario at its defaults (about 30 minutes on 2 cores,
@@ -97,7 +103,7 @@ cluster-down:
 # Screenshots of every page of `warren console`, taken by its browser test
 # in headless Chromium, into docs/console (the README shows them).
 screenshots:
-	WARREN_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console go test -count=1 -run '^TestBrowserReplayGroup$$' ./cmd/warren/internal/console/
+	cd $(BROWSERTEST) && WARREN_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console go test -count=1 -run '^TestBrowserReplayGroup$$' ./...
 
 # Short fuzzing of the decoders that read hostile input, of the
 # redactor that keeps passwords out of error text, and of the capture

@@ -1,6 +1,7 @@
 package warren_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"strings"
@@ -39,5 +40,29 @@ func TestPackageBoundaries(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGoModHoldsNoTestTools keeps test-only tools out of the library's
+// go.mod, whose requirements every importer's module graph, SBOM and
+// dependency alerts take in: the console's browser tests are a module of
+// their own (cmd/warren/internal/console/browsertest), spans are recorded
+// with internal/testenv/spanrecorder and pseudo-terminals opened with
+// testenv.OpenPTY.
+func TestGoModHoldsNoTestTools(t *testing.T) {
+	out, err := exec.Command("go", "mod", "edit", "-json").Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json: %v", err)
+	}
+	var mod struct{ Require []struct{ Path string } }
+	if err := json.Unmarshal(out, &mod); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range mod.Require {
+		for _, tool := range []string{"github.com/chromedp/", "github.com/creack/pty", "go.opentelemetry.io/otel/sdk", "github.com/go-json-experiment/"} {
+			if strings.HasPrefix(r.Path, tool) {
+				t.Errorf("go.mod requires %s, a test tool, which every importer would inherit", r.Path)
+			}
+		}
 	}
 }

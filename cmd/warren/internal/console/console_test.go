@@ -20,6 +20,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/cmd/warren/internal/console"
+	"github.com/warrenmq/warren/cmd/warren/internal/console/consoletest"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/testenv"
@@ -28,6 +29,7 @@ import (
 // fixture is a console over a fresh dead-letter topology.
 type fixture struct {
 	t       *testing.T
+	fx      *consoletest.Fixture
 	console *console.Server
 	srv     *httptest.Server
 	// runningOK keeps do from waiting out a running action's result page.
@@ -48,39 +50,21 @@ func newFixture(t *testing.T, cfg console.Config) *fixture {
 // consumer's queue type).
 func newFixtureOfType(t *testing.T, cfg console.Config, queueType string) *fixture {
 	t.Helper()
-	conn := testenv.AMQPConn(t)
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	top := testenv.DeclareDeadLetterTopologyOfType(t, ch, queueType)
-	cfg.AMQPURL = testenv.AMQPURL(t)
-	s, err := console.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
+	fx := consoletest.New(t, cfg, queueType)
 	jar, _ := cookiejar.New(nil)
-	return &fixture{t: t, console: s, srv: srv, c: &http.Client{Jar: jar}, conn: conn, ch: ch, top: top}
+	return &fixture{t: t, fx: fx, console: fx.Console, srv: fx.Srv, c: &http.Client{Jar: jar}, conn: fx.Conn, ch: fx.Ch, top: fx.Top}
 }
 
-// deadLetters puts n dead letters in the DLQ that differ only in ids and
-// numbers in their error text, so they share one failure signature.
+// deadLetters puts n dead letters in the DLQ that share one failure
+// signature (consoletest.Fixture.DeadLetters).
 func (f *fixture) deadLetters(prefix string, n int, errFormat string) {
 	f.t.Helper()
-	msgs := make([]amqp.Publishing, n)
-	for i := range msgs {
-		id := fmt.Sprintf("%s-%d", prefix, i)
-		msgs[i] = f.top.Message(testenv.Dead{ID: id, Type: "workitem.updated", Class: dlq.ClassExhausted, Attempts: 5, Err: fmt.Sprintf(errFormat, i)})
-	}
-	testenv.PublishInOrder(f.t, f.conn, f.top.DLQ, msgs)
+	f.fx.DeadLetters(prefix, n, errFormat)
 }
 
 func (f *fixture) depth(queue string) int {
 	f.t.Helper()
-	return testenv.QueueDepth(f.t, f.ch, queue)
+	return f.fx.Depth(queue)
 }
 
 type response struct {

@@ -1,4 +1,4 @@
-package console_test
+package browsertest_test
 
 import (
 	"context"
@@ -14,9 +14,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/cmd/warren/internal/console"
+	"github.com/warrenmq/warren/cmd/warren/internal/console/consoletest"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/internal/testenv/browser"
+	browser "github.com/warrenmq/warren/cmd/warren/internal/console/browsertest"
 )
 
 // screenshotDir is where the browser test saves a picture of each page:
@@ -69,31 +70,31 @@ func TestBrowserReplayGroup(t *testing.T) {
 	ob.PublishN("ev", 8)
 	ob.Exec(`UPDATE {table} SET state = 'dead', attempts = 20, finished_at = now(),
 		last_error = 'publish ' || event_id || ': broker nacked after 5s' WHERE event_id IN ('ev-0', 'ev-1', 'ev-2')`)
-	f := newFixture(t, console.Config{Token: token, ArchiveDir: t.TempDir(), DatabaseURL: testenv.DatabaseURL(t), Table: ob.Table.Name()})
-	f.deadLetters("evt", 12, "POST https://hooks.example.com/w/%d: context deadline exceeded (Client.Timeout exceeded after 10s)")
+	f := consoletest.New(t, console.Config{Token: token, ArchiveDir: t.TempDir(), DatabaseURL: testenv.DatabaseURL(t), Table: ob.Table.Name()}, "classic")
+	f.DeadLetters("evt", 12, "POST https://hooks.example.com/w/%d: context deadline exceeded (Client.Timeout exceeded after 10s)")
 	var other []amqp.Publishing
 	for i := range 3 {
-		other = append(other, f.top.Message(testenv.Dead{ID: fmt.Sprintf("gone-%d", i), Type: "issue.deleted", Class: dlq.ClassPermanent, Attempts: 1,
+		other = append(other, f.Top.Message(testenv.Dead{ID: fmt.Sprintf("gone-%d", i), Type: "issue.deleted", Class: dlq.ClassPermanent, Attempts: 1,
 			Err: fmt.Sprintf("webhook answered HTTP 410 for project %d", 100+i)}))
 	}
-	other = append(other, f.top.Message(testenv.Dead{ID: "bad-0", Type: "issue.created", Class: dlq.ClassUndecodable, Attempts: 1,
+	other = append(other, f.Top.Message(testenv.Dead{ID: "bad-0", Type: "issue.created", Class: dlq.ClassUndecodable, Attempts: 1,
 		Err: "decode event: invalid character 'x' looking for beginning of value", Body: []byte("x\x00\x01 not json")}))
-	testenv.PublishInOrder(t, f.conn, f.top.DLQ, other)
+	testenv.PublishInOrder(t, f.Conn, f.Top.DLQ, other)
 	shots := screenshotDir(t)
 	ctx := browser.New(t, 3*time.Minute)
 
 	// Every page needs the token: the first one is the login form.
 	do(t, ctx, "log in",
-		chromedp.Navigate(f.srv.URL+"/"),
+		chromedp.Navigate(f.Srv.URL+"/"),
 		chromedp.SetValue(chromedp.ID("token"), token),
 		chromedp.Click(chromedp.ID("login-button")),
 		chromedp.WaitVisible(chromedp.ID("overview")),
 	)
 	// The management API shows a new queue's depth within its refresh
 	// interval; the page reloads itself until then.
-	overviewDLQ := fmt.Sprintf(`#consumer-%s .dlq-depth`, f.top.Consumer)
+	overviewDLQ := fmt.Sprintf(`#consumer-%s .dlq-depth`, f.Top.Consumer)
 	testenv.WaitFor(t, time.Minute, "the overview to show the DLQ's 16 messages", func() bool {
-		do(t, ctx, "reload the overview", chromedp.Navigate(f.srv.URL+"/?refresh=off"), chromedp.WaitVisible(chromedp.ID("consumers")))
+		do(t, ctx, "reload the overview", chromedp.Navigate(f.Srv.URL+"/?refresh=off"), chromedp.WaitVisible(chromedp.ID("consumers")))
 		s, _ := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {}).textContent || ""`, overviewDLQ)))
 		return strings.TrimSpace(s) == "16"
 	})
@@ -141,11 +142,11 @@ func TestBrowserReplayGroup(t *testing.T) {
 		t.Fatalf("result: %s replayed, %s failed; want 12 and 0", done, failed)
 	}
 	browser.Screenshot(t, ctx, filepath.Join(shots, "result.png"))
-	if n := f.depth(f.top.DLQ); n != 4 {
+	if n := f.Depth(f.Top.DLQ); n != 4 {
 		t.Fatalf("the DLQ holds %d after the replay, want 4", n)
 	}
 	var replayed []string
-	for _, d := range testenv.Drain(t, f.conn, f.top.Consumer) {
+	for _, d := range testenv.Drain(t, f.Conn, f.Top.Consumer) {
 		replayed = append(replayed, d.MessageId)
 	}
 	slices.Sort(replayed)
@@ -172,14 +173,14 @@ func TestBrowserReplayGroup(t *testing.T) {
 	if msg := text(t, ctx, "#error-text"); !strings.Contains(strings.ToLower(msg), "csrf") {
 		t.Fatalf("refusal says %q, want a word about the CSRF token", msg)
 	}
-	if n := f.depth(f.top.DLQ); n != 4 {
+	if n := f.Depth(f.Top.DLQ); n != 4 {
 		t.Fatalf("the DLQ holds %d after a refused replay, want 4", n)
 	}
-	if n := f.depth(f.top.Consumer); n != 0 {
+	if n := f.Depth(f.Top.Consumer); n != 0 {
 		t.Fatalf("a refused replay sent %d messages", n)
 	}
 
-	do(t, ctx, "open the outbox", chromedp.Navigate(f.srv.URL+"/outbox"), chromedp.WaitVisible(chromedp.ID("outbox")))
+	do(t, ctx, "open the outbox", chromedp.Navigate(f.Srv.URL+"/outbox"), chromedp.WaitVisible(chromedp.ID("outbox")))
 	if n := text(t, ctx, "#outbox-dead"); n != "3" {
 		t.Fatalf("outbox page shows %s dead rows, want 3", n)
 	}

@@ -1,11 +1,13 @@
-// Package browser drives Debian's Chromium, headless, from Go tests
-// (through chromedp and the DevTools protocol), for the tests of pages warren
-// serves, such as `warren console`.
+// Package browsertest drives Debian's Chromium, headless, from Go tests
+// (through chromedp and the DevTools protocol), for the tests of the pages
+// `warren console` serves. It is a module of its own, with those tests, so
+// that the library's go.mod does not carry chromedp into every importer's
+// module graph: `make test` runs it.
 //
 // Chromium is not on a fresh machine: scripts/services.sh installs it, and
 // [New] fails the test with that command when it is missing, like every
 // other service a test needs.
-package browser
+package browsertest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package browser_test
+package browsertest_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/warrenmq/warren/internal/testenv/browser"
+	browser "github.com/warrenmq/warren/cmd/warren/internal/console/browsertest"
 )
 
 // The browser loads a page, runs its script and submits its form.
