@@ -14,10 +14,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/cmd/warren/internal/console"
+	browser "github.com/warrenmq/warren/cmd/warren/internal/console/browsertest"
 	"github.com/warrenmq/warren/cmd/warren/internal/console/consoletest"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/testenv"
-	browser "github.com/warrenmq/warren/cmd/warren/internal/console/browsertest"
 )
 
 // screenshotDir is where the browser test saves a picture of each page:
