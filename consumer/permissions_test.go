@@ -97,7 +97,7 @@ func TestBrokerPermissionsDocumented(t *testing.T) {
 // purges) and that a producer cannot write where warren believes failure
 // headers: the default exchange and the consumer's dead-letter exchange.
 func testBrokerPermissionsWork(t *testing.T) {
-	node := localrabbit.Shared(t)
+	node := localrabbit.SharedLane(t, usersLane)
 	exchange, consumerName := testenv.Name(t, "ex"), testenv.Name(t, "c")
 	producer, consumerAccount, operator := brokerPermissions(exchange, consumerName)
 	producerURL := addBrokerUser(t, node, producer)
@@ -252,7 +252,7 @@ func publishOnce(conn *amqp.Connection, exchange, key string, msg amqp.Publishin
 // a refusal at the start does: it retries, loudly, and consumes again
 // once the broker lets it in.
 func testRefusedReconnectIsRetried(t *testing.T) {
-	node := localrabbit.Shared(t)
+	node := localrabbit.SharedLane(t, usersLane)
 	user := node.AddUser(t, testenv.Name(t, "u"), ".*", ".*", ".*")
 	logs := &logLines{out: t.Output()}
 	c := consumerAt(t, user.URL(), func(cfg *consumer.Config) {

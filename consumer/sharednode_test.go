@@ -17,6 +17,18 @@ func TestSharedNode(t *testing.T) {
 		{Name: "MemoryBudgetTooSmallRefusesToStart", Run: testMemoryBudgetTooSmallRefusesToStart},
 		{Name: "SizeProbeUnderAlarmDoesNotHangStart", Run: testSizeProbeUnderAlarmDoesNotHangStart},
 		{Name: "PartitionsWithoutPlugin", Run: testPartitionsWithoutPlugin},
+	})
+}
+
+// usersLane is the lane of the tests that add, restrict and lock out
+// broker users: they change nothing other tests see, but an alarm of the
+// first lane would block them, so they run one after another on a node
+// of their own, beside that lane. One of them alone: go test -run
+// 'TestSharedUsersNode/RefusedReconnectIsRetried'.
+const usersLane = "users"
+
+func TestSharedUsersNode(t *testing.T) {
+	localrabbit.RunLane(t, []localrabbit.LaneTest{
 		{Name: "BrokerPermissionsWork", Run: testBrokerPermissionsWork},
 		{Name: "RefusedReconnectIsRetried", Run: testRefusedReconnectIsRetried},
 	})

@@ -19,15 +19,20 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// shared is the node of this test binary, started by the first test that
-// asks for it.
-var shared struct {
+// lane is one private node of this test binary, started by the first test
+// that asks for it.
+type lane struct {
 	once   sync.Once
-	mu     sync.Mutex
 	holder string // the test that uses the node now, "" when none does
 	dir    string
 	node   *Node
 	err    error
+}
+
+// lanes are the binary's private nodes, by lane name ("" for Shared's).
+var lanes struct {
+	mu     sync.Mutex
+	byName map[string]*lane
 }
 
 // Shared returns this test binary's private node, starting it on first
@@ -41,55 +46,73 @@ var shared struct {
 // another holds it fails, naming both. Call StopShared from TestMain once
 // the tests have run; if the binary dies first, the kernel kills the node
 // anyway.
-func Shared(t testing.TB) *Node {
+func Shared(t testing.TB) *Node { return SharedLane(t, "") }
+
+// SharedLane is [Shared] for a second lane of the binary's tests, named
+// name: a node of its own, so that tests that only change their own users
+// run beside the ones that alarm the first node, which would block them.
+// Its tests run one after another too.
+func SharedLane(t testing.TB, name string) *Node {
 	t.Helper()
 	testenv.RequireServices(t, "a private RabbitMQ node")
-	shared.mu.Lock()
-	holder := shared.holder
+	lanes.mu.Lock()
+	if lanes.byName == nil {
+		lanes.byName = map[string]*lane{}
+	}
+	l := lanes.byName[name]
+	if l == nil {
+		l = &lane{}
+		lanes.byName[name] = l
+	}
+	holder := l.holder
 	if holder == "" {
-		shared.holder = t.Name()
+		l.holder = t.Name()
 		t.Cleanup(func() {
-			shared.mu.Lock()
-			shared.holder = ""
-			shared.mu.Unlock()
+			lanes.mu.Lock()
+			l.holder = ""
+			lanes.mu.Unlock()
 		})
 	}
-	shared.mu.Unlock()
+	lanes.mu.Unlock()
 	if holder != "" && holder != t.Name() && !strings.HasPrefix(t.Name(), holder+"/") {
 		t.Fatalf("%s and %s use the binary's shared private node at once: run the tests that alarm or reconfigure it one after another, in the package's lane (localrabbit.RunLane)", holder, t.Name())
 	}
-	shared.once.Do(func() {
+	l.once.Do(func() {
 		removeOrphans()
 		dir, err := os.MkdirTemp("", dirPattern)
 		if err != nil {
-			shared.err = err
+			l.err = err
 			return
 		}
-		shared.dir = dir
+		l.dir = dir
 		if err := os.WriteFile(filepath.Join(dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-			shared.err = err
+			l.err = err
 			return
 		}
 		t.Logf("starting a private RabbitMQ node in %s", dir)
-		shared.node, shared.err = Start(context.Background(), dir, "test")
-		if shared.err == nil {
-			t.Logf("private RabbitMQ node %s on port %d started in %v", shared.node.Name, shared.node.Port, shared.node.Startup)
+		l.node, l.err = Start(context.Background(), dir, "test"+name)
+		if l.err == nil {
+			t.Logf("private RabbitMQ node %s on port %d started in %v", l.node.Name, l.node.Port, l.node.Startup)
 		}
 	})
-	if shared.err != nil {
-		t.Fatalf("cannot start a private RabbitMQ node: %v\n(%s installs rabbitmq-server)", shared.err, StartCommand)
+	if l.err != nil {
+		t.Fatalf("cannot start a private RabbitMQ node: %v\n(%s installs rabbitmq-server)", l.err, StartCommand)
 	}
-	return shared.node
+	return l.node
 }
 
-// StopShared stops the node Shared started, if any, and deletes its
-// directory.
+// StopShared stops the nodes Shared and SharedLane started, if any, and
+// deletes their directories.
 func StopShared() {
-	if shared.node != nil {
-		shared.node.Stop()
-	}
-	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
+	lanes.mu.Lock()
+	defer lanes.mu.Unlock()
+	for _, l := range lanes.byName {
+		if l.node != nil {
+			l.node.Stop()
+		}
+		if l.dir != "" {
+			os.RemoveAll(l.dir)
+		}
 	}
 }
 
