@@ -15,7 +15,10 @@ import (
 // recovers it and logs "the Observer panicked" at Error level with the
 // method and the stack, at most once per method every 10 seconds.
 // Unrecovered, Received's panic would end the process before the ack,
-// and every restart would take the same delivery and panic again.
+// and every restart would take the same delivery and panic again. A
+// method that calls runtime.Goexit is logged too, and the worker that
+// called it ends. A method that blocks holds its worker; a stop waits for
+// it until ShutdownGrace.
 type Observer interface {
 	// Received is called when a worker takes a delivery. Every Received
 	// is followed by exactly one Settled for the same delivery.

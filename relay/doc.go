@@ -56,7 +56,8 @@
 // broker does: a broker that stops reading the connection (a memory or
 // disk alarm) gets 5s to answer the publisher's close before the
 // connection is closed under it; the rows it never confirmed stay in the
-// table.
+// table. An Observer method that blocks is the exception: the stop waits
+// for it (see [Observer]).
 //
 // Several relays may run on one table. LISTEN/NOTIFY wakes them within
 // milliseconds of a commit; the adaptive poll (PollMin to PollMax) remains

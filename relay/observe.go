@@ -18,8 +18,16 @@ import (
 // the stack, at most once per method every 10 seconds (a count says how
 // many it did not log). Unrecovered, the panic would end the process
 // between the broker's confirm and the settle, and the restarted relay
-// would publish that batch again. A method that blocks is not guarded
-// against: it holds publishing while the relay's health still says ready.
+// would publish that batch again. A method that calls runtime.Goexit
+// (t.FailNow in a test double) cannot be stopped: it is logged, and the
+// relay's goroutine that called it ends, which stalls that relay.
+//
+// A method that blocks is not guarded against. It holds publishing; the
+// polling relay then reports its workers stuck (/healthz fails, so a
+// liveness probe restarts it), while the CDC relay goes on saying ready;
+// and Run's stop waits for it, past the bound the package documentation
+// gives, so a process that is killed meanwhile publishes again what was
+// confirmed but not settled.
 type Observer interface {
 	// Woken is called each time a worker that was waiting wakes to claim
 	// rows: byNotify is true when a notification woke it, false when its

@@ -8,7 +8,9 @@
 // take the delivery again, and panic again. A metrics adapter's bug must
 // cost its metrics, not duplicates or a crash loop.
 //
-// The panic is logged at Error level with the method and the stack, at
-// most once per method every 10 seconds, with a count of the panics not
-// logged since.
+// The panic is logged at Error level with the method, its value (at most
+// 4 KiB; by type when it cannot be formatted) and the stack, at most once
+// per method every 10 seconds, with a count of the panics not logged
+// since. A runtime.Goexit cannot be stopped: it is logged the same way,
+// and the goroutine that called the Observer ends.
 package observeguard

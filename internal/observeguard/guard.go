@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 )
@@ -35,17 +36,45 @@ func New(log *slog.Logger) *Guard {
 }
 
 // Call runs call, an Observer method named method, and recovers a panic
-// in it.
+// in it. A call that neither returns nor panics called runtime.Goexit
+// (t.FailNow in a test double, say), which no recover stops: the calling
+// goroutine ends with it, so it is logged at Error, not left silent. So
+// is a panic(nil) that recover cannot tell from no panic
+// (GODEBUG=panicnil=1).
 func (g *Guard) Call(method string, call func()) {
+	returned := false
 	defer func() {
-		if v := recover(); v != nil {
-			g.panicked(method, v)
+		switch v := recover(); {
+		case v != nil:
+			g.panicked(method, describe(v))
+		case !returned:
+			g.panicked(method, "the Observer panicked with nil or called runtime.Goexit; after a Goexit this goroutine of the relay or consumer ends")
 		}
 	}()
 	call()
+	returned = true
 }
 
-func (g *Guard) panicked(method string, v any) {
+// maxPanicText is the most bytes of a panic's value that are logged.
+const maxPanicText = 4 << 10
+
+// describe is v as text for the log, at most maxPanicText bytes. A value
+// whose String or Error method panics (with itself, even) is described by
+// its type: formatting it here must not panic again, past the guard.
+func describe(v any) (text string) {
+	defer func() {
+		if recover() != nil {
+			text = fmt.Sprintf("a %T whose text cannot be formatted", v)
+		}
+	}()
+	text = fmt.Sprint(v)
+	if len(text) > maxPanicText {
+		text = strings.ToValidUTF8(text[:maxPanicText], "") + "…"
+	}
+	return text
+}
+
+func (g *Guard) panicked(method, text string) {
 	g.mu.Lock()
 	p := g.panics[method]
 	if p == nil {
@@ -62,7 +91,7 @@ func (g *Guard) panicked(method string, v any) {
 	p.last, p.unlogged = now, 0
 	g.mu.Unlock()
 	g.log.Error("the Observer panicked; going on without that report",
-		"method", method, "panic", fmt.Sprint(v), "panics_not_logged", unlogged, "stack", string(debug.Stack()))
+		"method", method, "panic", text, "panics_not_logged", unlogged, "stack", string(debug.Stack()))
 }
 
 // blockObserver is the method set of relay.BlockObserver and

@@ -23,7 +23,9 @@ func Events(ctx context.Context, tx pgx.Tx, table *outbox.Table) ([]warren.Event
 			return nil, err
 		}
 	}
-	q := `SELECT ` + outboxsql.Columns + ` FROM ` + pgx.Identifier{table.Name()}.Sanitize() + ` ORDER BY id`
+	// Plane's columns without warren's optional ones: enough for the
+	// events, and read on a Plane table migrated or not.
+	q := `SELECT ` + outboxsql.RowColumns(table, false) + ` FROM ` + pgx.Identifier{table.Name()}.Sanitize() + ` ORDER BY id`
 	rows, err := tx.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("outboxtest: read outbox %s: %w", table.Name(), err)

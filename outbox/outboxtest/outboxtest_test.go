@@ -122,3 +122,22 @@ func TestEventsOfAMissingTable(t *testing.T) {
 		t.Errorf("failures %q, want one saying the table does not exist", rec.failures)
 	}
 }
+
+// Events reads Plane's own outbox table too, as Plane's triggers write it.
+func TestEventsOfAPlaneTable(t *testing.T) {
+	t.Parallel()
+	p := testenv.NewPlaneTable(t, true)
+	ids := p.Insert(2)
+	tx, err := p.Pool.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	evs, err := outboxtest.Events(context.Background(), tx, p.Outbox(outbox.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].ID != ids[0] || evs[1].ID != ids[1] || evs[0].Type != "workitem.updated" {
+		t.Errorf("events %+v, want the two Plane wrote: %v", evs, ids)
+	}
+}

@@ -23,7 +23,7 @@ var errUnchangedToast = errors.New("a column's value was left out as unchanged")
 // so timestamps are in the format pgtype parses. Columns the row has no
 // field for are ignored, so a later migration that adds one does not
 // break the relay. A value the row cannot hold is reported in DecodeErr,
-// as outbox.ScanRow does, and makes the event dead rather than stop the
+// as outbox's row scanner does, and makes the event dead rather than stop the
 // stream.
 func decodeTuple(types *pgtype.Map, rel *pglogrepl.RelationMessage, tuple *pglogrepl.TupleData) (outbox.Row, error) {
 	var row outbox.Row

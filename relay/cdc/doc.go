@@ -230,8 +230,10 @@
 //     confirm" without naming the block; and the events the block held
 //     are published again (an attack with five events under a 20s alarm
 //     delivered each twice).
-//   - An Observer that blocks (see [relay.Observer]); one that panics is
-//     recovered and logged.
+//   - An Observer that blocks (see [relay.Observer]): publishing stops
+//     while Health says ready, and Run's stop waits for it with the slot
+//     held. One that panics is recovered and logged; one that calls
+//     runtime.Goexit is logged, and stalls the relay the same way.
 //   - An outbox or state table made UNLOGGED while a session streams is
 //     refused ([ErrNotLogged]) only when the next session starts; a crash
 //     in between empties it.

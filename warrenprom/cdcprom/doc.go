@@ -17,8 +17,9 @@
 // slot's status through [cdc.Status], when Prometheus scrapes:
 //
 //	reg := prometheus.NewRegistry()
-//	m, _ := cdcprom.New(reg, pool, cdcprom.Options{})
-//	r, _ := cdc.New(cdc.Config{Pool: pool})
+//	rm, _ := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{}) // what both relays report
+//	m, _ := cdcprom.New(reg, pool, cdcprom.Options{})                  // the slot
+//	r, _ := cdc.New(cdc.Config{Pool: pool, Observer: rm})
 //	m.Watch(r)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //	http.Handle("/", r.HealthHandler()) // /healthz and /readyz

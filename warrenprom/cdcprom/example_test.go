@@ -11,10 +11,13 @@ import (
 
 	"github.com/warrenmq/warren/relay/cdc"
 	"github.com/warrenmq/warren/warrenprom/cdcprom"
+	"github.com/warrenmq/warren/warrenprom/relayprom"
 )
 
-// A CDC relay run in process, with its metrics and health endpoints;
-// 'warren relay run --mode cdc --health-addr' serves the same.
+// A CDC relay run in process, with its metrics and health endpoints, as
+// 'warren relay run --mode cdc --health-addr' serves them: relayprom
+// counts what both relays report (publishes, dead rows, the table's
+// gauges, which the alerts use), cdcprom the slot.
 func Example() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
@@ -26,7 +29,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r, err := cdc.New(cdc.Config{Pool: pool})
+	relayMetrics, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := cdc.New(cdc.Config{Pool: pool, Observer: relayMetrics})
 	if err != nil {
 		log.Fatal(err)
 	}
