@@ -310,7 +310,17 @@ func TestASlotOfAnotherDatabaseIsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, strings.Replace(testenv.DatabaseURL(t), "/test", "/postgres", 1))
+	// Another database of the same server, whatever DATABASE_URL names.
+	cfg, err := pgx.ParseConfig(testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "postgres"
+	if cfg.Database == other {
+		other = "template1"
+	}
+	cfg.Database = other
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +331,7 @@ func TestASlotOfAnotherDatabaseIsRefused(t *testing.T) {
 	t.Cleanup(func() { conn.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, e.slot) })
 	r, _ := e.start(e.config())
 	testenv.WaitFor(t, 30*time.Second, "an error naming the slot's database", func() bool {
-		return strings.Contains(r.Health().LastError, "belongs to database postgres")
+		return strings.Contains(r.Health().LastError, "belongs to database "+other)
 	})
 	if r.Streaming() {
 		t.Error("the relay streams another database's slot")
