@@ -52,6 +52,11 @@ func testBlockedBrokerSpendsNoAttempts(t *testing.T) {
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.AMQPURL, cfg.Observer, cfg.Logger = node.URL(), obs, logs.logger
 	cfg.MaxAttempts, cfg.Workers = maxAttempts, 1
+	// Half the default: the alarm below spans 2 × maxAttempts of them, and
+	// what it shows (no timeout during an alarm spends an attempt) does not
+	// depend on their length; 5s still gives a busy machine room to
+	// confirm once the alarm lifts.
+	cfg.PublishTimeout = 5 * time.Second
 	run := e.start(cfg)
 	srv := httptest.NewServer(run.relay.HealthHandler())
 	t.Cleanup(srv.Close)
