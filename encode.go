@@ -107,6 +107,8 @@ func (enc Encoder) Encode(ev Event, outboxID int64) ([]byte, error) {
 			w.key("created_at")
 			// RFC 3339 is plain ASCII, which JSON quotes as it is.
 			w.buf = append(ev.CreatedAt.UTC().AppendFormat(append(w.buf, '"'), time.RFC3339Nano), '"')
+		} else {
+			w.omit("created_at")
 		}
 		w.str("version", ev.Version, true)
 		return finish(&w, ev.Extra)

@@ -194,3 +194,22 @@ func ExampleEncoder() {
 	// Output:
 	// {"event_id":"ev-1","event_type":"label.created","entity_type":"label","entity_id":"l1","workspace_id":"w1","project_id":null,"initiator_id":null,"initiator_type":"USER","payload":{"data":null,"previous_attributes":null},"timestamp":1767323045,"version":"1.0","publisher":"billing","publisher_instance":"host-1","source":"warren-relay","outbox_id":17}
 }
+
+// A field warren's envelope leaves out because it is empty is not taken
+// from Extra either: an outbox row's extra column holding
+// {"initiator_type": 5} would otherwise be published as an event every
+// consumer refuses.
+func TestEmptyFieldsAreNotFilledFromExtra(t *testing.T) {
+	ev := warren.Event{ID: "ev-1", Type: "x", Extra: map[string]json.RawMessage{
+		"workspace_id": json.RawMessage(`5`), "initiator_type": json.RawMessage(`5`), "created_at": json.RawMessage(`5`)}}
+	body, err := warren.Encoder{}.Encode(ev, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(body), "5") {
+		t.Errorf("body %s took a field from Extra", body)
+	}
+	if _, err := warren.DecodeEvent(body); err != nil {
+		t.Errorf("the body does not decode: %v", err)
+	}
+}

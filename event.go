@@ -392,8 +392,9 @@ type objectWriter struct {
 	buf     []byte
 	compact bool
 	n       int // keys written
-	// known are the known keys written, which an Extra entry of the same
-	// name does not override; an object has at most 16 of them.
+	// known are the known keys, written or left out empty, which an Extra
+	// entry of the same name does not override; an object has at most 16
+	// of them.
 	known  [16]string
 	nKnown int
 }
@@ -402,6 +403,15 @@ type objectWriter struct {
 func (w *objectWriter) key(name string) {
 	w.open()
 	w.buf, _ = appendKey(w.buf, name)
+	w.known[w.nKnown] = name
+	w.nKnown++
+}
+
+// omit records a known name left out because its value is empty: a stale
+// copy in Extra must not take the place of a field the event leaves
+// empty (an initiator_type of 5 from an outbox row's extra column would
+// make every consumer dead-letter the event).
+func (w *objectWriter) omit(name string) {
 	w.known[w.nKnown] = name
 	w.nKnown++
 }
@@ -445,6 +455,7 @@ func plainString(s string) bool {
 
 func (w *objectWriter) str(name, value string, omitEmpty bool) {
 	if omitEmpty && value == "" {
+		w.omit(name)
 		return
 	}
 	w.key(name)

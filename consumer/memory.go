@@ -361,6 +361,13 @@ func (c *BaseConsumer) planSession(ctx context.Context) (memoryPlan, error) {
 		// The operator stated it: no probe, which also lets a user without
 		// write permission on the default exchange consume quietly.
 		limit = brokerLimit{bytes: cfg.BrokerMaxMessageSize, source: limitConfigured}
+	} else if cfg.MaxBodyBytes >= rabbitHardMaxMessageSize {
+		// No probe: the broker refuses nothing this large anyway, so
+		// the most it can send is RabbitMQ's maximum, and a probe of
+		// MaxBodyBytes+1 bytes (math.MaxInt+1 wraps) would cost more than
+		// any message it could read.
+		limit = brokerLimit{bytes: rabbitHardMaxMessageSize, source: limitAssumed,
+			why: fmt.Sprintf("MaxBodyBytes (%d) is at least RabbitMQ's maximum max_message_size, so no probe was sent", cfg.MaxBodyBytes)}
 	} else {
 		size := cfg.MaxBodyBytes + 1
 		probed, version, err := probeBrokerLimit(ctx, cfg.URL, c.connectionName()+" size probe", size)

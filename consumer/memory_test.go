@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -316,5 +317,22 @@ func TestStatedLimitAboveMaxBodyBytesIsWarned(t *testing.T) {
 	start(t, c)
 	if !log.has("level=WARN msg=\"the consumer may hold more than 1 GiB of message bodies: the broker's max_message_size (134217728) is above MaxBodyBytes") {
 		t.Errorf("no warning of a stated limit above MaxBodyBytes:\n%s", log)
+	}
+}
+
+// A MaxBodyBytes of "no limit" (math.MaxInt) starts: no probe of
+// MaxBodyBytes+1 bytes is sent (it wrapped, and crashed Run), and the
+// consumer plans with RabbitMQ's maximum.
+func TestUnlimitedMaxBodyBytesStarts(t *testing.T) {
+	t.Parallel()
+	var log *logLines
+	c := newConsumer(t, func(cfg *consumer.Config) {
+		cfg.MaxBodyBytes = math.MaxInt
+		log = captureLog(t, cfg)
+	})
+	c.HandleFunc("", func(context.Context, *warren.Message) error { return nil })
+	start(t, c)
+	if !log.has("max_message_size_source=assumed") || !log.has("worst_case_bytes_at_most=") {
+		t.Errorf("the start-up log does not state the plan at RabbitMQ's maximum:\n%s", log)
 	}
 }

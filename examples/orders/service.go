@@ -54,6 +54,9 @@ func (s service) run(ctx context.Context, order string, cents int) error {
 	}
 	rdb := goredis.NewClient(opts)
 	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil { // fail now, not at the first event
+		return fmt.Errorf("redis: %w", err)
+	}
 	store, err := dedupredis.New(rdb, dedupredis.Config{})
 	if err != nil {
 		return err
@@ -109,7 +112,7 @@ func (s service) consumer(store dedup.Store) (*consumer.BaseConsumer, error) {
 		return nil, err
 	}
 	c.Use(middleware.Dedup(store, middleware.DedupOptions{}))
-	c.HandleFunc("order.placed", func(ctx context.Context, m *warren.Message) error {
+	c.HandleFunc("order.placed", func(ctx context.Context, m *warren.Message) error { // a prefix, as every route
 		var order struct{ ID string }
 		if err := m.Event.Payload.DecodeData(&order); err != nil || order.ID == "" {
 			return warren.Permanent(fmt.Errorf("order.placed without an order id: %v", err)) // to the DLQ

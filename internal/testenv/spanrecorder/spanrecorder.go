@@ -194,14 +194,23 @@ func (s *Span) SetStatus(code codes.Code, description string) {
 	s.status = Status{Code: code, Description: description}
 }
 
-// SetName implements trace.Span.
-func (s *Span) SetName(name string) { s.mu.Lock(); defer s.mu.Unlock(); s.name = name }
+// SetName implements trace.Span; after End it does nothing, as in the SDK.
+func (s *Span) SetName(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.ended {
+		s.name = name
+	}
+}
 
-// SetAttributes implements trace.Span.
+// SetAttributes implements trace.Span; after End it does nothing, as in
+// the SDK.
 func (s *Span) SetAttributes(kv ...attribute.KeyValue) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.attributes = append(s.attributes, kv...)
+	if !s.ended {
+		s.attributes = append(s.attributes, kv...)
+	}
 }
 
 // TracerProvider implements trace.Span.
