@@ -22,8 +22,7 @@ import (
 // as an error.
 func TestRetryStaysInTheTrace(t *testing.T) {
 	t.Parallel()
-	recorder := spanrecorder.New()
-	tp := recorder
+	tp := spanrecorder.New() // records the spans it gives out
 	c := newConsumer(t, func(cfg *consumer.Config) {
 		cfg.TracerProvider = tp
 		cfg.RetryDelays = []time.Duration{time.Millisecond}
@@ -48,9 +47,9 @@ func TestRetryStaysInTheTrace(t *testing.T) {
 	}
 	msg.Headers["traceparent"] = traceParent
 	newPublisher(t).raw(c.Topology().Exchange, msg)
-	testenv.WaitFor(t, 60*time.Second, "two handler spans", func() bool { return len(recorder.Ended()) == 2 })
+	testenv.WaitFor(t, 60*time.Second, "two handler spans", func() bool { return len(tp.Ended()) == 2 })
 
-	spans := recorder.Ended()
+	spans := tp.Ended()
 	for i, s := range spans {
 		if got := s.SpanContext().TraceID().String(); got != "4bf92f3577b34da6a3ce929d0e0e4736" {
 			t.Errorf("span %d in trace %s", i, got)

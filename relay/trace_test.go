@@ -72,8 +72,7 @@ func (e *env) publishIn(ctx context.Context, ev warren.Event) {
 // one before.
 func TestOneTraceFromPublishToHandler(t *testing.T) {
 	t.Parallel()
-	recorder := spanrecorder.New()
-	tp := recorder
+	tp := spanrecorder.New() // records the spans it gives out
 
 	e := newEnv(t)
 	seen, c := traced(t, e, tp)
@@ -93,7 +92,7 @@ func TestOneTraceFromPublishToHandler(t *testing.T) {
 
 	var publish, process *spanrecorder.Span
 	testenv.WaitFor(t, 60*time.Second, "the relay's and the consumer's spans to end", func() bool {
-		for _, s := range recorder.Ended() {
+		for _, s := range tp.Ended() {
 			switch s.SpanKind() {
 			case trace.SpanKindProducer:
 				publish = s

@@ -20,8 +20,7 @@ import (
 // first batch and the second is drained.
 func TestSpansOfDrainedBatchesEnd(t *testing.T) {
 	t.Parallel()
-	recorder := spanrecorder.New()
-	tp := recorder
+	tp := spanrecorder.New() // records the spans it gives out
 	r, err := New(Config{DatabaseURL: testenv.DatabaseURL(t), Exchange: testenv.Name(t, "missing"), TracerProvider: tp, PublishTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +60,7 @@ func TestSpansOfDrainedBatchesEnd(t *testing.T) {
 	if context.Cause(sctx) == nil {
 		t.Fatal("the session did not fail: the test's exchange exists?")
 	}
-	if started, ended := len(recorder.Started()), len(recorder.Ended()); started != 6 || ended != started {
+	if started, ended := len(tp.Started()), len(tp.Ended()); started != 6 || ended != started {
 		t.Errorf("%d publish spans started, %d ended; want 6 and 6", started, ended)
 	}
 }

@@ -19,8 +19,7 @@ import (
 // traceparent so that the consumer's span is its child.
 func TestAPublishSpanJoinsTheProducersTrace(t *testing.T) {
 	t.Parallel()
-	recorder := spanrecorder.New()
-	tp := recorder
+	tp := spanrecorder.New() // records the spans it gives out
 
 	e := newEnv(t)
 	e.bindQueue()
@@ -56,7 +55,7 @@ func TestAPublishSpanJoinsTheProducersTrace(t *testing.T) {
 
 	var publish *spanrecorder.Span
 	testenv.WaitFor(t, 60*time.Second, "the relay's publish span to end", func() bool {
-		for _, s := range recorder.Ended() {
+		for _, s := range tp.Ended() {
 			if s.SpanKind() == trace.SpanKindProducer {
 				publish = s
 			}
