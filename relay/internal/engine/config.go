@@ -3,6 +3,7 @@ package engine
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 	"unicode"
@@ -59,10 +60,11 @@ func (s Shared) Problems() []string {
 	if s.RetryMax < s.RetryMin {
 		add("RetryMax (%v) must not be below RetryMin (%v)", s.RetryMax, s.RetryMin)
 	}
-	if s.Durations == nil {
-		s.Durations = map[string]time.Duration{}
+	durations := maps.Clone(s.Durations) // the caller's map stays as it gave it
+	if durations == nil {
+		durations = map[string]time.Duration{}
 	}
-	s.Durations["RetryMin"], s.Durations["RetryMax"] = s.RetryMin, s.RetryMax
+	durations["RetryMin"], durations["RetryMax"] = s.RetryMin, s.RetryMax
 	if _, err := warren.ParseFormat(string(s.Format)); err != nil {
 		add("Format: %v", err)
 	}
@@ -80,7 +82,7 @@ func (s Shared) Problems() []string {
 	if s.MaxMessageBytes < 1 {
 		add("MaxMessageBytes must be positive, got %d", s.MaxMessageBytes)
 	}
-	for name, d := range s.Durations {
+	for name, d := range durations {
 		if d < time.Millisecond {
 			add("%s must be at least 1ms, got %v", name, d)
 		}
