@@ -12,7 +12,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/internal/testenv/localrabbit"
 )
 
 const mib = 1 << 20
@@ -227,28 +226,6 @@ func TestLimitFromClose(t *testing.T) {
 		if got != tc.want || (err != nil) != tc.wantErr {
 			t.Errorf("limitFromClose(%v) = %d, %v; want %d, error %v", tc.e, got, err, tc.want, tc.wantErr)
 		}
-	}
-}
-
-// The probe reads the exact limit of a real broker, set on a private node
-// (channels read it when they open), and against the shared broker's
-// default learns only that the limit is larger than the probe.
-func TestProbeReadsTheBrokersLimit(t *testing.T) {
-	// Serial: sets max_message_size on the binary's shared private node.
-	node := localrabbit.Shared(t)
-	node.SetMaxMessageSize(t, 262144)
-	ctx := context.Background()
-	limit, _, err := probeBrokerLimit(ctx, node.URL(), t.Name(), mib+1)
-	if err != nil || limit != 262144 {
-		t.Errorf("probe = %d, %v; want limit 262144", limit, err)
-	}
-
-	limit, version, err := probeBrokerLimit(ctx, testenv.AMQPURL(t), t.Name(), mib+1)
-	if err != nil || limit != 0 {
-		t.Errorf("probe of the shared broker = %d, %v; want it accepted (limit 0)", limit, err)
-	}
-	if versionDefaultLimit(version) == 0 {
-		t.Errorf("the broker's version %q is not one whose default max_message_size is known", version)
 	}
 }
 

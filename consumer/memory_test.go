@@ -336,3 +336,24 @@ func TestUnlimitedMaxBodyBytesStarts(t *testing.T) {
 		t.Errorf("the start-up log does not state the plan at RabbitMQ's maximum:\n%s", log)
 	}
 }
+
+// The probe reads the exact limit of a real broker, set on a private node
+// (channels read it when they open), and against the shared broker's
+// default learns only that the limit is larger than the probe.
+func testProbeReadsTheBrokersLimit(t *testing.T) {
+	node := localrabbit.Shared(t)
+	node.SetMaxMessageSize(t, 262144)
+	ctx := context.Background()
+	limit, _, err := consumer.ProbeBrokerLimit(ctx, node.URL(), t.Name(), 1<<20+1)
+	if err != nil || limit != 262144 {
+		t.Errorf("probe = %d, %v; want limit 262144", limit, err)
+	}
+
+	limit, version, err := consumer.ProbeBrokerLimit(ctx, testenv.AMQPURL(t), t.Name(), 1<<20+1)
+	if err != nil || limit != 0 {
+		t.Errorf("probe of the shared broker = %d, %v; want it accepted (limit 0)", limit, err)
+	}
+	if consumer.VersionDefaultLimit(version) == 0 {
+		t.Errorf("the broker's version %q is not one whose default max_message_size is known", version)
+	}
+}

@@ -17,6 +17,7 @@ func TestSharedNode(t *testing.T) {
 		{Name: "MemoryBudgetTooSmallRefusesToStart", Run: testMemoryBudgetTooSmallRefusesToStart},
 		{Name: "SizeProbeUnderAlarmDoesNotHangStart", Run: testSizeProbeUnderAlarmDoesNotHangStart},
 		{Name: "PartitionsWithoutPlugin", Run: testPartitionsWithoutPlugin},
+		{Name: "ProbeReadsTheBrokersLimit", Run: testProbeReadsTheBrokersLimit},
 	})
 }
 

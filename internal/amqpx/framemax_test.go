@@ -3,7 +3,6 @@ package amqpx_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +23,7 @@ func TestDialRefusesABrokerWithASmallFrameMax(t *testing.T) {
 	t.Parallel() // the only test of the binary on its shared private node (localrabbit.Shared)
 	node := localrabbit.Shared(t)
 	set := func(v int) error {
-		return node.Ctl(context.Background(), "eval", fmt.Sprintf("application:set_env(rabbit, frame_max, %d).", v))
+		return node.SetEnv(context.Background(), "frame_max", v)
 	}
 	if err := set(4096); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,12 @@
 // killed by the kernel when that process dies (Pdeathsig), so a crashed
 // test binary leaves no broker behind.
 //
+// What tests do to a node (alarms, users, settings) goes through [Node.Eval],
+// one Erlang session per node that evaluates expressions over Erlang
+// distribution, rather than a rabbitmqctl per change: each rabbitmqctl
+// boots a VM, seconds of CPU on a loaded machine. The cluster's membership
+// commands still use rabbitmqctl ([Node.Ctl]).
+//
 // [StartCluster] runs several such nodes joined into one RabbitMQ cluster
 // (one cookie shared by its nodes and by nobody else), for the tests and
 // tools that scale out over a cluster or kill the node that leads a

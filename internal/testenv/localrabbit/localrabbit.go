@@ -45,6 +45,11 @@ type Node struct {
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	stopOnce *sync.Once
+
+	// The eval session (see Eval), started by the first call; it
+	// outlives a restart of the node and ends with Stop.
+	evalMu sync.Mutex
+	eval   *evalSession
 }
 
 // BinDir finds the real scripts, not Debian's /usr/sbin wrappers, which
@@ -295,20 +300,22 @@ func (n *Node) run(ctx context.Context, tool string, args ...string) (string, er
 // blocks every connection that publishes, as it does in production when
 // memory runs short.
 func (n *Node) RaiseMemoryAlarm(ctx context.Context) error {
-	// 3.10 takes a fraction of the machine's RAM; any node uses more than
-	// a millionth of it.
-	return n.Ctl(ctx, "set_vm_memory_high_watermark", "0.000001")
+	// A fraction of the machine's RAM (what rabbitmqctl
+	// set_vm_memory_high_watermark calls): any node uses more than a
+	// millionth of it.
+	return n.evalExpect(ctx, "ok", "vm_memory_monitor:set_vm_memory_high_watermark(0.000001).")
 }
 
 // LiftMemoryAlarm puts the watermark back to RabbitMQ's default (0.4), which
 // clears the alarm.
 func (n *Node) LiftMemoryAlarm(ctx context.Context) error {
-	return n.Ctl(ctx, "set_vm_memory_high_watermark", "0.4")
+	return n.evalExpect(ctx, "ok", "vm_memory_monitor:set_vm_memory_high_watermark(0.4).")
 }
 
 // Stop shuts the node down, and kills it if it does not go. A node that
 // has exited already (killed, or stopped before) is left as it is.
 func (n *Node) Stop() {
+	n.closeEval()
 	n.mu.Lock()
 	cmd, exited, once := n.cmd, n.exited, n.stopOnce
 	n.mu.Unlock()

@@ -2,7 +2,10 @@ package localrabbit_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,10 +21,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// TestSharedNode runs the tests of the binary's shared private node one
+// after another.
+func TestSharedNode(t *testing.T) {
+	localrabbit.RunLane(t, []localrabbit.LaneTest{
+		{Name: "AlarmBlocksPublishingConnections", Run: testAlarmBlocksPublishingConnections},
+		{Name: "EvalAnswersAndFails", Run: testEvalAnswersAndFails},
+		{Name: "LockedOutUserIsRefusedUntilLetIn", Run: testLockedOutUserIsRefusedUntilLetIn},
+	})
+}
+
 // The alarm does what tests rely on: the broker blocks a connection that
 // publishes, and unblocks it when the alarm is lifted.
-func TestAlarmBlocksPublishingConnections(t *testing.T) {
-	t.Parallel() // the only test of the binary on its shared private node (localrabbit.Shared)
+func testAlarmBlocksPublishingConnections(t *testing.T) {
 	n := localrabbit.Shared(t)
 	conn, err := amqpx.Dial(context.Background(), n.URL(), amqpx.DialOptions{Name: t.Name()})
 	if err != nil {
@@ -57,4 +69,59 @@ func TestAlarmBlocksPublishingConnections(t *testing.T) {
 	if err := <-sent; err != nil {
 		t.Fatalf("publish after the alarm lifted: %v", err)
 	}
+}
+
+// Eval returns the value of the last expression, and an expression that
+// raises is an error carrying Erlang's reason, after which the session
+// still answers.
+func testEvalAnswersAndFails(t *testing.T) {
+	n := localrabbit.Shared(t)
+	ctx := context.Background()
+	if got, err := n.Eval(ctx, "X = 20,\n X + 22."); err != nil || got != "42" {
+		t.Fatalf("Eval = %q, %v; want 42", got, err)
+	}
+	if _, err := n.Eval(ctx, "erlang:error(warren_test_boom)."); err == nil || !strings.Contains(err.Error(), "warren_test_boom") {
+		t.Fatalf("Eval of a raise = %v; want an error naming warren_test_boom", err)
+	}
+	if _, err := n.Eval(ctx, "this is not erlang"); err == nil {
+		t.Fatal("Eval of text that does not parse succeeded")
+	}
+	if got, err := n.Eval(ctx, "node()."); err != nil || got != n.Name {
+		t.Fatalf("Eval after errors = %q, %v; want the node's name %s", got, err, n.Name)
+	}
+}
+
+// A locked-out user is refused at login and loses its open connection;
+// let in again, it logs in.
+func testLockedOutUserIsRefusedUntilLetIn(t *testing.T) {
+	n := localrabbit.Shared(t)
+	u := n.AddUser(t, "warren-lockout-"+strconv.Itoa(os.Getpid()), ".*", ".*", ".*")
+	ctx := context.Background()
+	dial := func() (*amqp.Connection, error) {
+		return amqpx.Dial(ctx, u.URL(), amqpx.DialOptions{Name: t.Name(), Timeout: 10 * time.Second})
+	}
+	conn, err := dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	u.LockOut(t)
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("the locked-out user's connection is still open a minute later")
+	}
+	var ae *amqp.Error
+	if c, err := dial(); err == nil {
+		c.Close()
+		t.Fatal("a locked-out user logged in")
+	} else if !errors.As(err, &ae) || ae.Code != amqp.AccessRefused {
+		t.Fatalf("login of a locked-out user = %v; want 403 ACCESS_REFUSED", err)
+	}
+	u.LetIn(t)
+	c, err := dial()
+	if err != nil {
+		t.Fatalf("login after LetIn: %v", err)
+	}
+	c.Close()
 }

@@ -214,7 +214,7 @@ const defaultMaxMessageSize = 128 << 20
 func (n *Node) SetMaxMessageSize(t testing.TB, bytes int) {
 	t.Helper()
 	set := func(v int) error {
-		return n.Ctl(context.Background(), "eval", fmt.Sprintf("application:set_env(rabbit, max_message_size, %d).", v))
+		return n.SetEnv(context.Background(), "max_message_size", v)
 	}
 	if err := set(bytes); err != nil {
 		t.Fatalf("set max_message_size: %v", err)

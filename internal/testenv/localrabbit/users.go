@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"strings"
 	"testing"
 )
 
@@ -15,22 +14,28 @@ type User struct {
 	node           *Node
 }
 
+// actingUser is who the node's audit events name for the changes below,
+// where rabbitmqctl names "rmq-cli".
+const actingUser = "warren-localrabbit"
+
 // AddUser creates a user named name with a random password and the given
 // permissions (rabbitmqctl set_permissions' configure, write and read
 // expressions) on the node's default vhost.
 func (n *Node) AddUser(t testing.TB, name, configure, write, read string) *User {
 	t.Helper()
-	ctx := context.Background()
 	u := &User{Name: name, Password: rand.Text(), node: n}
-	if err := n.Ctl(ctx, "add_user", u.Name, u.Password); err != nil {
+	if err := n.evalExpect(context.Background(), "ok", fmt.Sprintf("rabbit_auth_backend_internal:add_user(%s, %s, %s).",
+		erlBinary(u.Name), erlBinary(u.Password), erlBinary(actingUser))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := n.Ctl(context.Background(), "delete_user", u.Name); err != nil {
+		if err := n.evalExpect(context.Background(), "ok", fmt.Sprintf("rabbit_auth_backend_internal:delete_user(%s, %s).",
+			erlBinary(u.Name), erlBinary(actingUser))); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	if err := n.Ctl(ctx, "set_permissions", "-p", "/", u.Name, configure, write, read); err != nil {
+	if err := n.evalExpect(context.Background(), "ok", fmt.Sprintf("rabbit_auth_backend_internal:set_permissions(%s, <<\"/\">>, %s, %s, %s, %s).",
+		erlBinary(u.Name), erlBinary(configure), erlBinary(write), erlBinary(read), erlBinary(actingUser))); err != nil {
 		t.Fatal(err)
 	}
 	return u
@@ -47,27 +52,29 @@ func (u *User) URL() string {
 // for a while. LetIn undoes it.
 func (u *User) LockOut(t testing.TB) {
 	t.Helper()
-	ctx := context.Background()
-	if err := u.node.Ctl(ctx, "change_password", u.Name, "locked-out-"+u.Password); err != nil {
+	u.setPassword(t, "locked-out-"+u.Password)
+	// Every connection of the user, whichever node of a cluster holds it;
+	// one that closes meanwhile is skipped.
+	closeAll := fmt.Sprintf(`Name = %s,
+		Mine = [P || P <- rabbit_networking:connections(),
+			(catch rabbit_networking:connection_info(P, [user])) =:= [{user, Name}]],
+		[rabbit_networking:close_connection(P, "test: locked out") || P <- Mine],
+		ok.`, erlBinary(u.Name))
+	if err := u.node.evalExpect(context.Background(), "ok", closeAll); err != nil {
 		t.Fatal(err)
-	}
-	out, err := u.node.CtlOutput(ctx, "list_connections", "-q", "--no-table-headers", "user", "pid")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.Lines(out) {
-		if fields := strings.Fields(line); len(fields) == 2 && fields[0] == u.Name {
-			if err := u.node.Ctl(ctx, "close_connection", fields[1], "test: locked out"); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 }
 
 // LetIn gives the user its password back.
 func (u *User) LetIn(t testing.TB) {
 	t.Helper()
-	if err := u.node.Ctl(context.Background(), "change_password", u.Name, u.Password); err != nil {
+	u.setPassword(t, u.Password)
+}
+
+func (u *User) setPassword(t testing.TB, password string) {
+	t.Helper()
+	if err := u.node.evalExpect(context.Background(), "ok", fmt.Sprintf("rabbit_auth_backend_internal:change_password(%s, %s, %s).",
+		erlBinary(u.Name), erlBinary(password), erlBinary(actingUser))); err != nil {
 		t.Fatal(err)
 	}
 }
