@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/examples/app"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -120,17 +121,17 @@ func TestDeadLetterProblems(t *testing.T) {
 }
 
 func TestQualifies(t *testing.T) {
-	done := eventRecord{typ: "workitem.updated", initiator: "USER", field: "state", prev: "in_progress", value: ruleState}
+	done := eventRecord{typ: app.TypeStateUpdated, initiator: "USER", field: "state_id", prev: "in_progress", value: ruleState}
 	if !done.qualifies() {
 		t.Fatal("a user's change to done must fire the rule")
 	}
 	for name, e := range map[string]eventRecord{
-		"by an import":    {typ: "workitem.updated", initiator: "SYSTEM.IMPORT", field: "state", prev: "todo", value: ruleState},
-		"by a follow-up":  {typ: "workitem.updated", initiator: "SYSTEM.AUTOMATION", field: "state", prev: "todo", value: ruleState},
-		"to in_progress":  {typ: "workitem.updated", initiator: "USER", field: "state", prev: "todo", value: "in_progress"},
+		"by an import":    {typ: app.TypeStateUpdated, initiator: "SYSTEM.IMPORT", field: "state_id", prev: "todo", value: ruleState},
+		"by a follow-up":  {typ: app.TypeStateUpdated, initiator: "SYSTEM.AUTOMATION", field: "state_id", prev: "todo", value: ruleState},
+		"to in_progress":  {typ: app.TypeStateUpdated, initiator: "USER", field: "state_id", prev: "todo", value: "in_progress"},
 		"priority":        {typ: "workitem.updated", initiator: "USER", field: "priority", prev: "high", value: ruleState},
 		"a creation":      {typ: "workitem.created", initiator: "USER"},
-		"no state change": {typ: "workitem.updated", initiator: "USER", field: "state", prev: ruleState, value: ruleState},
+		"no state change": {typ: app.TypeStateUpdated, initiator: "USER", field: "state_id", prev: ruleState, value: ruleState},
 	} {
 		if e.qualifies() {
 			t.Errorf("%s must not fire the rule", name)
@@ -141,7 +142,7 @@ func TestQualifies(t *testing.T) {
 func TestTrackerCompleteness(t *testing.T) {
 	tr := newTracker()
 	plain := &eventRecord{id: "a", typ: "workitem.created", initiator: "USER"}
-	ruled := &eventRecord{id: "b", typ: "workitem.updated", initiator: "USER", field: "state", prev: "todo", value: ruleState}
+	ruled := &eventRecord{id: "b", typ: app.TypeStateUpdated, initiator: "USER", field: "state_id", prev: "todo", value: ruleState}
 	undone := &eventRecord{id: "c", typ: "workitem.created", initiator: "USER"}
 	tr.add(plain, ruled, undone)
 	tr.settle([]*eventRecord{plain, ruled}, statusCommitted, t0)

@@ -17,6 +17,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren/dlq"
+	"github.com/warrenmq/warren/examples/app"
 	"github.com/warrenmq/warren/internal/amqpx"
 )
 
@@ -66,7 +67,7 @@ func validEvent(id, eventType string) map[string]any {
 		"event_id": id, "event_type": eventType, "entity_type": "issue", "entity_id": "hostile-" + id,
 		"workspace_id": "ws-hostile", "project_id": "proj-hostile", "initiator_id": "mallory",
 		"initiator_type": "USER", "created_at": time.Now().UTC().Format(time.RFC3339Nano), "version": "1.0",
-		"payload": map[string]any{"data": map[string]any{"id": "hostile-" + id, "state": "todo"}, "previous_attributes": nil},
+		"payload": map[string]any{"data": map[string]any{"id": "hostile-" + id, "state_id": "todo"}, "previous_attributes": nil},
 	}
 }
 
@@ -116,11 +117,12 @@ func oddHeaders() amqp.Table {
 	}
 }
 
-// wrongPayloadData is a valid envelope whose payload.data is not an object:
-// the automation reads the data and refuses it for good.
+// wrongPayloadData is a valid envelope of a state change whose
+// payload.data is neither an object nor text holding one: the automation
+// reads the data and refuses it for good.
 func wrongPayloadData(id string) amqp.Publishing {
-	ev := validEvent(id, "workitem.updated")
-	ev["payload"] = map[string]any{"data": "not an object", "previous_attributes": map[string]any{"state": "todo"}}
+	ev := validEvent(id, app.TypeStateUpdated)
+	ev["payload"] = map[string]any{"data": "not an object", "previous_attributes": map[string]any{"state_id": "todo"}}
 	return jsonMessage(id, mustJSON(ev))
 }
 

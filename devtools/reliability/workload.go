@@ -40,8 +40,8 @@ type eventRecord struct {
 // qualifies reports whether the automation rule must fire for the event:
 // a user's change of state to "done".
 func (e *eventRecord) qualifies() bool {
-	return e.typ == "workitem.updated" && e.initiator == warren.InitiatorUser &&
-		e.field == "state" && e.prev != e.value && e.value == ruleState
+	return e.typ == app.TypeStateUpdated && e.initiator == warren.InitiatorUser &&
+		e.field == "state_id" && e.prev != e.value && e.value == ruleState
 }
 
 // The automation rule every run installs.
@@ -216,7 +216,7 @@ func (w *workload) noteError(err error) {
 func create(it *item) step {
 	return func(ctx context.Context, tx pgx.Tx) (warren.Event, *eventRecord, error) {
 		ev, err := wlApp(ctx).Create(ctx, tx, userActor, app.WorkItem{
-			ID: it.id, WorkspaceID: "ws-rel", ProjectID: "proj-rel", Name: "item " + it.id, State: "todo", Priority: "high",
+			ID: it.id, WorkspaceID: "ws-rel", ProjectID: "proj-rel", Name: "item " + it.id, StateID: "todo", Priority: "high",
 		})
 		return ev, &eventRecord{field: ""}, err
 	}
@@ -320,19 +320,19 @@ func (it *item) next() (steps []step, apply func(), done bool) {
 	case "flow:0", "import:0", "tweak:0":
 		return []step{create(it)}, func() {}, false
 	case "oneshot:0":
-		return []step{create(it), set(it, userActor, "state", ruleState)}, func() { it.state, it.priority = ruleState, rulePriority }, true
+		return []step{create(it), set(it, userActor, "state_id", ruleState)}, func() { it.state, it.priority = ruleState, rulePriority }, true
 	case "flow:1":
-		return []step{set(it, userActor, "state", "in_progress")}, func() { it.state = "in_progress" }, false
+		return []step{set(it, userActor, "state_id", "in_progress")}, func() { it.state = "in_progress" }, false
 	case "flow:2":
-		return []step{set(it, userActor, "state", ruleState)}, func() { it.state = ruleState }, true
+		return []step{set(it, userActor, "state_id", ruleState)}, func() { it.state = ruleState }, true
 	case "import:1":
-		return []step{set(it, importActor, "state", ruleState)}, func() { it.state = ruleState }, true
+		return []step{set(it, importActor, "state_id", ruleState)}, func() { it.state = ruleState }, true
 	case "tweak:1":
 		return []step{set(it, userActor, "priority", "low")}, func() { it.priority = "low" }, false
 	case "tweak:2":
 		return []step{set(it, userActor, "priority", "urgent")}, func() { it.priority = "urgent" }, false
 	case "tweak:3":
-		return []step{set(it, userActor, "state", "in_progress")}, func() { it.state = "in_progress" }, true
+		return []step{set(it, userActor, "state_id", "in_progress")}, func() { it.state = "in_progress" }, true
 	}
 	panic("reliability: item " + it.id + " has no step " + fmt.Sprint(it.step))
 }
@@ -394,7 +394,7 @@ func (w *workload) probe(ctx context.Context) (string, time.Time, error) {
 	for {
 		it := w.newItem(nil, "probe")
 		it.kind = "oneshot"
-		status, recs := w.transact(ctx, []step{create(it), set(it, userActor, "state", ruleState)}, false, true)
+		status, recs := w.transact(ctx, []step{create(it), set(it, userActor, "state_id", ruleState)}, false, true)
 		if status == statusCommitted {
 			return recs[1].id, recs[1].committedAt, nil
 		}

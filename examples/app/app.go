@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,15 +15,27 @@ import (
 	"github.com/warrenmq/warren/outbox"
 )
 
-// WorkItem is the business row.
+// WorkItem is the business row: a few of the columns of Plane's issues
+// table, under Plane's names. StateID is the id of the item's state (in
+// Plane a UUID of a row of its states table; here any id, such as
+// "done").
 type WorkItem struct {
 	ID          string `json:"id"`
 	WorkspaceID string `json:"workspace_id"`
 	ProjectID   string `json:"project_id"`
 	Name        string `json:"name"`
-	State       string `json:"state"`
+	StateID     string `json:"state_id"`
 	Priority    string `json:"priority"`
 }
+
+// Event types, Plane's names: a change of state has an event type of its
+// own, which Plane's state_changed automations trigger on; every other
+// change is workitem.updated.
+const (
+	TypeCreated      = "workitem.created"
+	TypeUpdated      = "workitem.updated"
+	TypeStateUpdated = "workitem.state.updated"
+)
 
 // Actor is who makes a change: a user, or a system process such as an
 // import or an automation.
@@ -66,10 +79,20 @@ func (a *App) Migrate(ctx context.Context, db outbox.DB) error {
 		workspace_id text NOT NULL,
 		project_id text NOT NULL,
 		name text NOT NULL,
-		state text NOT NULL,
+		state_id text NOT NULL,
 		priority text NOT NULL,
-		updated_at timestamptz NOT NULL DEFAULT now())`)
+		updated_at timestamptz NOT NULL DEFAULT now());
+		-- Tables made before the column took Plane's name.
+		DO $$ BEGIN
+			IF EXISTS (SELECT FROM information_schema.columns WHERE table_schema = current_schema()
+				AND table_name = `+quoteLiteral(a.Table)+` AND column_name = 'state') THEN
+				ALTER TABLE `+a.ident()+` RENAME COLUMN state TO state_id;
+			END IF;
+		END $$`)
 }
+
+// quoteLiteral is s as an SQL string literal.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // CreateTables runs CREATE TABLE IF NOT EXISTS statements in one
 // transaction under an advisory lock. Postgres does not make IF NOT EXISTS
@@ -86,67 +109,76 @@ func CreateTables(ctx context.Context, db outbox.DB, ddl string) error {
 	})
 }
 
-// Create inserts a work item and publishes workitem.created.
+// Create inserts a work item and publishes workitem.created, shaped as
+// Plane's trigger writes it: previous_attributes is the JSON string "{}",
+// and data carries the item's assignee_ids and label_ids (none here).
 func (a *App) Create(ctx context.Context, tx pgx.Tx, by Actor, w WorkItem) (warren.Event, error) {
-	_, err := tx.Exec(ctx, `INSERT INTO `+a.ident()+` (id, workspace_id, project_id, name, state, priority)
-		VALUES ($1, $2, $3, $4, $5, $6)`, w.ID, w.WorkspaceID, w.ProjectID, w.Name, w.State, w.Priority)
+	_, err := tx.Exec(ctx, `INSERT INTO `+a.ident()+` (id, workspace_id, project_id, name, state_id, priority)
+		VALUES ($1, $2, $3, $4, $5, $6)`, w.ID, w.WorkspaceID, w.ProjectID, w.Name, w.StateID, w.Priority)
 	if err != nil {
 		return warren.Event{}, fmt.Errorf("create work item %s: %w", w.ID, err)
 	}
-	return a.publish(ctx, tx, by, "workitem.created", w, nil)
+	return a.publish(ctx, tx, by, TypeCreated, w, json.RawMessage(`"{}"`))
 }
 
-// Set changes one attribute ("state" or "priority") of a work item and
-// publishes workitem.updated with the old value in previous_attributes.
-// Setting the value it already has changes nothing and publishes nothing
-// (the returned event is zero).
+// Set changes one attribute ("state_id" or "priority") of a work item and
+// publishes its event as Plane's trigger does: workitem.state.updated for
+// a state, workitem.updated otherwise, with the old value as text in
+// previous_attributes. Setting the value it already has changes nothing
+// and publishes nothing (the returned event is zero).
 func (a *App) Set(ctx context.Context, tx pgx.Tx, by Actor, id, field, value string) (warren.Event, error) {
-	if field != "state" && field != "priority" {
+	if field != "state_id" && field != "priority" {
 		return warren.Event{}, fmt.Errorf("work item field %q cannot be set", field)
 	}
 	// FOR UPDATE: concurrent changes to one item commit (and so publish)
 	// in order, which per-entity ordering in the relay relies on.
 	var w WorkItem
-	err := tx.QueryRow(ctx, `SELECT id, workspace_id, project_id, name, state, priority FROM `+a.ident()+
-		` WHERE id = $1 FOR UPDATE`, id).Scan(&w.ID, &w.WorkspaceID, &w.ProjectID, &w.Name, &w.State, &w.Priority)
+	err := tx.QueryRow(ctx, `SELECT id, workspace_id, project_id, name, state_id, priority FROM `+a.ident()+
+		` WHERE id = $1 FOR UPDATE`, id).Scan(&w.ID, &w.WorkspaceID, &w.ProjectID, &w.Name, &w.StateID, &w.Priority)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return warren.Event{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
 		return warren.Event{}, err
 	}
-	old := map[string]string{"state": w.State, "priority": w.Priority}[field]
+	old := map[string]string{"state_id": w.StateID, "priority": w.Priority}[field]
 	if old == value {
 		return warren.Event{}, nil
 	}
 	if _, err := tx.Exec(ctx, `UPDATE `+a.ident()+` SET `+field+` = $2, updated_at = now() WHERE id = $1`, id, value); err != nil {
 		return warren.Event{}, err
 	}
-	if field == "state" {
-		w.State = value
+	typ := TypeUpdated
+	if field == "state_id" {
+		w.StateID, typ = value, TypeStateUpdated
 	} else {
 		w.Priority = value
 	}
-	return a.publish(ctx, tx, by, "workitem.updated", w, map[string]string{field: old})
+	previous, err := json.Marshal(map[string]string{field: old})
+	if err != nil {
+		return warren.Event{}, err
+	}
+	return a.publish(ctx, tx, by, typ, w, previous)
 }
 
 // Get reads a work item.
 func (a *App) Get(ctx context.Context, db outbox.DB, id string) (WorkItem, error) {
 	var w WorkItem
-	err := db.QueryRow(ctx, `SELECT id, workspace_id, project_id, name, state, priority FROM `+a.ident()+` WHERE id = $1`, id).
-		Scan(&w.ID, &w.WorkspaceID, &w.ProjectID, &w.Name, &w.State, &w.Priority)
+	err := db.QueryRow(ctx, `SELECT id, workspace_id, project_id, name, state_id, priority FROM `+a.ident()+` WHERE id = $1`, id).
+		Scan(&w.ID, &w.WorkspaceID, &w.ProjectID, &w.Name, &w.StateID, &w.Priority)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return w, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	return w, err
 }
 
-func (a *App) publish(ctx context.Context, tx pgx.Tx, by Actor, typ string, w WorkItem, previous map[string]string) (warren.Event, error) {
-	data, err := json.Marshal(w)
-	if err != nil {
-		return warren.Event{}, err
-	}
-	prev, err := json.Marshal(previous)
+func (a *App) publish(ctx context.Context, tx pgx.Tx, by Actor, typ string, w WorkItem, previous json.RawMessage) (warren.Event, error) {
+	// Plane's trigger adds the item's assignees and labels to the row.
+	data, err := json.Marshal(struct {
+		WorkItem
+		AssigneeIDs []string `json:"assignee_ids"`
+		LabelIDs    []string `json:"label_ids"`
+	}{w, []string{}, []string{}})
 	if err != nil {
 		return warren.Event{}, err
 	}
@@ -154,7 +186,7 @@ func (a *App) publish(ctx context.Context, tx pgx.Tx, by Actor, typ string, w Wo
 		ID: NewID(), Type: typ, EntityType: "issue", EntityID: w.ID,
 		WorkspaceID: w.WorkspaceID, ProjectID: w.ProjectID,
 		InitiatorID: by.ID, InitiatorType: by.Type,
-		Payload:   warren.Payload{Data: data, PreviousAttributes: prev},
+		Payload:   warren.Payload{Data: data, PreviousAttributes: previous},
 		CreatedAt: time.Now().UTC(), Version: "1.0",
 	}
 	if _, err := a.Outbox.Publish(ctx, tx, ev); err != nil {

@@ -43,13 +43,20 @@ type Config struct {
 const DefaultName = "automation"
 
 // Rule is "when a work item's state changes to WhenState, set its priority
-// to SetPriority".
+// to SetPriority". WhenState is a state's id, as the events carry it in
+// state_id (in Plane, the UUID of a row of its states table).
 type Rule struct {
 	ID          int64
 	Name        string
 	WhenState   string
 	SetPriority string
 }
+
+// StateChangeTypes are the events a rule reads: Plane's state change,
+// under its current name and its older one (Plane's own state_changed
+// trigger reads these two and no other). A state change never comes as
+// workitem.updated.
+var StateChangeTypes = []string{app.TypeStateUpdated, "issue.state.updated"}
 
 // Service is the automation consumer.
 type Service struct {
@@ -98,8 +105,10 @@ func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 		middleware.Recover(),
 		middleware.Logging(log, middleware.LoggingOptions{SuccessLevel: slog.LevelDebug}),
 		// Filters run before Dedup, so events this service ignores leave
-		// no done-mark behind.
-		middleware.PrefixFilter("workitem.", "issue."),
+		// no done-mark behind. Plane's automation consumer takes every
+		// workitem.* and issue.* event and its rule engine ignores all but
+		// these; both ack the rest and do nothing else.
+		middleware.PrefixFilter(StateChangeTypes...),
 		middleware.SkipInitiators(warren.InitiatorSystemPrefix),
 		// The lease outlives the handler's timeout, so a slow handler's
 		// event is never taken over; a crashed worker's event waits only
@@ -160,16 +169,19 @@ func (s *Service) Runs(ctx context.Context) (byEvent map[string]int, followUps [
 // apply runs the rules that match a state change. Everything it writes goes
 // through tx, the dedup store's transaction, and commits with the event's
 // done-mark.
+//
+// It reads the payload as Plane's trigger writes it: data is the whole
+// row (to_jsonb, with assignee_ids and label_ids added), and
+// previous_attributes holds the changed columns' old values cast to text.
+// Nothing but state_id is read, so a row with more or other columns, or
+// with values of other types, is never refused for its shape.
 func (s *Service) apply(ctx context.Context, m *warren.Message) error {
 	tx, ok := dedupstore.Tx(ctx)
 	if !ok {
 		return warren.Permanent(errors.New("automation: no transaction in the context; Dedup must run in transactional mode"))
 	}
-	var now struct {
-		State string `json:"state"`
-	}
-	var before struct {
-		State *string `json:"state"`
+	var now, before struct {
+		StateID *string `json:"state_id"`
 	}
 	if err := m.Event.Payload.DecodeData(&now); err != nil {
 		return warren.Permanent(err)
@@ -179,11 +191,16 @@ func (s *Service) apply(ctx context.Context, m *warren.Message) error {
 			return warren.Permanent(err)
 		}
 	}
-	if before.State == nil || *before.State == now.State {
+	switch {
+	case now.StateID == nil:
+		// A state change whose row has no state: nothing to match.
+		return warren.Skip("the event's data has no state_id")
+	case before.StateID != nil && *before.StateID == *now.StateID:
 		return warren.Skip("state did not change")
 	}
+	state := *now.StateID
 
-	rows, err := tx.Query(ctx, `SELECT id, name, when_state, set_priority FROM `+s.rules+` WHERE when_state = $1 ORDER BY id`, now.State)
+	rows, err := tx.Query(ctx, `SELECT id, name, when_state, set_priority FROM `+s.rules+` WHERE when_state = $1 ORDER BY id`, state)
 	if err != nil {
 		return err
 	}
@@ -192,7 +209,7 @@ func (s *Service) apply(ctx context.Context, m *warren.Message) error {
 		return err
 	}
 	if len(rules) == 0 {
-		return warren.Skip(fmt.Sprintf("no rule for state %q", now.State))
+		return warren.Skip(fmt.Sprintf("no rule for state %q", state))
 	}
 	for _, r := range rules {
 		followUp, err := s.app.Set(ctx, tx, Actor, m.Event.EntityID, "priority", r.SetPriority)

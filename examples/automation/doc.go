@@ -1,6 +1,9 @@
 // Package automation is an example consumer service: a small rule engine
 // over work-item events ("when a work item's state changes to done, set its
-// priority to none").
+// priority to none"). It reads Plane's events as Plane's triggers write
+// them: a state change is workitem.state.updated with the new state's id
+// in data.state_id and the old one, as text, in
+// previous_attributes.state_id; every other event is acked unread.
 //
 // It shows the strongest guarantee warren offers. The handler runs inside
 // the Postgres transaction of the dedup store's transactional mode: the rule

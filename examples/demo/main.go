@@ -266,7 +266,7 @@ func demo(ctx context.Context, out io.Writer, cfg pipeline.Config, h hint, w pip
 	if err := progress.until(ctx, p, ticker, 40*time.Second, settled); err != nil {
 		return fmt.Errorf("the pipeline did not settle: %w", err)
 	}
-	copies := exp.Events[:min(5, len(exp.Events))]
+	copies := pipeline.HandledByBoth(exp.Events, 5)
 	fmt.Fprintf(progress.lineEnd(), "Redelivering %d events both consumers already handled…\n", len(copies))
 	before := p.Webhook.Stats().Duplicates + p.Automation.Stats().Duplicates
 	if err := p.Redeliver(ctx, copies); err != nil {

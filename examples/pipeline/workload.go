@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
+	"slices"
 	"strings"
 	"time"
 
@@ -75,15 +76,17 @@ func (p *Pipeline) Produce(ctx context.Context, w Workload) (Expect, error) {
 	item := func(i int, kind string) app.WorkItem {
 		return app.WorkItem{
 			ID: fmt.Sprintf("%s-%03d", kind, i), WorkspaceID: "ws-1", ProjectID: "proj-1",
-			Name: fmt.Sprintf("%s item %d", kind, i), State: "todo", Priority: "high",
+			Name: fmt.Sprintf("%s item %d", kind, i), StateID: "todo", Priority: "high",
 		}
 	}
 	for i := range w.UserItems {
 		it := item(i, "user")
 		for _, step := range []func(tx pgx.Tx) (warren.Event, error){
 			func(tx pgx.Tx) (warren.Event, error) { return p.App.Create(ctx, tx, user, it) },
-			func(tx pgx.Tx) (warren.Event, error) { return p.App.Set(ctx, tx, user, it.ID, "state", "in_progress") },
-			func(tx pgx.Tx) (warren.Event, error) { return p.App.Set(ctx, tx, user, it.ID, "state", "done") },
+			func(tx pgx.Tx) (warren.Event, error) {
+				return p.App.Set(ctx, tx, user, it.ID, "state_id", "in_progress")
+			},
+			func(tx pgx.Tx) (warren.Event, error) { return p.App.Set(ctx, tx, user, it.ID, "state_id", "done") },
 		} {
 			if err := change(func(tx pgx.Tx) ([]warren.Event, error) {
 				ev, err := step(tx)
@@ -100,7 +103,7 @@ func (p *Pipeline) Produce(ctx context.Context, w Workload) (Expect, error) {
 			if err != nil {
 				return nil, err
 			}
-			done, err := p.App.Set(ctx, tx, importer, it.ID, "state", "done")
+			done, err := p.App.Set(ctx, tx, importer, it.ID, "state_id", "done")
 			return []warren.Event{created, done}, err
 		}); err != nil {
 			return exp, err
@@ -128,6 +131,19 @@ func (p *Pipeline) Produce(ctx context.Context, w Workload) (Expect, error) {
 		exp.DeadLettered = 1
 	}
 	return exp, nil
+}
+
+// HandledByBoth returns the first n of evs that both consumers handle, and
+// so must answer "duplicate" for when redelivered: users' state changes.
+// The automation acks every other event unread, before its dedup.
+func HandledByBoth(evs []warren.Event, n int) []warren.Event {
+	var out []warren.Event
+	for _, ev := range evs {
+		if len(out) < n && slices.Contains(automation.StateChangeTypes, ev.Type) && !ev.IsSystemInitiated() {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // Redeliver re-publishes copies of events straight to the exchange, the way

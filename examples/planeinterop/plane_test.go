@@ -182,23 +182,81 @@ func (l *logLines) lines(containing string) []string {
 // that decodes: it has no filter.
 type planeCase struct {
 	name     string
-	event    func(itemID string) map[string]any
+	event    func(t *testing.T, itemID string) map[string]any
 	ruleRuns int  // the automation's "done → priority none" rule fires
 	dead     bool // both consumers dead-letter it, undecodable
 }
 
-// Ids in Plane's shape (UUIDs) for the events' workspace, project and user.
-const workspace, project, user = "0b0b0b0b-0000-4000-8000-00000000000a", "0b0b0b0b-0000-4000-8000-00000000000b", "0b0b0b0b-0000-4000-8000-00000000000c"
+// Ids in Plane's shape (UUIDs) for the events' workspace, project and
+// user, and the two states of the work items: every item starts in
+// todoState, and the rule fires on a change to doneState.
+const (
+	workspace, project, user = "0b0b0b0b-0000-4000-8000-00000000000a", "0b0b0b0b-0000-4000-8000-00000000000b", "0b0b0b0b-0000-4000-8000-00000000000c"
+	todoState, doneState     = "0b0b0b0b-0000-4000-8000-0000000000d0", "0b0b0b0b-0000-4000-8000-0000000000d1"
+)
+
+// planeIssueSQL is a row of Plane's issues table with the column types of
+// its schema ($1 the id, $2 the state), for the payload queries below.
+const planeIssueSQL = `SELECT $1::uuid AS id, '` + workspace + `'::uuid AS workspace_id, '` + project + `'::uuid AS project_id,
+	'Plane item'::varchar(255) AS name, '<p>secret</p>'::text AS description_html, '{}'::jsonb AS description_json,
+	$2::uuid AS state_id, 'urgent'::varchar(30) AS priority, 42 AS sequence_id, 65535::float8 AS sort_order,
+	false AS is_draft, NULL::date AS start_date, '2026-12-24'::date AS target_date, NULL::timestamptz AS completed_at,
+	NULL::date AS archived_at, '2026-12-01 10:00:00.123456+00'::timestamptz AS created_at,
+	'2026-12-06 09:30:00.5+00'::timestamptz AS updated_at, NULL::timestamptz AS deleted_at,
+	'` + user + `'::uuid AS created_by_id, '` + user + `'::uuid AS updated_by_id, NULL::uuid AS parent_id, NULL::uuid AS type_id`
+
+// planeData is what Plane's issue triggers put in data: the row as
+// to_jsonb makes it, without the description columns, with the item's
+// assignee_ids and label_ids added.
+const planeData = `(to_jsonb(r) - 'description_html' - 'description_binary' - 'description' - 'description_stripped')
+	|| jsonb_build_object('assignee_ids', jsonb_build_array(r.created_by_id), 'label_ids', '[]'::jsonb)`
+
+// planePayloads are the payloads Plane's triggers write, by the event
+// they write them for, as PostgreSQL builds them from the triggers' own
+// expressions (read from apps/api/plane/event_stream/models/issue.py and
+// label.py). That is what makes them exact: an untyped '{}' literal given
+// to jsonb_build_object comes out as the JSON string "{}", and an update's
+// old values come out as text, NULL as null.
+var planePayloads = map[string]string{
+	"created": `jsonb_build_object('data', ` + planeData + `, 'previous_attributes', '{}')`,
+	// A state change: Plane's update trigger records every changed column
+	// but updated_at and updated_by_id; moving an item to another state
+	// also set completed_at, which was NULL.
+	"state": `jsonb_build_object('data', ` + planeData + `, 'previous_attributes',
+		jsonb_build_object('state_id', '` + todoState + `'::uuid::text, 'completed_at', NULL::text))`,
+	"updated": `jsonb_build_object('data', ` + planeData + `, 'previous_attributes',
+		jsonb_build_object('priority', 'none'::text, 'sort_order', (12345::float8)::text, 'sequence_id', 41::text,
+			'is_draft', true::text, 'target_date', NULL::text))`,
+	// A soft delete: data is "{}" and the old row is in previous_attributes.
+	"deleted": `jsonb_build_object('data', '{}', 'previous_attributes', to_jsonb(r) - 'description_html' - 'description_binary' - 'description' - 'description_stripped')`,
+}
+
+// planePayload returns the payload Plane's trigger writes for an event of
+// kind on the work item itemID, now in state, decoded as the test's
+// events are (numbers kept as written).
+func planePayload(t *testing.T, kind, itemID, state string) any {
+	t.Helper()
+	var raw []byte
+	err := testenv.PgPool(t).QueryRow(context.Background(),
+		`SELECT (`+planePayloads[kind]+`)::text FROM (`+planeIssueSQL+`) r`, itemID, state).Scan(&raw)
+	if err != nil {
+		t.Fatalf("build Plane's %s payload: %v", kind, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var payload any
+	if err := dec.Decode(&payload); err != nil {
+		t.Fatal(err)
+	}
+	return payload
+}
 
 func planeCases() []planeCase {
-	item := func(id, state string) map[string]any {
-		return map[string]any{"id": id, "workspace_id": workspace, "project_id": project, "name": "Plane item", "state": state, "priority": "urgent"}
-	}
-	workItemEvent := func(typ, initiatorType, itemID string, data map[string]any, previous any) map[string]any {
+	workItemEvent := func(t *testing.T, typ, kind, initiatorType, itemID, state string) map[string]any {
 		ev := map[string]any{
 			"event_id": app.NewID(), "event_type": typ, "entity_type": "issue", "entity_id": itemID,
 			"workspace_id": workspace, "project_id": project, "initiator_id": user, "initiator_type": initiatorType,
-			"payload": map[string]any{"data": data, "previous_attributes": previous},
+			"payload": planePayload(t, kind, itemID, state),
 		}
 		if initiatorType != warren.InitiatorUser {
 			ev["initiator_id"] = nil // a system actor has no user id in Plane
@@ -212,27 +270,35 @@ func planeCases() []planeCase {
 		return ev
 	}
 	return []planeCase{
-		{name: "a user sets a work item done", ruleRuns: 1, event: func(itemID string) map[string]any {
-			return workItemEvent("workitem.updated", warren.InitiatorUser, itemID, item(itemID, "done"), map[string]any{"state": "todo"})
+		{name: "a user moves a work item to done", ruleRuns: 1, event: func(t *testing.T, itemID string) map[string]any {
+			return workItemEvent(t, "workitem.state.updated", "state", warren.InitiatorUser, itemID, doneState)
 		}},
-		{name: "a user's change without an initiator id sets a work item done", ruleRuns: 1, event: func(itemID string) map[string]any {
-			return withoutInitiator(workItemEvent("workitem.updated", warren.InitiatorUser, itemID, item(itemID, "done"), map[string]any{"state": "todo"}))
+		{name: "a user's state change without an initiator id", ruleRuns: 1, event: func(t *testing.T, itemID string) map[string]any {
+			return withoutInitiator(workItemEvent(t, "workitem.state.updated", "state", warren.InitiatorUser, itemID, doneState))
 		}},
-		{name: "an import sets a work item done", event: func(itemID string) map[string]any {
-			return workItemEvent("workitem.updated", warren.InitiatorSystemImport, itemID, item(itemID, "done"), map[string]any{"state": "todo"})
+		{name: "an import moves a work item to done", event: func(t *testing.T, itemID string) map[string]any {
+			return workItemEvent(t, "workitem.state.updated", "state", warren.InitiatorSystemImport, itemID, doneState)
 		}},
-		{name: "a user creates a work item", event: func(itemID string) map[string]any {
-			return workItemEvent("workitem.created", warren.InitiatorUser, itemID, item(itemID, "todo"), nil)
+		{name: "a user creates a work item", event: func(t *testing.T, itemID string) map[string]any {
+			return workItemEvent(t, "workitem.created", "created", warren.InitiatorUser, itemID, todoState)
 		}},
-		{name: "a label without project or initiator", event: func(string) map[string]any {
+		{name: "a user changes other fields of a done work item", event: func(t *testing.T, itemID string) map[string]any {
+			return workItemEvent(t, "workitem.updated", "updated", warren.InitiatorUser, itemID, doneState)
+		}},
+		{name: "a user deletes a work item", event: func(t *testing.T, itemID string) map[string]any {
+			return workItemEvent(t, "workitem.deleted", "deleted", warren.InitiatorUser, itemID, todoState)
+		}},
+		{name: "a workspace label", event: func(*testing.T, string) map[string]any {
+			// label.py: the label's columns as data, '{}' as
+			// previous_attributes, a NULL project for a workspace label.
 			return map[string]any{
 				"event_id": app.NewID(), "event_type": "label.created", "entity_type": "label", "entity_id": app.NewID(),
-				"workspace_id": workspace, "project_id": nil, "initiator_id": nil, "initiator_type": warren.InitiatorUser,
-				"payload": map[string]any{"data": map[string]any{"name": "bug", "color": "#ff0000"}, "previous_attributes": nil},
+				"workspace_id": workspace, "project_id": nil, "initiator_id": user, "initiator_type": warren.InitiatorUser,
+				"payload": map[string]any{"data": map[string]any{"name": "bug", "color": "#ff0000", "project_id": nil}, "previous_attributes": "{}"},
 			}
 		}},
-		{name: "no event_id", dead: true, event: func(itemID string) map[string]any {
-			ev := workItemEvent("workitem.updated", warren.InitiatorUser, itemID, item(itemID, "done"), map[string]any{"state": "todo"})
+		{name: "no event_id", dead: true, event: func(t *testing.T, itemID string) map[string]any {
+			ev := workItemEvent(t, "workitem.updated", "updated", warren.InitiatorUser, itemID, doneState)
 			delete(ev, "event_id")
 			return ev
 		}},
@@ -324,7 +390,7 @@ func startExamples(t *testing.T) *examples {
 	if err := e.auto.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.auto.AddRule(ctx, automation.Rule{Name: "done clears priority", WhenState: "done", SetPriority: "none"}); err != nil {
+	if _, err := e.auto.AddRule(ctx, automation.Rule{Name: "done clears priority", WhenState: doneState, SetPriority: "none"}); err != nil {
 		t.Fatal(err)
 	}
 	testenv.RunInBackground(t, e.hook.Run)
@@ -390,10 +456,10 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 			for _, c := range planeCases() {
 				itemID := app.NewID()
 				if _, err := e.items.Create(ctx, tx, app.Actor{ID: user, Type: warren.InitiatorUser},
-					app.WorkItem{ID: itemID, WorkspaceID: workspace, ProjectID: project, Name: "Plane item", State: "todo", Priority: "urgent"}); err != nil {
+					app.WorkItem{ID: itemID, WorkspaceID: workspace, ProjectID: project, Name: "Plane item", StateID: todoState, Priority: "urgent"}); err != nil {
 					return err
 				}
-				ev := c.event(itemID)
+				ev := c.event(t, itemID)
 				id, _ := ev["event_id"].(string)
 				row := planeMessage{Properties: props, OutboxID: int64(len(msgs) + 1), Event: ev}
 				all = append(all, sent{planeCase: c, props: props, itemID: itemID, eventID: id, eventType: ev["event_type"].(string), row: row})
@@ -524,8 +590,8 @@ func TestExamplesHandleWhatPlanePublishes(t *testing.T) {
 		if len(followUps) != int(wantRuleRuns) {
 			t.Errorf("%d follow-up events written to the outbox, want %d", len(followUps), wantRuleRuns)
 		}
-		// Skipped: the import (SYSTEM.*), the label (not a work item),
-		// the creation (no state change).
+		// Skipped: the import (SYSTEM.*), and every event that is not a
+		// state change (creation, other fields, deletion, the label).
 		want := consumer.Stats{Received: uint64(len(all)), Done: wantRuleRuns, Skipped: wantDelivered - wantRuleRuns, DeadLettered: wantDead}
 		if got := settled(e.auto.Stats()); got != want {
 			t.Errorf("automation stats\n %+v\nwant\n %+v", got, want)
