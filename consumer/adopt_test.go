@@ -58,7 +58,9 @@ func declarePlaneQueue(t *testing.T, ch *amqp.Channel, withDLX bool) planeTopolo
 	must(err)
 	_, err = ch.QueueDeclare(p.queue, true, false, false, false, p.queueArgs)
 	must(err)
-	must(ch.QueueBind(p.queue, "", p.exchange, false, nil))
+	// As Plane's consumer binds it: pika's queue_bind without a key
+	// binds with the queue's name.
+	must(ch.QueueBind(p.queue, p.queue, p.exchange, false, nil))
 	return p
 }
 
@@ -206,6 +208,18 @@ func TestAdoptPlaneQueue(t *testing.T) {
 			}
 			if !tc.claimDLX && exists(t, conn, "exchange", topo.DLX) {
 				t.Errorf("exchange %s was declared, though the queue dead-letters elsewhere", topo.DLX)
+			}
+			// No binding of warren's is left beside Plane's: without
+			// Plane's, an event published to the exchange reaches nothing.
+			if err := ch.QueueUnbind(plane.queue, plane.queue, plane.exchange, nil); err != nil {
+				t.Fatal(err)
+			}
+			msg, err := amqpx.EventPublishing(event("after-unbind", "workitem.updated"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := newPublisher(t).pub.Publish(context.Background(), plane.exchange, "", msg); !errors.Is(err, amqpx.ErrUnroutable) {
+				t.Errorf("publish with Plane's binding removed = %v, want unroutable: the consumer left a binding of its own", err)
 			}
 			for _, want := range []string{"topology declared", "adopted=true", "x-message-ttl=3600000", "queue " + topo.Retry[0].Queue, tc.wantNotes} {
 				if !log.has(want) {

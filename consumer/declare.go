@@ -236,7 +236,16 @@ func (t Topology) plan(d *declarer, cfg Config, adoptedArgs amqp.Table) (*topolo
 	if bindDLQ {
 		p.bindings = append(p.bindings, bindingSpec{queue: t.DLQ, exchange: t.DLX})
 	}
-	p.bindings = append(p.bindings, bindingSpec{queue: t.Queue, exchange: t.Exchange})
+	// An adopted queue is bound with its own name as the key, which is
+	// the binding its owner made: Plane's consumers bind with pika, which
+	// uses the queue's name when given no key. Binding it again is then a
+	// no-op, and a rollback to the owner finds no binding of warren's
+	// left behind. The exchange is a fanout, so the key routes nothing.
+	var key string
+	if p.adopted {
+		key = t.Queue
+	}
+	p.bindings = append(p.bindings, bindingSpec{queue: t.Queue, exchange: t.Exchange, key: key})
 	return p, nil
 }
 

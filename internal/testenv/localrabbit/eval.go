@@ -3,6 +3,7 @@ package localrabbit
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"os"
@@ -15,9 +16,13 @@ import (
 )
 
 // evalLoop is the program of the node's eval session: a hidden Erlang
-// node that reads one Erlang expression sequence per line on standard
-// input, evaluates it on the RabbitMQ node over Erlang distribution and
-// prints {ok, Value} or {error, Why} on one line.
+// node that reads one call per line on standard input ("<tag> <the
+// expressions, base64>"), evaluates the expressions on the RabbitMQ node
+// over Erlang distribution and prints "<tag> {ok,Value}" or "<tag>
+// {error,Why}" on one line. The tag pairs a reply with its call: what the
+// expressions print themselves (rpc:call sends a remote io:format to the
+// caller) reaches the same standard output, untagged. Base64 carries the
+// expressions byte for byte: white space, comments and UTF-8 as written.
 //
 // Why a session and not rabbitmqctl: each rabbitmqctl call boots an Erlang
 // VM and the CLI's Elixir code, about 0.8 s of CPU, which on a loaded
@@ -30,8 +35,10 @@ Loop = fun Loop() ->
         eof -> halt(0);
         {error, _} -> halt(1);
         Line ->
+            [Tag, Encoded] = string:split(string:trim(Line), " "),
             Reply = try
-                {ok, Tokens, _} = erl_scan:string(Line),
+                Text = unicode:characters_to_list(base64:decode(Encoded), utf8),
+                {ok, Tokens, _} = erl_scan:string(Text),
                 {ok, Exprs} = erl_parse:parse_exprs(Tokens),
                 case rpc:call(Node, erl_eval, exprs, [Exprs, []], 60000) of
                     {value, Value, _} -> {ok, Value};
@@ -39,7 +46,7 @@ Loop = fun Loop() ->
                 end
             catch Class:Reason -> {error, {Class, Reason}}
             end,
-            io:format("~w~n", [Reply]),
+            io:format("~s ~w~n", [Tag, Reply]),
             Loop()
     end
 end,
@@ -49,8 +56,9 @@ Loop().`
 type evalSession struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
-	lines  chan string // the session's replies, closed when it exits
+	lines  chan string // the session's standard output, closed when it ends
 	exited chan struct{}
+	calls  int // calls made, for the tags
 }
 
 // evalSessions counts the sessions started, for unique Erlang node names.
@@ -66,49 +74,67 @@ var evalSessions struct {
 //
 // Eval is what rabbitmqctl eval does, without starting a VM per call: the
 // first call starts the node's eval session, the later ones reuse it.
-// Calls on one node run one after another. The expressions reach into
+// Calls on one node run one after another. A call whose ctx ends first
+// returns ctx's error, but what it started on the node may still happen:
+// the session is ended, not the evaluation. The expressions reach into
 // RabbitMQ's own modules, so they hold for the versions the tests run on
 // (3.10 to 4.x), not forever: a call that stops working fails its test
-// with Erlang's error, never silently.
+// with Erlang's error.
 func (n *Node) Eval(ctx context.Context, expr string) (string, error) {
 	if !strings.HasPrefix(n.Name, namePrefix) {
 		panic("localrabbit: refusing eval against node " + n.Name)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	n.evalMu.Lock()
-	defer n.evalMu.Unlock()
+	select { // the session's lock, given up if ctx ends first
+	case n.evalLock <- struct{}{}:
+		defer func() { <-n.evalLock }()
+	case <-ctx.Done():
+		return "", fmt.Errorf("eval %s on %s: %w", expr, n.Name, ctx.Err())
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("eval %s on %s: %w", expr, n.Name, err)
+	}
 	s, err := n.evalSession()
 	if err != nil {
 		return "", err
 	}
-	// One expression per line: the session reads lines.
-	line := strings.Join(strings.Fields(expr), " ")
-	if _, err := io.WriteString(s.in, line+"\n"); err != nil {
+	s.calls++
+	tag := "warren-eval-" + strconv.Itoa(s.calls)
+	if _, err := io.WriteString(s.in, tag+" "+base64.StdEncoding.EncodeToString([]byte(expr))+"\n"); err != nil {
 		n.stopEval()
-		return "", fmt.Errorf("eval %s: the session is gone: %w", line, err)
+		return "", fmt.Errorf("eval %s on %s: the session is gone: %w", expr, n.Name, err)
 	}
-	select {
-	case reply, ok := <-s.lines:
-		if !ok {
+	for {
+		select {
+		case line, ok := <-s.lines:
+			if !ok {
+				n.stopEval()
+				return "", fmt.Errorf("eval %s on %s: the session ended", expr, n.Name)
+			}
+			reply, ours := strings.CutPrefix(line, tag+" ")
+			if !ours {
+				continue // printed by the expressions, or a late reply
+			}
+			if v, ok := strings.CutPrefix(reply, "{ok,"); ok {
+				return strings.TrimSuffix(v, "}"), nil
+			}
+			return "", fmt.Errorf("eval %s on %s: %s", expr, n.Name, reply)
+		case <-ctx.Done():
+			// The reply may still come; a session that is ended cannot
+			// pair it with a later call.
 			n.stopEval()
-			return "", fmt.Errorf("eval %s: the session exited", line)
+			return "", fmt.Errorf("eval %s on %s: %w", expr, n.Name, ctx.Err())
 		}
-		if v, ok := strings.CutPrefix(reply, "{ok,"); ok {
-			return strings.TrimSuffix(v, "}"), nil
-		}
-		return "", fmt.Errorf("eval %s on %s: %s", line, n.Name, reply)
-	case <-ctx.Done():
-		// The reply may still come: a session that answered late would
-		// pair it with the next call, so it goes.
-		n.stopEval()
-		return "", fmt.Errorf("eval %s on %s: %w", line, n.Name, ctx.Err())
 	}
 }
 
 // evalSession returns the node's running eval session, starting one if
-// none runs. The caller holds n.evalMu.
+// none runs. The caller holds the session's lock.
 func (n *Node) evalSession() (*evalSession, error) {
+	if n.evalStopped {
+		return nil, fmt.Errorf("eval on %s: the node was stopped", n.Name)
+	}
 	if s := n.eval; s != nil {
 		select {
 		case <-s.exited:
@@ -141,8 +167,7 @@ func (n *Node) evalSession() (*evalSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	cmd.Stderr = os.Stderr // a session that cannot start says why
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the eval session: %w", err)
 	}
@@ -150,10 +175,11 @@ func (n *Node) evalSession() (*evalSession, error) {
 	go func() {
 		defer close(s.lines)
 		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 16<<20)
+		sc.Buffer(make([]byte, 64<<10), 64<<20)
 		for sc.Scan() {
 			s.lines <- sc.Text()
 		}
+		cmd.Process.Kill() // a line over the buffer: the session is of no use
 	}()
 	go func() {
 		cmd.Wait()
@@ -164,28 +190,26 @@ func (n *Node) evalSession() (*evalSession, error) {
 }
 
 // stopEval ends the node's eval session, if one runs, and waits for it.
-// The caller holds n.evalMu.
+// The caller holds the session's lock.
 func (n *Node) stopEval() {
 	s := n.eval
 	if s == nil {
 		return
 	}
 	n.eval = nil
-	s.in.Close() // the session halts at end of input
-	select {
-	case <-s.exited:
-	case <-time.After(5 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
+	s.in.Close() // an idle session halts at the end of its input
+	s.cmd.Process.Kill()
 	for range s.lines { // let the reader end
 	}
+	<-s.exited
 }
 
-// closeEval is stopEval for callers that do not hold n.evalMu.
+// closeEval ends the node's eval session for Stop: later calls fail
+// until the node starts again. It waits for a call in flight.
 func (n *Node) closeEval() {
-	n.evalMu.Lock()
-	defer n.evalMu.Unlock()
+	n.evalLock <- struct{}{}
+	defer func() { <-n.evalLock }()
+	n.evalStopped = true
 	n.stopEval()
 }
 

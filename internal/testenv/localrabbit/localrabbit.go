@@ -1,6 +1,7 @@
 package localrabbit
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -47,9 +48,13 @@ type Node struct {
 	stopOnce *sync.Once
 
 	// The eval session (see Eval), started by the first call; it
-	// outlives a restart of the node and ends with Stop.
-	evalMu sync.Mutex
-	eval   *evalSession
+	// outlives a restart of the node and ends with Stop. evalLock (one
+	// slot) is held by the call using it.
+	evalLock    chan struct{}
+	eval        *evalSession
+	evalStopped bool // Stop ended it; start clears this
+
+	watermark string // the memory watermark before RaiseMemoryAlarm, guarded by mu
 }
 
 // BinDir finds the real scripts, not Debian's /usr/sbin wrappers, which
@@ -130,11 +135,12 @@ func newNode(c nodeConfig) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		Name:    c.name,
-		Port:    ports[0],
-		Dir:     c.dir,
-		bin:     bin,
-		outPath: filepath.Join(c.dir, "rabbitmq.out"),
+		evalLock: make(chan struct{}, 1),
+		Name:     c.name,
+		Port:     ports[0],
+		Dir:      c.dir,
+		bin:      bin,
+		outPath:  filepath.Join(c.dir, "rabbitmq.out"),
 	}
 	conf := fmt.Sprintf("listeners.tcp.local = 127.0.0.1:%d\nloopback_users = none\n", n.Port)
 	if c.seed != "" {
@@ -200,6 +206,9 @@ func (n *Node) start(ctx context.Context) error {
 		return err
 	}
 	defer out.Close()
+	n.evalLock <- struct{}{}
+	n.evalStopped = false
+	<-n.evalLock
 	begin := time.Now()
 	cmd := exec.Command(filepath.Join(n.bin, "rabbitmq-server"))
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = n.Dir, n.env, out, out
@@ -298,18 +307,37 @@ func (n *Node) run(ctx context.Context, tool string, args ...string) (string, er
 // RaiseMemoryAlarm sets the memory high watermark so low that the node's
 // memory use is over it at once: the node raises its memory alarm and
 // blocks every connection that publishes, as it does in production when
-// memory runs short.
+// memory runs short. LiftMemoryAlarm puts the watermark it found back.
 func (n *Node) RaiseMemoryAlarm(ctx context.Context) error {
+	was, err := n.Eval(ctx, "vm_memory_monitor:get_vm_memory_high_watermark().")
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	if n.watermark == "" { // raised twice: the first one found the real one
+		n.watermark = was
+	}
+	n.mu.Unlock()
 	// A fraction of the machine's RAM (what rabbitmqctl
 	// set_vm_memory_high_watermark calls): any node uses more than a
 	// millionth of it.
 	return n.evalExpect(ctx, "ok", "vm_memory_monitor:set_vm_memory_high_watermark(0.000001).")
 }
 
-// LiftMemoryAlarm puts the watermark back to RabbitMQ's default (0.4), which
-// clears the alarm.
+// LiftMemoryAlarm puts back the watermark RaiseMemoryAlarm found (as the
+// term Erlang printed: a fraction, or {absolute, Bytes}), which clears the
+// alarm; without a raise before, RabbitMQ 3.x's default, 0.4.
 func (n *Node) LiftMemoryAlarm(ctx context.Context) error {
-	return n.evalExpect(ctx, "ok", "vm_memory_monitor:set_vm_memory_high_watermark(0.4).")
+	n.mu.Lock()
+	was := cmp.Or(n.watermark, "0.4")
+	n.mu.Unlock()
+	if err := n.evalExpect(ctx, "ok", "vm_memory_monitor:set_vm_memory_high_watermark("+was+")."); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.watermark = ""
+	n.mu.Unlock()
+	return nil
 }
 
 // Stop shuts the node down, and kills it if it does not go. A node that

@@ -89,6 +89,24 @@ func testEvalAnswersAndFails(t *testing.T) {
 	if got, err := n.Eval(ctx, "node()."); err != nil || got != n.Name {
 		t.Fatalf("Eval after errors = %q, %v; want the node's name %s", got, err, n.Name)
 	}
+	// What the expressions print is not taken for their value, nor for
+	// the next call's.
+	if got, err := n.Eval(ctx, `io:format("{ok,printed}~n"), real.`); err != nil || got != "real" {
+		t.Fatalf("Eval of a printing expression = %q, %v; want real", got, err)
+	}
+	if got, err := n.Eval(ctx, "next."); err != nil || got != "next" {
+		t.Fatalf("Eval after a printing one = %q, %v; want next", got, err)
+	}
+	// The text reaches Erlang as written: spaces, a tab, a comment.
+	if got, err := n.Eval(ctx, "X = \"a  b\tc\", % six characters\nlength(X)."); err != nil || got != "6" {
+		t.Fatalf("Eval of a string with white space = %q, %v; want 6", got, err)
+	}
+	// A call whose context has ended fails at once.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := n.Eval(done, "ok."); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Eval with a cancelled context = %v; want context.Canceled", err)
+	}
 }
 
 // A locked-out user is refused at login and loses its open connection;

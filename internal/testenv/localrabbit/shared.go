@@ -144,8 +144,11 @@ func removeOrphans() {
 func (n *Node) Alarm(t testing.TB) (lift func()) {
 	t.Helper()
 	ctx := context.Background()
-	// RabbitMQ 3.10 blocks a connection when it publishes under an alarm,
-	// so a probe that publishes says when the alarm is in effect.
+	// RabbitMQ blocks a connection when it publishes under an alarm, so a
+	// probe that publishes says when the alarm is in effect. It publishes
+	// again and again until lifted: the alarm reaches the connection a
+	// moment after the watermark is set, and a publish before that
+	// moment passes without blocking anything.
 	probe, err := amqpx.Dial(ctx, n.URL(), amqpx.DialOptions{Name: "localrabbit alarm probe"})
 	if err != nil {
 		t.Fatalf("alarm probe: %v", err)
@@ -158,7 +161,7 @@ func (n *Node) Alarm(t testing.TB) (lift func()) {
 	}
 	var once sync.Once
 	var inEffect bool // the probe saw the alarm: lifting it must unblock the probe
-	sent := make(chan error, 1)
+	stopProbe, probeDone := make(chan struct{}), make(chan struct{})
 	lift = func() {
 		t.Helper()
 		once.Do(func() {
@@ -169,17 +172,29 @@ func (n *Node) Alarm(t testing.TB) (lift func()) {
 					t.Errorf("lift the memory alarm: %v", err)
 				}
 			}
+			close(stopProbe)
 			// With a deadline: a probe still blocked fails its stuck send.
 			amqpx.CloseConnection(probe, 5*time.Second)
-			<-sent
+			<-probeDone
 		})
 	}
 	t.Cleanup(lift)
 	if err := n.RaiseMemoryAlarm(ctx); err != nil {
-		sent <- nil
+		close(probeDone)
 		t.Fatalf("raise the memory alarm: %v", err)
 	}
-	go func() { sent <- ch.Publish("", "localrabbit.alarm.probe", false, false, amqp.Publishing{}) }()
+	go func() {
+		defer close(probeDone)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for ch.Publish("", "localrabbit.alarm.probe", false, false, amqp.Publishing{}) == nil {
+			select {
+			case <-stopProbe:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	if err := waitBlocked(blocked, true); err != nil {
 		t.Fatalf("raise the memory alarm: %v", err)
 	}
@@ -206,21 +221,25 @@ func waitBlocked(notes <-chan amqp.Blocking, active bool) error {
 	}
 }
 
-// defaultMaxMessageSize is RabbitMQ 3.x's max_message_size.
-const defaultMaxMessageSize = 128 << 20
-
 // SetMaxMessageSize sets the node's max_message_size, which channels read
-// when they open, and puts the default back when t ends.
+// when they open, and puts the value it found back when t ends.
 func (n *Node) SetMaxMessageSize(t testing.TB, bytes int) {
 	t.Helper()
-	set := func(v int) error {
-		return n.SetEnv(context.Background(), "max_message_size", v)
+	ctx := context.Background()
+	was, err := n.Eval(ctx, "application:get_env(rabbit, max_message_size, 134217728).")
+	if err != nil {
+		t.Fatalf("read max_message_size: %v", err)
 	}
-	if err := set(bytes); err != nil {
+	// RabbitMQ 3.x reads the application setting; 4.x reads a copy made at
+	// boot (persistent_term), which set_env alone would leave as it was.
+	set := func(v string) error {
+		return n.evalExpect(ctx, "ok", fmt.Sprintf("application:set_env(rabbit, max_message_size, %s), persistent_term:put(max_message_size, %s).", v, v))
+	}
+	if err := set(strconv.Itoa(bytes)); err != nil {
 		t.Fatalf("set max_message_size: %v", err)
 	}
 	t.Cleanup(func() {
-		if err := set(defaultMaxMessageSize); err != nil {
+		if err := set(was); err != nil {
 			t.Errorf("restore max_message_size: %v", err)
 		}
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net/url"
 	"testing"
 )
 
@@ -43,7 +44,7 @@ func (n *Node) AddUser(t testing.TB, name, configure, write, read string) *User 
 
 // URL is the user's AMQP URL.
 func (u *User) URL() string {
-	return fmt.Sprintf("amqp://%s:%s@127.0.0.1:%d/", u.Name, u.Password, u.node.Port)
+	return (&url.URL{Scheme: "amqp", User: url.UserPassword(u.Name, u.Password), Host: fmt.Sprintf("127.0.0.1:%d", u.node.Port), Path: "/"}).String()
 }
 
 // LockOut changes the user's password, so the broker refuses its next
