@@ -69,6 +69,19 @@ type Config struct {
 	// (the default) or warren.FormatPlane, for Plane's consumers.
 	Format warren.Format
 
+	// PlaneProperties publishes with exactly the AMQP properties Plane's
+	// publisher sets, for operators who compare messages byte for byte
+	// or run consumers that read properties: persistent delivery,
+	// content type application/json, content encoding utf-8 and the time
+	// of publishing in seconds; no message_id, no type and no headers.
+	// What that costs: no trace context reaches the consumers (each
+	// consumer's span starts a new trace), and a partitioned consumer
+	// (consumer.Config.Partitions), which hashes on the entity id header,
+	// cannot spread the events over its partitions. warren's consumers
+	// read everything else from the body. Default false: warren's
+	// properties, which Plane's consumers ignore.
+	PlaneProperties bool
+
 	// Publisher fills the publisher fields of warren.FormatPlane. Defaults:
 	// Name the relay's Name, Instance the host name, Version
 	// warren.PlaneEnvelopeVersion, Source DefaultSource. Unused in

@@ -65,6 +65,9 @@ func (r *Relay) publish(ctx context.Context, pub *amqpx.Publisher, rows []claime
 	for j := range out {
 		c := rows[index[j]]
 		ends[j] = engine.Trace(pctx, r.tracer, r.cfg.Exchange, c.Row, c.Attempts, &out[j].Msg)
+		if r.cfg.PlaneProperties {
+			engine.PlaneProperties(&out[j].Msg, time.Now())
+		}
 	}
 	start := time.Now()
 	pub.PublishBatch(pctx, r.cfg.Exchange, out, func(j int, err error) {

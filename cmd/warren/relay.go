@@ -40,6 +40,7 @@ type relayRunOptions struct {
 	noListen, migrate                    bool
 	healthAddr                           string
 	format                               string
+	planeProperties                      bool
 	publisher                            warren.PublisherInfo
 	mode, slot                           string
 	dropSlot                             bool
@@ -52,6 +53,7 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.String(&o.exchange, "exchange", "NAME", "the durable fanout exchange to publish to (declared if missing); default $WARREN_EXCHANGE, else "+relay.DefaultExchange, "")
 	fs.String(&o.name, "name", "NAME", "this relay's name in claimed rows, broker connections and pg_stat_activity; default warren-relay@HOST:PID (with --mode cdc, warren-cdc-relay@HOST:PID)", "")
 	fs.String(&o.format, "format", "warren|plane", "the envelope format of published messages: warren's own, or Plane's for Plane's consumers; default $WARREN_FORMAT, else warren", "")
+	fs.Bool(&o.planeProperties, "plane-properties", "publish with exactly the AMQP properties Plane's publisher sets (persistent, application/json, utf-8, a timestamp) and no others: no message_id, type, or headers, so no trace context and no entity id for partitioned consumers")
 	fs.String(&o.publisher.Name, "publisher", "NAME", "the Plane envelope's publisher; default $WARREN_PUBLISHER, else the relay's name", "")
 	fs.String(&o.publisher.Instance, "publisher-instance", "NAME", "the Plane envelope's publisher_instance; default $WARREN_PUBLISHER_INSTANCE, else the host name", "")
 	fs.String(&o.publisher.Version, "envelope-version", "V", "the Plane envelope's version for events without one; default $WARREN_ENVELOPE_VERSION, else "+warren.PlaneEnvelopeVersion, "")
@@ -82,13 +84,14 @@ func (o *relayRunOptions) config(env *cliEnv) (relay.Config, error) {
 	}
 	o.db.lease = time.Duration(o.lease)
 	return relay.Config{
-		DatabaseURL: o.db.databaseURL,
-		Table:       o.db.table,
-		Schema:      outbox.Schema(o.db.schema),
-		AMQPURL:     cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
-		Exchange:    cmp.Or(o.exchange, env.getenv("WARREN_EXCHANGE"), relay.DefaultExchange),
-		Name:        o.name,
-		Format:      warren.Format(cmp.Or(o.format, env.getenv("WARREN_FORMAT"))),
+		DatabaseURL:     o.db.databaseURL,
+		Table:           o.db.table,
+		Schema:          outbox.Schema(o.db.schema),
+		AMQPURL:         cmp.Or(o.amqpURL, env.getenv("AMQP_URL"), amqpx.DefaultURL),
+		Exchange:        cmp.Or(o.exchange, env.getenv("WARREN_EXCHANGE"), relay.DefaultExchange),
+		Name:            o.name,
+		Format:          warren.Format(cmp.Or(o.format, env.getenv("WARREN_FORMAT"))),
+		PlaneProperties: o.planeProperties,
 		Publisher: warren.PublisherInfo{
 			Name:     cmp.Or(o.publisher.Name, env.getenv("WARREN_PUBLISHER")),
 			Instance: cmp.Or(o.publisher.Instance, env.getenv("WARREN_PUBLISHER_INSTANCE")),

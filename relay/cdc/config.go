@@ -59,6 +59,9 @@ type Config struct {
 	// relay (relay.Config).
 	Format    warren.Format
 	Publisher warren.PublisherInfo
+	// PlaneProperties publishes with exactly the AMQP properties Plane's
+	// publisher sets, and no others, as relay.Config.PlaneProperties does.
+	PlaneProperties bool
 
 	// BatchSize is the most events published before their confirms are
 	// awaited together. A batch is whatever the stream delivered while

@@ -16,7 +16,7 @@ func TestObserverScenarios(t *testing.T) {
 		e := newEnv(t)
 		return e.ob, func(s observertest.Settings) {
 			cfg := e.config()
-			cfg.Exchange, cfg.Observer, cfg.MaxAttempts = s.Exchange, s.Observer, s.MaxAttempts
+			cfg.Exchange, cfg.Observer, cfg.MaxAttempts, cfg.PlaneProperties = s.Exchange, s.Observer, s.MaxAttempts, s.PlaneProperties
 			if s.Logger != nil {
 				cfg.Logger = s.Logger
 			}

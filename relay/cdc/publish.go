@@ -206,6 +206,9 @@ func (r *Relay) send(ctx context.Context, pub *amqpx.Publisher, rows []outbox.Ro
 			continue
 		}
 		f.ends = append(f.ends, engine.Trace(ctx, r.tracer, r.cfg.Exchange, row, 1, &msg))
+		if r.cfg.PlaneProperties {
+			engine.PlaneProperties(&msg, time.Now())
+		}
 		f.out = append(f.out, amqpx.Outgoing{RoutingKey: row.Event.Type, Msg: msg})
 		f.ids = append(f.ids, row.ID)
 		f.added = append(f.added, row.InsertedAt)

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"maps"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -11,6 +12,20 @@ import (
 	"github.com/warrenmq/warren/internal/tracecontext"
 	"github.com/warrenmq/warren/outbox"
 )
+
+// PlaneProperties leaves msg with exactly the properties Plane's publisher
+// sets (its event_stream/publisher.py): persistent delivery, content type
+// application/json, content encoding utf-8 and now, in seconds, as the
+// timestamp; the body as it is, and nothing else.
+func PlaneProperties(msg *amqp.Publishing, now time.Time) {
+	*msg = amqp.Publishing{
+		DeliveryMode:    amqp.Persistent,
+		ContentType:     "application/json",
+		ContentEncoding: "utf-8",
+		Timestamp:       now.Truncate(time.Second),
+		Body:            msg.Body,
+	}
+}
 
 // Encode returns the message for row: its event encoded by enc, with the
 // headers both relays publish. It fails, so that the row is dead rather

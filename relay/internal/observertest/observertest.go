@@ -1,16 +1,22 @@
-// Package observertest is the one Observer test both relays pass: the
-// polling relay (package relay) and the CDC relay (package relay/cdc) tell
-// a [relay.Observer] the same things about the same events, so that one
-// adapter (warrenprom/relayprom) reads either. Only test code imports it.
+// Package observertest holds the scenarios both relays pass, through one
+// adapter each: above all the Observer test, since the polling relay
+// (package relay) and the CDC relay (package relay/cdc) must tell a
+// [relay.Observer] the same things about the same events, so that one
+// adapter (warrenprom/relayprom) reads either; and the message properties
+// both publish. Only test code imports it.
 package observertest
 
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
@@ -114,7 +120,7 @@ func (o *Recorder) Counts() Counts {
 // relays pass.
 func Scenarios(t *testing.T, setup func(t *testing.T) (*testenv.OutboxTable, Start)) {
 	for name, run := range map[string]func(*testing.T, *testenv.OutboxTable, Start){
-		"reports": Run, "panicking observer": RunPanicking,
+		"reports": Run, "panicking observer": RunPanicking, "plane properties": RunPlaneProperties,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -130,6 +136,8 @@ type Settings struct {
 	Observer    relay.Observer // the relay's Observer
 	MaxAttempts int            // attempts per row
 	Logger      *slog.Logger   // the relay's logger; nil: the test's own
+	// PlaneProperties is the relay's setting of that name.
+	PlaneProperties bool
 }
 
 // Start runs a relay on the test's table with s and a stats interval
@@ -250,5 +258,37 @@ func RunPanicking(t *testing.T, ob *testenv.OutboxTable, start Start) {
 		if !logs.Has(want) {
 			t.Errorf("the relay's log does not say %q:\n%s", want, logs)
 		}
+	}
+}
+
+// RunPlaneProperties is the scenario of the PlaneProperties setting: the
+// message carries exactly the properties Plane's publisher sets
+// (persistent, application/json, utf-8, the time of publishing) and no
+// others, and its body is the event.
+func RunPlaneProperties(t *testing.T, ob *testenv.OutboxTable, start Start) {
+	t.Helper()
+	exchange, queue := declare(t)
+	start(Settings{Exchange: exchange, MaxAttempts: 3, PlaneProperties: true})
+	before := time.Now().Truncate(time.Second)
+	ev := testenv.OutboxEvent(t.Name() + "-plane")
+	ev.Type = "good.created"
+	ob.Publish(ev)
+	ch := testenv.Channel(t)
+	testenv.WaitFor(t, 60*time.Second, "the event in the queue", func() bool { return testenv.QueueDepth(t, ch, queue) == 1 })
+	after := time.Now()
+	msgs := testenv.Drain(t, testenv.AMQPConn(t), queue)
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages in the queue, want 1", len(msgs))
+	}
+	d := msgs[0]
+	want := amqp.Publishing{DeliveryMode: amqp.Persistent, ContentType: "application/json", ContentEncoding: "utf-8", Timestamp: d.Timestamp, Body: d.Body}
+	if got := testenv.AsPublishing(d); !reflect.DeepEqual(got, want) {
+		t.Errorf("published with\n %+v\nwant Plane's properties and no others\n %+v", got, want)
+	}
+	if d.Timestamp.Before(before) || d.Timestamp.After(after) {
+		t.Errorf("timestamp %v, want the time of publishing (%v..%v)", d.Timestamp, before, after)
+	}
+	if got, err := warren.DecodeEvent(d.Body); err != nil || got.ID != ev.ID {
+		t.Errorf("body decodes to %q, %v; want event %s", got.ID, err, ev.ID)
 	}
 }
