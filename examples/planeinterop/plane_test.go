@@ -323,7 +323,11 @@ type examples struct {
 // startExamples starts both services, consuming, with names of their own,
 // and deletes everything they created when t ends. The automation has one
 // rule: a work item set to done gets priority none.
-func startExamples(t *testing.T) *examples {
+func startExamples(t *testing.T) *examples { return startExamplesOn(t, false) }
+
+// startExamplesOn is startExamples; with adopt, both consumers adopt queues
+// declared first as Plane's consumers declare theirs (planeQueues).
+func startExamplesOn(t *testing.T, adopt bool) *examples {
 	t.Helper()
 	var b [4]byte
 	rand.Read(b[:])
@@ -360,9 +364,12 @@ func startExamples(t *testing.T) *examples {
 	e.logs = &logLines{out: t.Output()}
 	consumerConfig := func(name string) consumer.Config {
 		return consumer.Config{
-			URL: e.cfg.AMQPURL, Name: name, Exchange: names.Exchange, RetryDelays: e.cfg.RetryDelays,
+			URL: e.cfg.AMQPURL, Name: name, Exchange: names.Exchange, RetryDelays: e.cfg.RetryDelays, AdoptQueue: adopt,
 			Logger: slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}
+	}
+	if adopt {
+		declarePlaneQueues(t, names.Exchange, names.WebhookQueue, names.AutomationQueue)
 	}
 	store, err := dedupredis.New(testenv.RedisClient(t, "plane-interop"), dedupredis.Config{Prefix: names.RedisPrefix})
 	if err != nil {
