@@ -144,9 +144,11 @@ func (p Payload) DecodeData(v any) error {
 //     (Plane's previous_attributes "{}" on every create and its data "{}"
 //     on every soft delete, which is what jsonb_build_object makes of an
 //     untyped '{}' literal) decodes as that object or array.
-//   - A member written as text where v has a number, a boolean, an object
-//     or an array (Plane's update triggers cast every old value to text:
-//     "42", "true", "65535.0") decodes as the JSON that text holds.
+//   - A top-level member written as text where v's field of that name
+//     (embedded structs' fields included), or v's map values, want a
+//     number, a boolean, an object or an array (Plane's update triggers
+//     cast every old value to text: "42", "true", "65535.0") decodes as
+//     the JSON that text holds. Members nested deeper are not read so.
 //   - null, for the part or a member, leaves v or the member as it is.
 //
 // Only what fails a plain decode is read this way, so a string target
@@ -155,65 +157,6 @@ func (p Payload) DecodeData(v any) error {
 // time.Time: take them as strings.
 func (p Payload) DecodePreviousAttributes(v any) error {
 	return decodeRaw("payload.previous_attributes", p.PreviousAttributes, v)
-}
-
-func decodeRaw(field string, raw json.RawMessage, v any) error {
-	if len(raw) == 0 {
-		return &invalidError{msg: field + " is missing"}
-	}
-	err := json.Unmarshal(raw, v)
-	// Each pass reads one more text value as the JSON it holds, where the
-	// last pass failed on it; a pass that changes nothing ends the loop.
-	for err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if !errors.As(err, &typeErr) || typeErr.Value != "string" {
-			break
-		}
-		next, ok := unwrapText(raw, typeErr.Field)
-		if !ok {
-			break
-		}
-		raw, err = next, json.Unmarshal(next, v)
-	}
-	if err != nil {
-		return &invalidError{msg: fmt.Sprintf("%s: %v", field, err)}
-	}
-	return nil
-}
-
-// unwrapText returns raw with the JSON string at path (a top-level member
-// name, or "" for raw itself) replaced by the JSON its text holds, if it
-// holds any other than a string.
-func unwrapText(raw json.RawMessage, path string) (json.RawMessage, bool) {
-	if path == "" {
-		return textJSON(raw)
-	}
-	key, _, _ := strings.Cut(path, ".")
-	var members map[string]json.RawMessage
-	if json.Unmarshal(raw, &members) != nil {
-		return nil, false
-	}
-	inner, ok := textJSON(members[key])
-	if !ok {
-		return nil, false
-	}
-	members[key] = inner
-	out, err := json.Marshal(members)
-	return out, err == nil
-}
-
-// textJSON returns the JSON value a JSON string's text holds, if its text
-// is valid JSON other than a string.
-func textJSON(raw json.RawMessage) (json.RawMessage, bool) {
-	var text string
-	if json.Unmarshal(raw, &text) != nil {
-		return nil, false
-	}
-	inner := json.RawMessage(strings.TrimSpace(text))
-	if len(inner) == 0 || inner[0] == '"' || !json.Valid(inner) {
-		return nil, false
-	}
-	return inner, true
 }
 
 type invalidError struct{ msg string }

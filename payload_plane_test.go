@@ -60,6 +60,55 @@ func TestDecodeTakesPlanesTextPayloads(t *testing.T) {
 	}
 }
 
+// Text is read where the field that takes the member is promoted from an
+// embedded struct, where the member's name differs in case (encoding/json
+// matches names regardless of case), and for a map's values; the members
+// keep their order, so of two spellings of a name the same one wins.
+func TestDecodeTextOfEmbeddedMapAndCasedMembers(t *testing.T) {
+	type Base struct { // exported: encoding/json cannot fill an embedded pointer to an unexported type
+		Sequence int  `json:"sequence_id"`
+		Draft    bool `json:"is_draft"`
+	}
+	type withBase struct {
+		Base
+		StateID string `json:"state_id"`
+	}
+	type withPointer struct {
+		*Base
+		StateID string `json:"state_id"`
+	}
+	p := warren.Payload{PreviousAttributes: []byte(`{"sequence_id":"42","IS_DRAFT":"true","state_id":"s0"}`)}
+	var b withBase
+	if err := p.DecodePreviousAttributes(&b); err != nil || b.Sequence != 42 || !b.Draft || b.StateID != "s0" {
+		t.Errorf("embedded: %+v, %v", b, err)
+	}
+	var bp withPointer
+	if err := p.DecodePreviousAttributes(&bp); err != nil || bp.Base == nil || bp.Sequence != 42 || !bp.Draft {
+		t.Errorf("pointer-embedded: %+v, %v", bp, err)
+	}
+	var m map[string]int
+	if err := (warren.Payload{Data: []byte(`{"a":"1","b":2}`)}).DecodeData(&m); err != nil || m["a"] != 1 || m["b"] != 2 {
+		t.Errorf("map of ints: %v, %v", m, err)
+	}
+	var dup struct {
+		N int `json:"n"`
+		S int `json:"s"`
+	}
+	if err := (warren.Payload{Data: []byte(`{"s":"1","n":2,"N":3}`)}).DecodeData(&dup); err != nil || dup.N != 3 || dup.S != 1 {
+		t.Errorf("two spellings of a name: %+v, %v; want the last one (3), as a plain decode takes", dup, err)
+	}
+	// Fields that want text keep it: a ",string" option, []byte (base64).
+	var textual struct {
+		Quoted int    `json:"quoted,string"`
+		Bytes  []byte `json:"bytes"`
+		Count  int    `json:"count"`
+	}
+	if err := (warren.Payload{Data: []byte(`{"quoted":"7","bytes":"AQI=","count":"3"}`)}).DecodeData(&textual); err != nil ||
+		textual.Quoted != 7 || string(textual.Bytes) != "\x01\x02" || textual.Count != 3 {
+		t.Errorf("fields that want text: %+v, %v", textual, err)
+	}
+}
+
 // What no reading of the text mends is still an invalid event, naming
 // the part.
 func TestDecodeRefusesWhatTextDoesNotMend(t *testing.T) {
@@ -70,9 +119,10 @@ func TestDecodeRefusesWhatTextDoesNotMend(t *testing.T) {
 	for _, raw := range []string{
 		`"not json"`,
 		`{"sequence_id":"forty-two"}`,
-		`{"sequence_id":"\"42\""}`, // text of a string: still a string
-		`{"is_draft":"42"}`,        // text of a number where a bool is wanted
-		`"[1, 2]"`,                 // an array where an object is wanted
+		`{"sequence_id":"\"42\""}`,   // text of a string: still a string
+		`{"is_draft":"42"}`,          // text of a number where a bool is wanted
+		`"[1, 2]"`,                   // an array where an object is wanted
+		`{"sequence_id":"\u00a042"}`, // text with a no-break space is not a number
 	} {
 		err := (warren.Payload{PreviousAttributes: []byte(raw)}).DecodePreviousAttributes(&target)
 		if !errors.Is(err, warren.ErrInvalidEvent) {

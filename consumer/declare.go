@@ -237,10 +237,11 @@ func (t Topology) plan(d *declarer, cfg Config, adoptedArgs amqp.Table) (*topolo
 		p.bindings = append(p.bindings, bindingSpec{queue: t.DLQ, exchange: t.DLX})
 	}
 	// An adopted queue is bound with its own name as the key, which is
-	// the binding its owner made: Plane's consumers bind with pika, which
-	// uses the queue's name when given no key. Binding it again is then a
-	// no-op, and a rollback to the owner finds no binding of warren's
-	// left behind. The exchange is a fanout, so the key routes nothing.
+	// the binding Plane's consumers made: pika uses the queue's name when
+	// given no key. Binding it again is then a no-op, and a rollback to
+	// Plane finds no binding of warren's left behind. An owner that bound
+	// the queue with another key gains this binding (AMQP cannot list
+	// bindings to tell). The exchange is a fanout: the key routes nothing.
 	var key string
 	if p.adopted {
 		key = t.Queue

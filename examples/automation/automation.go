@@ -214,7 +214,10 @@ func (s *Service) apply(ctx context.Context, m *warren.Message) error {
 	for _, r := range rules {
 		followUp, err := s.app.Set(ctx, tx, Actor, m.Event.EntityID, "priority", r.SetPriority)
 		if errors.Is(err, app.ErrNotFound) {
-			return warren.Permanent(err)
+			// A work item this service's table does not hold (deleted
+			// since, or, on Plane's queue, one of Plane's issues): the
+			// rule has nothing to change, which no retry mends.
+			return warren.Skip(fmt.Sprintf("rule %q: %v", r.Name, err))
 		}
 		if err != nil {
 			return fmt.Errorf("rule %q: %w", r.Name, err)

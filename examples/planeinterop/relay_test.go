@@ -76,11 +76,7 @@ func TestExamplesHandleWhatWarrensRelayPublishes(t *testing.T) {
 			continue // Plane's table holds no event without an event_id
 		}
 		itemID := app.NewID()
-		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			_, err := e.items.Create(ctx, tx, app.Actor{ID: user, Type: warren.InitiatorUser},
-				app.WorkItem{ID: itemID, WorkspaceID: workspace, ProjectID: project, Name: "Plane item", StateID: todoState, Priority: "urgent"})
-			return err
-		}); err != nil {
+		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return e.createItem(ctx, tx, c, itemID) }); err != nil {
 			t.Fatal(err)
 		}
 		ev := c.event(t, itemID)

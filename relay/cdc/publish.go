@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
@@ -269,7 +271,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				ends[i](nil)
 			case errors.Is(err, amqpx.ErrUnroutable):
 				if returns[i]+1 >= r.cfg.MaxAttempts {
-					s.dead = append(s.dead, deadRow{ids[i], out[i].Msg.MessageId, returns[i] + 1, err.Error()})
+					s.dead = append(s.dead, deadRow{ids[i], eventID(out[i].Msg), returns[i] + 1, err.Error()})
 					ends[i](err)
 					return
 				}
@@ -278,7 +280,7 @@ func (r *Relay) confirm(ctx context.Context, pub *amqpx.Publisher, f *inFlight) 
 				now := time.Now()
 				r.nacks.Record(amqpx.Destination(r.cfg.Exchange, out[i].RoutingKey), true, now)
 				if first := r.nackedSince.nacked(ids[i], now, r.cfg.NackTimeout); now.Sub(first) >= r.cfg.NackTimeout {
-					s.dead = append(s.dead, deadRow{ids[i], out[i].Msg.MessageId, returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
+					s.dead = append(s.dead, deadRow{ids[i], eventID(out[i].Msg), returns[i] + 1, fmt.Sprintf("%v, for %v (NackTimeout)", err, now.Sub(first).Round(time.Millisecond))})
 					ends[i](err)
 					return
 				}
@@ -324,4 +326,15 @@ func (r *Relay) observePublished(added, sent time.Time, err error) {
 		p := relay.Publication{InsertedAt: added, Took: time.Since(sent), Err: err}
 		r.observe.Call("Published", func() { r.cfg.Observer.Published(r.cfg.Table, p) })
 	}
+}
+
+// eventID is the id of the event msg carries, for the dead row's log line:
+// its message_id, or, under PlaneProperties, which sends none, the body's
+// event_id.
+func eventID(msg amqp.Publishing) string {
+	if msg.MessageId != "" {
+		return msg.MessageId
+	}
+	id, _ := dlq.BodyEvent(msg.Body)
+	return id
 }

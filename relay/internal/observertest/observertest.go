@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -268,11 +269,22 @@ func RunPanicking(t *testing.T, ob *testenv.OutboxTable, start Start) {
 func RunPlaneProperties(t *testing.T, ob *testenv.OutboxTable, start Start) {
 	t.Helper()
 	exchange, queue := declare(t)
-	start(Settings{Exchange: exchange, MaxAttempts: 3, PlaneProperties: true})
+	logs := &testenv.LogBuffer{}
+	start(Settings{Exchange: exchange, MaxAttempts: 1, PlaneProperties: true,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	before := time.Now().Truncate(time.Second)
 	ev := testenv.OutboxEvent(t.Name() + "-plane")
 	ev.Type = "good.created"
 	ob.Publish(ev)
+	// A row that dies is named in the log by its event id, which the
+	// message no longer carries as message_id.
+	lost := testenv.OutboxEvent(t.Name() + "-unroutable")
+	lost.Type = "lost.created"
+	ob.Publish(lost)
+	testenv.WaitFor(t, 60*time.Second, "the unroutable row dead", func() bool { return ob.Count(`state = 'dead'`) == 1 })
+	testenv.WaitFor(t, 10*time.Second, "the dead row's log line", func() bool {
+		return strings.Contains(logs.String(), "is dead") && strings.Contains(logs.String(), "event_id="+lost.ID)
+	})
 	ch := testenv.Channel(t)
 	testenv.WaitFor(t, 60*time.Second, "the event in the queue", func() bool { return testenv.QueueDepth(t, ch, queue) == 1 })
 	after := time.Now()
