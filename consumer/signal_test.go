@@ -27,9 +27,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WARREN_PARTITION_REPLICA") != "" {
 		os.Exit(runPartitionReplica())
 	}
-	code := m.Run()
-	localrabbit.StopShared()
-	os.Exit(code)
+	os.Exit(localrabbit.RunTests(m))
 }
 
 // runTestService consumes with a handler that takes HANDLER_TIME, printing

@@ -10,7 +10,5 @@ import (
 
 func TestMain(m *testing.M) {
 	testenv.ExamplesNeedServices()
-	code := m.Run()
-	localrabbit.StopShared() // the private node of a test that needed one
-	os.Exit(code)
+	os.Exit(localrabbit.RunTests(m))
 }

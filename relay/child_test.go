@@ -29,9 +29,7 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
 	}
-	code := m.Run()
-	localrabbit.StopShared()
-	os.Exit(code)
+	os.Exit(localrabbit.RunTests(m))
 }
 
 type childSpec struct {

@@ -8,9 +8,7 @@ import (
 )
 
 // TestMain stops the binary's shared private node once the tests have
-// run, so that it shuts down cleanly and leaves no directory behind.
+// run.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	localrabbit.StopShared()
-	os.Exit(code)
+	os.Exit(localrabbit.RunTests(m))
 }

@@ -16,9 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	localrabbit.StopShared()
-	os.Exit(code)
+	os.Exit(localrabbit.RunTests(m))
 }
 
 // TestSharedNode runs the tests of the binary's shared private node one

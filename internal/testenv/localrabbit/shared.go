@@ -101,6 +101,16 @@ func SharedLane(t testing.TB, name string) *Node {
 	return l.node
 }
 
+// RunTests runs m's tests and then StopShared, and returns m's exit code:
+// a package's TestMain, when its tests use Shared or SharedLane, is
+// os.Exit(localrabbit.RunTests(m)), so that the nodes shut down cleanly
+// and leave no directory behind.
+func RunTests(m *testing.M) int {
+	code := m.Run()
+	StopShared()
+	return code
+}
+
 // StopShared stops the nodes Shared and SharedLane started, if any, and
 // deletes their directories.
 func StopShared() {
