@@ -85,7 +85,10 @@ func TestPartitionsScaleOut(t *testing.T) {
 	t.Parallel()
 	entities, events := scaleOutSize()
 	for _, qt := range []consumer.QueueType{consumer.Classic, consumer.Quorum} {
-		t.Run(string(qt), func(t *testing.T) { scaleOut(t, qt, entities, events, nil) })
+		t.Run(string(qt), func(t *testing.T) {
+			t.Parallel() // each on names of its own
+			scaleOut(t, qt, entities, events, nil)
+		})
 	}
 }
 
