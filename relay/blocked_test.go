@@ -11,7 +11,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
-	"github.com/warrenmq/warren/relay/internal/observertest"
+	"github.com/warrenmq/warren/relay/internal/relaytest"
 )
 
 // A broker under a memory alarm blocks the relay's connection and stops
@@ -47,7 +47,7 @@ func testBlockedBrokerSpendsNoAttempts(t *testing.T) {
 	}
 
 	const maxAttempts = 3
-	obs := &observertest.Recorder{}
+	obs := &relaytest.Recorder{}
 	logs := recordLogs(t)
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.AMQPURL, cfg.Observer, cfg.Logger = node.URL(), obs, logs.logger

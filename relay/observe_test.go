@@ -7,7 +7,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/relay"
-	"github.com/warrenmq/warren/relay/internal/observertest"
+	"github.com/warrenmq/warren/relay/internal/relaytest"
 )
 
 // TestObserverSeesNotifyWakeups: with a poll so slow it never fires, an
@@ -18,7 +18,7 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 	e := newEnv(t)
 	e.bindQueue()
 	got := consume(t, e.queue)
-	obs := &observertest.Recorder{}
+	obs := &relaytest.Recorder{}
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.Observer = obs
 	cfg.Workers = 1
@@ -62,7 +62,7 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.refusePoison()
-	obs := &observertest.Recorder{}
+	obs := &relaytest.Recorder{}
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.Observer = obs
 	cfg.MaxAttempts = 3
@@ -79,12 +79,12 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	}
 }
 
-// The Observer scenarios both relays pass (relay/internal/observertest),
+// The scenarios both relays pass (relay/internal/relaytest),
 // an Observer that panics among them.
-func TestObserverScenarios(t *testing.T) {
-	observertest.Scenarios(t, func(t *testing.T) (*testenv.OutboxTable, observertest.Start) {
+func TestScenariosBothRelaysPass(t *testing.T) {
+	relaytest.Scenarios(t, func(t *testing.T) (*testenv.OutboxTable, relaytest.Start) {
 		e := newEnv(t)
-		return e.ob, func(s observertest.Settings) {
+		return e.ob, func(s relaytest.Settings) {
 			cfg := e.config(testenv.Name(e.t, "relay"))
 			cfg.Exchange, cfg.Observer, cfg.MaxAttempts, cfg.PlaneProperties = s.Exchange, s.Observer, s.MaxAttempts, s.PlaneProperties
 			if s.Logger != nil {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
-	"github.com/warrenmq/warren/relay/internal/observertest"
+	"github.com/warrenmq/warren/relay/internal/relaytest"
 )
 
 // planePoller is Plane's outbox poller, its SQL as Plane runs it: claim
@@ -133,7 +133,7 @@ func TestPlanePollerAndRelayTogether(t *testing.T) {
 			e := newPlaneEnv(t, true, migrated)
 			got := consume(t, e.queue)
 			poller := e.startPlanePoller()
-			var obs observertest.Recorder
+			var obs relaytest.Recorder
 			cfg := e.config(testenv.Name(t, "relay"))
 			// A lease far longer than the wait below: a claim the stop did
 			// not release would outlast it.

@@ -9,7 +9,7 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
-	"github.com/warrenmq/warren/relay/internal/observertest"
+	"github.com/warrenmq/warren/relay/internal/relaytest"
 )
 
 // The outbox row commits or rolls back with the business change.
@@ -73,7 +73,7 @@ func TestThreeRelaysDeliverEveryEventOnce(t *testing.T) {
 	e.bindQueue()
 	got := consume(t, e.queue)
 	var connected counter
-	var obs observertest.Recorder
+	var obs relaytest.Recorder
 	claimedBy := make([]counter, 3)
 	for i := range 3 {
 		cfg := e.config(testenv.Name(t, fmt.Sprintf("relay%d", i)))

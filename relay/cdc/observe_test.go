@@ -5,16 +5,16 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren/internal/testenv"
-	"github.com/warrenmq/warren/relay/internal/observertest"
+	"github.com/warrenmq/warren/relay/internal/relaytest"
 )
 
-// The Observer scenarios both relays pass (relay/internal/observertest):
+// The scenarios both relays pass (relay/internal/relaytest):
 // the CDC relay reports what the polling relay does, so that one adapter
 // serves both, and survives an Observer that panics.
-func TestObserverScenarios(t *testing.T) {
-	observertest.Scenarios(t, func(t *testing.T) (*testenv.OutboxTable, observertest.Start) {
+func TestScenariosBothRelaysPass(t *testing.T) {
+	relaytest.Scenarios(t, func(t *testing.T) (*testenv.OutboxTable, relaytest.Start) {
 		e := newEnv(t)
-		return e.ob, func(s observertest.Settings) {
+		return e.ob, func(s relaytest.Settings) {
 			cfg := e.config()
 			cfg.Exchange, cfg.Observer, cfg.MaxAttempts, cfg.PlaneProperties = s.Exchange, s.Observer, s.MaxAttempts, s.PlaneProperties
 			if s.Logger != nil {

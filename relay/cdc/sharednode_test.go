@@ -11,7 +11,7 @@ import (
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/internal/testenv/localrabbit"
-	"github.com/warrenmq/warren/relay/internal/observertest"
+	"github.com/warrenmq/warren/relay/internal/relaytest"
 )
 
 // TestSharedNode runs the tests that alarm or reconfigure the binary's
@@ -53,7 +53,7 @@ func testBlockedBrokerIsReported(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	obs := &observertest.Recorder{}
+	obs := &relaytest.Recorder{}
 	logs := &testenv.LogBuffer{}
 	cfg := e.config()
 	cfg.AMQPURL, cfg.Observer, cfg.Logger = node.URL(), obs, slog.New(slog.NewTextHandler(logs, nil))

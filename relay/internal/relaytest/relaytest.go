@@ -1,10 +1,10 @@
-// Package observertest holds the scenarios both relays pass, through one
+// Package relaytest holds the scenarios both relays pass, through one
 // adapter each: above all the Observer test, since the polling relay
 // (package relay) and the CDC relay (package relay/cdc) must tell a
 // [relay.Observer] the same things about the same events, so that one
 // adapter (warrenprom/relayprom) reads either; and the message properties
 // both publish. Only test code imports it.
-package observertest
+package relaytest
 
 import (
 	"fmt"
