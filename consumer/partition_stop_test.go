@@ -226,6 +226,13 @@ func TestPartitionIdleHandedOnAtStop(t *testing.T) {
 		evs = append(evs, seqEvent(fmt.Sprintf("idle-%d", i), 1))
 	}
 	publishInOrder(t, topo.Exchange, publishingsOf(t, evs...))
+	// Taking both partitions precedes handling anything, so wait for
+	// the events themselves: the search below needs where each went.
+	testenv.WaitFor(t, 30*time.Second, "the 20 events handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(queueOf) == len(evs)
+	})
 	testenv.WaitFor(t, 30*time.Second, "a active on both partitions", func() bool { return len(a.Health().ActivePartitions) == 2 })
 	// An entity whose partition's handler then blocks, and one of the
 	// other partition.
