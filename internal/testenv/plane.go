@@ -194,3 +194,41 @@ func CheckPlaneConsumerRead(t testing.TB, out []byte, want map[string]map[string
 		t.Errorf("not read by Plane's consumer: %v\n%s", want, out)
 	}
 }
+
+// PlaneIssuesSchemaDDL is Plane's issues table as its current migrations
+// leave it (the columns Plane's triggers treat apart, and one of each type
+// its rows hold), with the tables its issue triggers read: issue_types,
+// issue_assignees and issue_labels. Unqualified: run it with the schema
+// it goes to first on the search_path.
+const PlaneIssuesSchemaDDL = `
+CREATE TABLE issue_types (id uuid PRIMARY KEY, name text NOT NULL, is_epic boolean NOT NULL DEFAULT false);
+CREATE TABLE issues (
+	id uuid PRIMARY KEY,
+	name varchar(255) NOT NULL,
+	description_json jsonb NOT NULL DEFAULT '{}',
+	description_html text NOT NULL DEFAULT '<p></p>',
+	description_binary bytea,
+	description_stripped text,
+	priority varchar(30) NOT NULL DEFAULT 'none',
+	state_id uuid,
+	type_id uuid REFERENCES issue_types,
+	parent_id uuid,
+	sequence_id integer NOT NULL DEFAULT 1,
+	sort_order double precision NOT NULL DEFAULT 65535,
+	start_date date,
+	is_draft boolean NOT NULL DEFAULT false,
+	archived_at date,
+	external_source varchar(255),
+	workspace_id uuid NOT NULL,
+	project_id uuid NOT NULL,
+	created_by_id uuid,
+	updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(),
+	updated_at timestamptz NOT NULL DEFAULT now(),
+	last_activity_at timestamptz,
+	deleted_at timestamptz);
+CREATE TABLE issue_assignees (id uuid PRIMARY KEY, issue_id uuid NOT NULL, assignee_id uuid NOT NULL,
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz);
+CREATE TABLE issue_labels (id uuid PRIMARY KEY, issue_id uuid NOT NULL, label_id uuid NOT NULL,
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz);
+`

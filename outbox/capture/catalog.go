@@ -17,6 +17,7 @@ import (
 type column struct {
 	name    string
 	notNull bool
+	typ     string // the type's name, without modifiers: "uuid", "boolean"
 }
 
 // table is what generation reads from the catalog, once.
@@ -88,26 +89,10 @@ func readTable(ctx context.Context, db outbox.DB, name string) (*table, error) {
 	case err != nil:
 		return nil, fmt.Errorf("capture %s: %w", name, err)
 	}
+	if err := t.readColumns(ctx, db, oid); err != nil {
+		return nil, err
+	}
 	rows, err := db.Query(ctx, `
-		SELECT a.attname, a.attnotnull
-		FROM pg_attribute a
-		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, oid)
-	if err != nil {
-		return nil, fmt.Errorf("capture %s: read columns: %w", name, err)
-	}
-	for rows.Next() {
-		var c column
-		if err := rows.Scan(&c.name, &c.notNull); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("capture %s: read columns: %w", name, err)
-		}
-		t.columns = append(t.columns, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("capture %s: read columns: %w", name, err)
-	}
-	rows, err = db.Query(ctx, `
 		SELECT a.attname, NOT i.indimmediate
 		FROM pg_index i
 		CROSS JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, ord)
@@ -127,6 +112,40 @@ func readTable(ctx context.Context, db outbox.DB, name string) (*table, error) {
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("capture %s: read primary key: %w", name, err)
+	}
+	return t, nil
+}
+
+// readColumns reads the table's columns, in its order.
+func (t *table) readColumns(ctx context.Context, db outbox.DB, oid uint32) error {
+	rows, err := db.Query(ctx, `
+		SELECT a.attname, a.attnotnull, a.atttypid::regtype::text
+		FROM pg_attribute a
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, oid)
+	if err != nil {
+		return fmt.Errorf("capture: read the columns of %s.%s: %w", t.schema, t.name, err)
+	}
+	var c column
+	_, err = pgx.ForEachRow(rows, []any{&c.name, &c.notNull, &c.typ}, func() error {
+		t.columns = append(t.columns, c)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("capture: read the columns of %s.%s: %w", t.schema, t.name, err)
+	}
+	return nil
+}
+
+// readLinked reads the columns of a table the trigger reads from (an
+// enrichment's, a kind's lookup).
+func readLinked(ctx context.Context, db outbox.DB, name string) (*table, error) {
+	t, oid, err := locate(ctx, db, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.readColumns(ctx, db, oid); err != nil {
+		return nil, err
 	}
 	return t, nil
 }

@@ -48,6 +48,32 @@
 // NOTIFY, so a running relay publishes them as soon as the transaction
 // commits.
 //
+// # Another producer's events
+//
+// A Spec's shaping options make the events another producer's: Ignore
+// (columns whose change alone writes nothing), UpdateVerbs (an update of
+// state_id is workitem.state.updated), CreatorColumn and ModifierColumn
+// (initiator_id from the row), Enrich (arrays read from link tables), Kind
+// (another prefix, and conversion events, by a lookup: Plane's epics) and
+// Shape ([ShapePlane]: Plane's "{}" strings and text-cast old values).
+// [PlaneIssues] sets them all for Plane's issues table;
+// TestPlaneIssuesCaptureWritesPlanesEvents compares its events, field by
+// field, with those of Plane's trigger behaviour reproduced from its
+// source, and docs/plane.md lists where they differ on purpose. Every
+// table and column these options name is checked in the catalog and
+// quoted; a type the generated comparisons could not use (a link column
+// of another type than the entity id, a flag that is not boolean) is
+// refused when the trigger is generated rather than failing the table's
+// writes.
+//
+// What would still break them: a link or lookup table altered after the
+// install (a renamed or retyped column fails every write of the captured
+// table (under Record, records its failure) until capture runs again;
+// Install's repair check does not watch
+// those tables), a writer without SELECT on them (the write fails with a
+// permission error), and a link table without an index on its link
+// column (every event scans it).
+//
 // # Triggers
 //
 // On a plain table the triggers are statement-level, with transition

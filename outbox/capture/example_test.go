@@ -46,3 +46,22 @@ func ExampleGenerate() {
 	// Output:
 	// invalid capture spec: table "issues\"; DROP TABLE issues; --" must be name or schema.name, each matching ^[a-z_][a-z0-9_]*$
 }
+
+// Capture Plane's issues table so that the events are the ones Plane's own
+// triggers write: its event names, payload shapes and enrichment.
+func ExamplePlaneIssues() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	spec, err := capture.PlaneIssues(ctx, pool, "public.issues")
+	if err != nil {
+		log.Fatal(err) // not Plane's schema: a table its triggers read is missing
+	}
+	spec.Outbox = "warren_outbox"
+	if _, err := capture.Install(ctx, pool, spec); err != nil {
+		log.Fatal(err)
+	}
+}

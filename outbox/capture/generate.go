@@ -117,6 +117,7 @@ type plan struct {
 	errors     string // quoted, schema-qualified capture errors table
 	errorsName string // the same, unquoted, for messages
 	channel    string
+	shape      shaping
 }
 
 // Generate reads the table's columns and key from the catalog and returns
@@ -169,6 +170,9 @@ func resolve(ctx context.Context, db outbox.DB, spec Spec) (*plan, error) {
 		errorsName: outboxSchema + "." + ob.CaptureErrorsTable(),
 	}
 	if err := p.resolveColumns(); err != nil {
+		return nil, err
+	}
+	if err := p.resolveShaping(ctx, db); err != nil {
 		return nil, err
 	}
 	// What the trigger writes to runs as every writer of the captured
@@ -313,12 +317,16 @@ func (p *plan) data(side string) string {
 // comparing to_jsonb(…)::text made it a quarter slower.
 func (p *plan) changed() string {
 	var parts []string
-	for _, c := range p.tracked {
+	for _, c := range p.compared() {
+		old := ref("o", c.name)
+		if p.shape.plane {
+			old += "::text"
+		}
 		// COLLATE "C": a text column's collation survives the cast, and a
 		// case-insensitive one would call 'A' and 'a' equal again.
 		o, n := ref("o", c.name)+`::text COLLATE "C"`, ref("n", c.name)+`::text COLLATE "C"`
 		parts = append(parts, fmt.Sprintf("CASE WHEN %s IS DISTINCT FROM %s THEN pg_catalog.jsonb_build_object(%s, %s) ELSE '{}'::jsonb END",
-			o, n, literal(c.name), ref("o", c.name)))
+			o, n, literal(c.name), old))
 	}
 	return strings.Join(parts, "\n\t\t\t|| ")
 }
@@ -340,7 +348,7 @@ func (p *plan) envelope(side string) (entityID, workspace, project string) {
 const insertColumns = "event_id, event_type, entity_type, entity_id, workspace_id, project_id, initiator_id, initiator_type, payload, version"
 
 // insert is the INSERT … SELECT that writes one event per selected row.
-func (p *plan) insert(eventType, entityID, workspace, project, payload, from string) string {
+func (p *plan) insert(eventType, entityID, workspace, project, initiator, payload, from string) string {
 	version := "NULL"
 	if p.spec.Version != "" {
 		version = literal(p.spec.Version)
@@ -352,35 +360,31 @@ func (p *plan) insert(eventType, entityID, workspace, project, payload, from str
 			%s,
 			%s,
 			%s,
-			nullif(pg_catalog.current_setting(%s, true), ''),
+			%s,
 			coalesce(nullif(pg_catalog.current_setting(%s, true), ''), %s),
 			%s,
 			%s
 		%s;`,
 		p.outbox, insertColumns, eventType, literal(p.spec.EntityType), entityID, workspace, project,
-		literal(p.spec.InitiatorIDSetting), literal(p.spec.InitiatorTypeSetting), literal(DefaultInitiatorType),
+		initiator, literal(p.spec.InitiatorTypeSetting), literal(DefaultInitiatorType),
 		payload, version, from)
 }
-
-func (p *plan) eventType(verb string) string { return literal(p.spec.EventPrefix + "." + verb) }
 
 // onInsert writes a .created event per inserted row.
 func (p *plan) onInsert(src sources) string {
 	id, ws, proj := p.envelope("n")
-	payload := "pg_catalog.jsonb_build_object('data', " + p.data("n") + ",\n\t\t\t'previous_attributes', NULL)"
-	return p.insert(p.eventType("created"), id, ws, proj, payload, "FROM "+src.new+" AS n")
+	return p.insert(p.eventType("n", "created"), id, ws, proj, p.initiator("n", p.shape.creator), p.createdPayload(), "FROM "+src.new+" AS n")
 }
 
 // onDelete writes a .deleted event per deleted row, carrying the old row;
 // a row that was already soft deleted had its event then.
 func (p *plan) onDelete(src sources) string {
 	id, ws, proj := p.envelope("o")
-	payload := "pg_catalog.jsonb_build_object('data', " + p.data("o") + ",\n\t\t\t'previous_attributes', NULL)"
 	from := "FROM " + src.old + " AS o"
 	if p.softDelete != "" {
 		from += "\n\t\tWHERE " + ref("o", p.softDelete) + " IS NULL"
 	}
-	return p.insert(p.eventType("deleted"), id, ws, proj, payload, from)
+	return p.insert(p.eventType("o", "deleted"), id, ws, proj, p.initiator("o", p.shape.modifier), p.deletedPayload(), from)
 }
 
 // onUpdate pairs each old row with its new version by the primary key
@@ -404,19 +408,34 @@ func (p *plan) onUpdate(src sources) string {
 		softDeleted = ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL"
 	}
 
-	eventType := "CASE WHEN " + oldGone + " THEN " + p.eventType("created") + "\n\t\t\tWHEN " + newGone + " THEN " + p.eventType("deleted")
+	eventType := "CASE WHEN " + oldGone + " THEN " + p.eventType("n", "created") + "\n\t\t\tWHEN " + newGone + " THEN " + p.eventType("o", "deleted")
 	if softDeleted != "" {
-		eventType += "\n\t\t\tWHEN " + softDeleted + " THEN " + p.eventType("deleted")
+		// Plane takes a soft delete's prefix from the old row.
+		eventType += "\n\t\t\tWHEN " + softDeleted + " THEN " + p.eventType("o", "deleted")
 	}
-	eventType += "\n\t\t\tELSE " + p.eventType("updated") + " END"
+	eventType += "\n\t\t\tELSE " + p.updateType() + " END"
 
 	either := func(o, n string) string {
 		return "CASE WHEN " + newGone + " THEN " + o + "\n\t\t\t\tELSE " + n + " END"
 	}
 	oid, ows, oproj := p.envelope("o")
 	nid, nws, nproj := p.envelope("n")
-	payload := "pg_catalog.jsonb_build_object('data', " + either(p.data("o"), p.data("n")) +
-		",\n\t\t\t'previous_attributes', CASE WHEN " + oldGone + " OR " + newGone + " THEN NULL ELSE d.changed END)"
+	// A pair without a partner is a .created or a .deleted, with the
+	// payload onInsert or onDelete writes; the rest are updates.
+	var data, previous string
+	deleted := newGone
+	if softDeleted != "" {
+		deleted += " OR (" + softDeleted + ")"
+	}
+	if p.shape.plane {
+		data = "CASE WHEN " + deleted + " THEN " + emptyObject + "\n\t\t\t\tELSE " + p.enriched("n") + " END"
+		previous = "CASE WHEN " + oldGone + " THEN " + emptyObject + " WHEN " + deleted + " THEN " + p.data("o") + " ELSE d.changed END"
+	} else {
+		data = either(p.enriched("o"), p.enriched("n"))
+		previous = "CASE WHEN " + oldGone + " OR " + newGone + " THEN NULL ELSE d.changed END"
+	}
+	initiator := "CASE WHEN " + oldGone + " THEN " + p.initiator("n", p.shape.creator) +
+		" WHEN " + newGone + " THEN " + p.initiator("o", p.shape.modifier) + " ELSE " + p.initiator("n", p.shape.modifier) + " END"
 
 	// OFFSET 0 keeps the diff a subquery computed once per pair, rather
 	// than an expression the planner copies into the select list and the
@@ -429,10 +448,20 @@ func (p *plan) onUpdate(src sources) string {
 	if softDeleted != "" {
 		from += " OR (" + softDeleted + ")"
 	}
-	return p.insert(eventType, either(oid, nid), either(ows, nws), either(oproj, nproj), payload, from)
+	return p.insert(eventType, either(oid, nid), either(ows, nws), either(oproj, nproj), initiator, payload(data, previous), from)
 }
 
-// guarded is one operation's insert, followed by counting what it wrote.
+// onUpdates are an update's inserts: its events, then with a Kind the
+// conversions, which follow them as Plane's do.
+func (p *plan) onUpdates(src sources) []string {
+	if p.shape.kind == nil {
+		return []string{p.onUpdate(src)}
+	}
+	return []string{p.onUpdate(src), p.onConvert(src)}
+}
+
+// guarded is one operation's inserts, each followed by counting what it
+// wrote.
 // Under Record a failure is caught, written to the capture errors table
 // with the entity ids it concerned, and raised as a warning; the
 // statement goes on. Under Fail nothing is caught: the error fails the
@@ -444,13 +473,17 @@ func (p *plan) onUpdate(src sources) string {
 // Recording those would lose events that the application's retry of the
 // failed statement writes; re-raised, they fail the statement.
 // (PL/pgSQL's OTHERS never catches 57014 query_canceled anyway.)
-func (p *plan) guarded(op, insert, ids string) string {
+func (p *plan) guarded(op, ids string, inserts ...string) string {
+	var counted []string
+	for _, insert := range inserts {
+		counted = append(counted, "\t\t"+insert+"\n\t\tGET DIAGNOSTICS step = ROW_COUNT;\n\t\twritten := written + step;")
+	}
+	writes := strings.Join(counted, "\n")
 	if p.spec.OnFailure != Record {
-		return "\t\t" + insert + "\n\t\tGET DIAGNOSTICS written = ROW_COUNT;"
+		return writes
 	}
 	return fmt.Sprintf(`		BEGIN
-		%s
-		GET DIAGNOSTICS written = ROW_COUNT;
+%s
 		-- Catching opens a subtransaction per trigger call: per statement
 		-- for statement-level triggers, per row for row-level ones.
 		EXCEPTION WHEN others THEN
@@ -464,7 +497,7 @@ func (p *plan) guarded(op, insert, ids string) string {
 			RAISE WARNING 'warren capture: %% on %%: events not written: %% (SQLSTATE %%); recorded in %%',
 				%s, %s, err_message, err_state, %s;
 		END;`,
-		insert, p.errors, literal(p.name()), literal(op), ids,
+		writes, p.errors, literal(p.name()), literal(op), ids,
 		literal(op), literal(p.name()), literal(p.errorsName))
 }
 
@@ -632,7 +665,7 @@ func (t trigger) enable() string {
 
 // body is the trigger function's body.
 func (p *plan) body() string {
-	declare := "\twritten bigint := 0;\n\tsubscription text;\n"
+	declare := "\twritten bigint := 0;\n\tstep bigint;\n\tsubscription text;\n"
 	if p.spec.OnFailure == Record {
 		declare += "\terr_state text;\n\terr_message text;\n\terr_detail text;\n"
 	}
@@ -668,9 +701,9 @@ func (p *plan) ops(src sources) string {
 	ELSIF TG_OP = 'DELETE' THEN
 %s
 	END IF;`,
-		p.guarded("INSERT", p.onInsert(src), p.ids(src.new, "n")),
-		p.guarded("UPDATE", p.onUpdate(src), p.ids(src.new, "n")+" UNION "+p.ids(src.old, "o")),
-		p.guarded("DELETE", p.onDelete(src), p.ids(src.old, "o")))
+		p.guarded("INSERT", p.ids(src.new, "n"), p.onInsert(src)),
+		p.guarded("UPDATE", p.ids(src.new, "n")+" UNION "+p.ids(src.old, "o"), p.onUpdates(src)...),
+		p.guarded("DELETE", p.ids(src.old, "o"), p.onDelete(src)))
 }
 
 // replica is what the function does first in a session under
@@ -730,8 +763,15 @@ func (p *plan) description() string {
 	if p.rowLevel {
 		level = "row"
 	}
-	return fmt.Sprintf("warren outbox capture: %s -> %s (%s.created, .updated, .deleted); tracked columns: %s; on failure: %s; subscriber: %s; %s-level triggers",
+	d := fmt.Sprintf("warren outbox capture: %s -> %s (%s.created, .updated, .deleted); tracked columns: %s; on failure: %s; subscriber: %s; %s-level triggers",
 		p.name(), p.outbox, p.spec.EventPrefix, strings.Join(tracked, ", "), p.spec.OnFailure, p.spec.Subscriber, level)
+	if p.shape.plane {
+		d += "; shape: plane"
+	}
+	if len(p.shape.ignore) > 0 {
+		d += "; ignored: " + strings.Join(p.shape.ignore, ", ")
+	}
+	return d
 }
 
 // dollarTag is a dollar quote that body does not contain, so that

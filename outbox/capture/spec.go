@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -126,7 +127,87 @@ type Spec struct {
 	// the table writes to. Without it that is refused: the relay of the
 	// old outbox would stop seeing the table's events without a word.
 	MoveOutbox bool
+
+	// The options below shape the events like another producer's; what
+	// [Plane] sets reproduces Plane's issue triggers.
+
+	// Ignore are tracked columns whose change alone writes no event:
+	// they stay in data, and previous_attributes leaves them out. Plane
+	// ignores updated_at, updated_by_id and last_activity_at, which
+	// every save touches.
+	Ignore []string
+
+	// UpdateVerbs name the event of an update that changes a column:
+	// with {Column: "state_id", Verb: "state.updated"} an update
+	// changing state_id is workitem.state.updated. The first listed
+	// column the update changed decides; an update changing none of
+	// them is .updated.
+	UpdateVerbs []ColumnVerb
+
+	// CreatorColumn and ModifierColumn, when set, are where initiator_id
+	// comes from: the new row's CreatorColumn for a .created event, the
+	// new row's ModifierColumn for an update or a soft delete, the old
+	// row's for a hard delete. Where that is NULL, InitiatorIDSetting.
+	CreatorColumn, ModifierColumn string
+
+	// Enrich adds to data, per row, arrays read from linked tables
+	// (Plane's assignee_ids and label_ids).
+	Enrich []Enrichment
+
+	// Kind, when set, gives a row whose lookup says so another prefix
+	// (Plane's epics: epic.created where the row's type is an epic),
+	// and an update that moves a row between the two prefixes a
+	// conversion event besides (workitem.converted.to_epic,
+	// epic.converted.to_workitem).
+	Kind *KindPrefix
+
+	// Shape is the payloads' shape; default ShapeWarren.
+	Shape PayloadShape
 }
+
+// ColumnVerb is one of [Spec.UpdateVerbs].
+type ColumnVerb struct {
+	Column string // a tracked column
+	Verb   string // the event type after the prefix's dot
+}
+
+// Enrichment is a JSON array added to each event's data under Key: the
+// ValueColumn of the rows of Table whose LinkColumn equals the captured
+// row's entity id, in OrderColumn's order when set, leaving out the rows
+// whose LiveColumn, when set, is not NULL (soft deleted links). The array
+// is read when the trigger fires, in the writing statement's snapshot.
+// The writers of the captured table need SELECT on Table.
+type Enrichment struct {
+	Key                                              string
+	Table                                            string // name or schema.name
+	LinkColumn, ValueColumn, OrderColumn, LiveColumn string
+}
+
+// KindPrefix is [Spec.Kind]: a row is of the kind when the Table row
+// whose KeyColumn equals the captured row's Column has FlagColumn (a
+// boolean) true; its events then take Prefix instead of EventPrefix.
+type KindPrefix struct {
+	Column                string // of the captured table
+	Table                 string // name or schema.name
+	KeyColumn, FlagColumn string
+	Prefix                string
+}
+
+// PayloadShape is how a payload's data and previous_attributes are
+// written.
+type PayloadShape string
+
+const (
+	// ShapeWarren: data is the row (the old row for a delete);
+	// previous_attributes holds an update's changed columns' old values
+	// with their JSON types, and is null for .created and .deleted.
+	ShapeWarren PayloadShape = "warren"
+	// ShapePlane is what Plane's triggers write: .created has the JSON
+	// string "{}" for previous_attributes; .deleted has the JSON string
+	// "{}" for data and the old row in previous_attributes; an update's
+	// old values are their text forms (null stays null).
+	ShapePlane PayloadShape = "plane"
+)
 
 // ErrInvalidSpec is wrapped by the errors that say a Spec cannot be
 // generated: a bad name, an unknown column, a table without a usable key.
@@ -199,6 +280,9 @@ func (s Spec) withDefaults() (Spec, error) {
 	default:
 		return s, invalidf("Subscriber must be %q, %q or %q, not %q", SubscriberRefuse, SubscriberCapture, SubscriberSkip, s.Subscriber)
 	}
+	if err := s.validShaping(); err != nil {
+		return s, err
+	}
 	if s.NoSoftDelete && s.SoftDeleteColumn != "" {
 		return s, invalidf("SoftDeleteColumn %q and NoSoftDelete exclude each other", s.SoftDeleteColumn)
 	}
@@ -232,4 +316,100 @@ func orDefault(v, def string) string {
 		return def
 	}
 	return v
+}
+
+// validShaping checks the shaping options' names and verbs, before the
+// catalog says whether the columns and tables exist.
+func (s *Spec) validShaping() error {
+	switch s.Shape {
+	case "":
+		s.Shape = ShapeWarren
+	case ShapeWarren, ShapePlane:
+	default:
+		return invalidf("Shape must be %q or %q, not %q", ShapeWarren, ShapePlane, s.Shape)
+	}
+	prefixes := []string{s.EventPrefix}
+	if k := s.Kind; k != nil {
+		if err := plainText("Kind.Prefix", k.Prefix); err != nil {
+			return err
+		}
+		if k.Prefix == "" || k.Prefix == s.EventPrefix {
+			return invalidf("Kind.Prefix %q must be set and differ from EventPrefix", k.Prefix)
+		}
+		prefixes = append(prefixes, k.Prefix)
+		if err := identifiers("Kind", k.Column, k.KeyColumn, k.FlagColumn); err != nil {
+			return err
+		}
+		if err := tableName("Kind.Table", k.Table); err != nil {
+			return err
+		}
+	}
+	// The longest event type: a prefix and its longest verb, or a
+	// conversion between the two prefixes.
+	verb := len("created")
+	for _, v := range s.UpdateVerbs {
+		if err := identifiers("UpdateVerbs", v.Column); err != nil {
+			return err
+		}
+		if err := plainText("UpdateVerbs verb", v.Verb); err != nil {
+			return err
+		}
+		if v.Verb == "" {
+			return invalidf("UpdateVerbs: the verb of column %q is empty", v.Column)
+		}
+		verb = max(verb, len(v.Verb))
+	}
+	longest := len(slices.MaxFunc(prefixes, func(a, b string) int { return len(a) - len(b) })) + 1 + verb
+	if len(prefixes) == 2 {
+		longest = max(longest, len(prefixes[0])+len(".converted.to_")+len(prefixes[1]))
+	}
+	if longest > 255 {
+		return invalidf("the longest event type these prefixes and verbs make is %d bytes, past AMQP's 255", longest)
+	}
+	if err := identifiers("CreatorColumn/ModifierColumn", s.CreatorColumn, s.ModifierColumn); err != nil {
+		return err
+	}
+	keys := map[string]bool{}
+	for _, e := range s.Enrich {
+		if err := plainText("Enrich.Key", e.Key); err != nil {
+			return err
+		}
+		if e.Key == "" || keys[e.Key] {
+			return invalidf("Enrich: key %q is empty or given twice", e.Key)
+		}
+		keys[e.Key] = true
+		if err := tableName("Enrich.Table", e.Table); err != nil {
+			return err
+		}
+		if e.LinkColumn == "" || e.ValueColumn == "" {
+			return invalidf("Enrich %q: LinkColumn and ValueColumn are required", e.Key)
+		}
+		if err := identifiers("Enrich "+e.Key, e.LinkColumn, e.ValueColumn, e.OrderColumn, e.LiveColumn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// identifiers refuses a non-empty name that is not a lower-case unquoted
+// identifier; the catalog then says whether it exists.
+func identifiers(field string, names ...string) error {
+	for _, n := range names {
+		if n != "" && !identRE.MatchString(n) {
+			return invalidf("%s: column %q must match %s", field, n, identRE)
+		}
+	}
+	return nil
+}
+
+// tableName refuses what is not "name" or "schema.name".
+func tableName(field, name string) error {
+	schema, table, qualified := strings.Cut(name, ".")
+	if !qualified {
+		schema, table = "", name
+	}
+	if (qualified && !identRE.MatchString(schema)) || !identRE.MatchString(table) {
+		return invalidf("%s %q must be name or schema.name, each matching %s", field, name, identRE)
+	}
+	return nil
 }

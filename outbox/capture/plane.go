@@ -1,0 +1,72 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+// PlaneIssues is the Spec whose events are those Plane's triggers write
+// for its issues table (table: "issues" or "schema.issues"):
+//
+//   - workitem.created, .updated, .deleted, and epic.* for a row whose
+//     type (issue_types.is_epic) is an epic; workitem.state.updated for a
+//     change of state_id; workitem.converted.to_epic and
+//     epic.converted.to_workitem after an update that changes the type;
+//   - data without the description columns, with assignee_ids and
+//     label_ids read from issue_assignees and issue_labels (live links,
+//     in their created_at order);
+//   - previous_attributes as Plane writes them: the JSON string "{}" on
+//     create, the old row on delete, old values as text on update;
+//   - no event for a write that changes only updated_at, updated_by_id,
+//     last_activity_at or the description columns;
+//   - initiator_id from created_by_id or updated_by_id, initiator_type
+//     from plane.initiator_type.
+//
+// It reads the catalog for the columns Plane's versions differ in
+// (description or description_json, last_activity_at) and fails when the
+// tables Plane's triggers read are missing. Where warren differs from
+// Plane on purpose (a hard DELETE writes .deleted; initiator_type ” is
+// USER; the text of old values does not depend on the writer's TimeZone
+// and DateStyle) docs/plane.md says so.
+func PlaneIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) {
+	if err := tableName("table", table); err != nil {
+		return Spec{}, err
+	}
+	src, err := readLinked(ctx, db, table)
+	if err != nil {
+		return Spec{}, err
+	}
+	// Plane's triggers drop these from data and never compare them; a
+	// version of Plane has some of them.
+	present := func(names ...string) []string {
+		return slices.DeleteFunc(names, func(n string) bool { _, ok := src.column(n); return !ok })
+	}
+	sibling := func(name string) string { return src.schema + "." + name }
+	for _, t := range []string{"issue_assignees", "issue_labels", "issue_types"} {
+		if _, _, err := locate(ctx, db, sibling(t)); err != nil {
+			return Spec{}, fmt.Errorf("capture: Plane's issue triggers read %s: %w", sibling(t), err)
+		}
+	}
+	return Spec{
+		Table:                src.schema + "." + src.name,
+		EntityType:           "issue",
+		EventPrefix:          "workitem",
+		Exclude:              present("description_html", "description_binary", "description", "description_stripped"),
+		WorkspaceColumn:      "workspace_id",
+		ProjectColumn:        "project_id",
+		InitiatorTypeSetting: "plane.initiator_type",
+		Ignore:               present("updated_at", "updated_by_id", "last_activity_at"),
+		UpdateVerbs:          []ColumnVerb{{Column: "state_id", Verb: "state.updated"}},
+		CreatorColumn:        "created_by_id",
+		ModifierColumn:       "updated_by_id",
+		Enrich: []Enrichment{
+			{Key: "assignee_ids", Table: sibling("issue_assignees"), LinkColumn: "issue_id", ValueColumn: "assignee_id", OrderColumn: "created_at", LiveColumn: "deleted_at"},
+			{Key: "label_ids", Table: sibling("issue_labels"), LinkColumn: "issue_id", ValueColumn: "label_id", OrderColumn: "created_at", LiveColumn: "deleted_at"},
+		},
+		Kind:  &KindPrefix{Column: "type_id", Table: sibling("issue_types"), KeyColumn: "id", FlagColumn: "is_epic", Prefix: "epic"},
+		Shape: ShapePlane,
+	}, nil
+}

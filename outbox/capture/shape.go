@@ -1,0 +1,240 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+// shaping is the Spec's shaping options resolved against the catalog:
+// every name checked to exist, every table quoted with its schema.
+type shaping struct {
+	ignore   []string // tracked columns whose change writes no event
+	verbs    []ColumnVerb
+	creator  string // columns initiator_id comes from, "" for the setting
+	modifier string
+	enrich   []enrichment
+	kind     *kindLookup
+	plane    bool // ShapePlane
+}
+
+// enrichment is an Enrichment with its table quoted.
+type enrichment struct {
+	Enrichment
+	table string
+}
+
+// kindLookup is a KindPrefix with its table quoted.
+type kindLookup struct {
+	KindPrefix
+	table string
+}
+
+// resolveShaping checks the shaping options' columns and tables in the
+// catalog. A name reaches the SQL only quoted, and only once the catalog
+// has it; a type the trigger's comparisons could not use is refused here,
+// not at the first write of the table.
+func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
+	spec, t := p.spec, p.source
+	s := &p.shape
+	s.plane = spec.Shape == ShapePlane
+	isTracked := func(name string) bool {
+		return slices.ContainsFunc(p.tracked, func(c column) bool { return c.name == name })
+	}
+	for _, name := range spec.Ignore {
+		if !isTracked(name) {
+			return invalidf("Ignore: %q is not a tracked column of %s", name, p.name())
+		}
+		if slices.Contains(s.ignore, name) {
+			return invalidf("Ignore names %q twice", name)
+		}
+		s.ignore = append(s.ignore, name)
+	}
+	if len(p.compared()) == 0 {
+		return invalidf("Ignore leaves no tracked column of %s whose change writes an event", p.name())
+	}
+	for _, v := range spec.UpdateVerbs {
+		if !isTracked(v.Column) || slices.Contains(s.ignore, v.Column) {
+			return invalidf("UpdateVerbs: %q is not a tracked column of %s whose change writes an event", v.Column, p.name())
+		}
+	}
+	s.verbs = spec.UpdateVerbs
+	for what, name := range map[string]string{"CreatorColumn": spec.CreatorColumn, "ModifierColumn": spec.ModifierColumn} {
+		if _, ok := t.column(name); name != "" && !ok {
+			return invalidf("%s: table %s has no column %q", what, p.name(), name)
+		}
+	}
+	s.creator, s.modifier = spec.CreatorColumn, spec.ModifierColumn
+	id, _ := t.column(p.entityID)
+	for _, e := range spec.Enrich {
+		if isTracked(e.Key) {
+			return invalidf("Enrich: key %q is a tracked column's name, whose value it would hide", e.Key)
+		}
+		linked, err := readLinked(ctx, db, e.Table)
+		if err != nil {
+			return fmt.Errorf("Enrich %q: %w", e.Key, err)
+		}
+		if err := linked.need("Enrich "+e.Key, e.LinkColumn, e.ValueColumn, e.OrderColumn, e.LiveColumn); err != nil {
+			return err
+		}
+		if link, _ := linked.column(e.LinkColumn); link.typ != id.typ {
+			return invalidf("Enrich %q: %s.%s is %s and the entity id %s is %s; the lookup compares them with =",
+				e.Key, linked.name, e.LinkColumn, link.typ, p.entityID, id.typ)
+		}
+		if live, _ := linked.column(e.LiveColumn); e.LiveColumn != "" && live.notNull {
+			return invalidf("Enrich %q: LiveColumn %q is NOT NULL, so no row would count as live", e.Key, e.LiveColumn)
+		}
+		s.enrich = append(s.enrich, enrichment{e, quote(linked.schema) + "." + quote(linked.name)})
+	}
+	if k := spec.Kind; k != nil {
+		// A conversion follows the event its change writes, as Plane's do.
+		if !slices.ContainsFunc(p.compared(), func(c column) bool { return c.name == k.Column }) {
+			return invalidf("Kind: %q is not a tracked column of %s whose change writes an event", k.Column, p.name())
+		}
+		own, _ := t.column(k.Column)
+		linked, err := readLinked(ctx, db, k.Table)
+		if err != nil {
+			return fmt.Errorf("Kind: %w", err)
+		}
+		if err := linked.need("Kind", k.KeyColumn, k.FlagColumn); err != nil {
+			return err
+		}
+		if key, _ := linked.column(k.KeyColumn); key.typ != own.typ {
+			return invalidf("Kind: %s.%s is %s and %s is %s; the lookup compares them with =", linked.name, k.KeyColumn, key.typ, k.Column, own.typ)
+		}
+		if flag, _ := linked.column(k.FlagColumn); flag.typ != "boolean" {
+			return invalidf("Kind: FlagColumn %s.%s is %s, not boolean", linked.name, k.FlagColumn, flag.typ)
+		}
+		s.kind = &kindLookup{*k, quote(linked.schema) + "." + quote(linked.name)}
+	}
+	return nil
+}
+
+// need refuses a non-empty name the table does not have.
+func (t *table) need(what string, names ...string) error {
+	for _, n := range names {
+		if _, ok := t.column(n); n != "" && !ok {
+			return invalidf("%s: table %s.%s has no column %q", what, t.schema, t.name, n)
+		}
+	}
+	return nil
+}
+
+// compared are the tracked columns whose change writes an event.
+func (p *plan) compared() []column {
+	return slices.DeleteFunc(slices.Clone(p.tracked), func(c column) bool { return slices.Contains(p.shape.ignore, c.name) })
+}
+
+// isKind is true when the row on side is of the Kind.
+func (p *plan) isKind(side string) string {
+	k := p.shape.kind
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS warren_k WHERE warren_k.%s = %s AND warren_k.%s IS TRUE)",
+		k.table, quote(k.KeyColumn), ref(side, k.Column), quote(k.FlagColumn))
+}
+
+// eventType is the event type of verb for the row on side: with a Kind,
+// its prefix depends on the row.
+func (p *plan) eventType(side, verb string) string {
+	if p.shape.kind == nil {
+		return literal(p.spec.EventPrefix + "." + verb)
+	}
+	return "CASE WHEN " + p.isKind(side) + " THEN " + literal(p.shape.kind.Prefix+"."+verb) +
+		" ELSE " + literal(p.spec.EventPrefix+"."+verb) + " END"
+}
+
+// updateType is the event type of an update of the pair that changed
+// what d.changed holds: the first UpdateVerbs column it changed names it.
+func (p *plan) updateType() string {
+	if len(p.shape.verbs) == 0 {
+		return p.eventType("n", "updated")
+	}
+	t := "CASE"
+	for _, v := range p.shape.verbs {
+		t += " WHEN d.changed ? " + literal(v.Column) + " THEN " + p.eventType("n", v.Verb)
+	}
+	return t + " ELSE " + p.eventType("n", "updated") + " END"
+}
+
+// enriched is data(side) with the Enrich arrays of the row on side.
+func (p *plan) enriched(side string) string {
+	if len(p.shape.enrich) == 0 {
+		return p.data(side)
+	}
+	var args []string
+	for _, e := range p.shape.enrich {
+		order, live := "", ""
+		if e.OrderColumn != "" {
+			order = " ORDER BY warren_e." + quote(e.OrderColumn)
+		}
+		if e.LiveColumn != "" {
+			live = " AND warren_e." + quote(e.LiveColumn) + " IS NULL"
+		}
+		args = append(args, literal(e.Key), fmt.Sprintf(
+			"(SELECT coalesce(pg_catalog.jsonb_agg(warren_e.%s%s), '[]'::jsonb) FROM %s AS warren_e WHERE warren_e.%s = %s%s)",
+			quote(e.ValueColumn), order, e.table, quote(e.LinkColumn), ref(side, p.entityID), live))
+	}
+	return p.data(side) + "\n\t\t\t|| pg_catalog.jsonb_build_object(" + strings.Join(args, ", ") + ")"
+}
+
+// emptyObject is Plane's "{}": a JSON string, which is what
+// jsonb_build_object makes of an untyped '{}' literal.
+const emptyObject = "pg_catalog.to_jsonb('{}'::text)"
+
+// payload is the payload of a row event, data and previous_attributes
+// already chosen.
+func payload(data, previous string) string {
+	return "pg_catalog.jsonb_build_object('data', " + data + ",\n\t\t\t'previous_attributes', " + previous + ")"
+}
+
+// createdPayload is a .created event's payload, for the new row n.
+func (p *plan) createdPayload() string {
+	if p.shape.plane {
+		return payload(p.enriched("n"), emptyObject)
+	}
+	return payload(p.enriched("n"), "NULL")
+}
+
+// deletedPayload is a .deleted event's payload, for the old row o.
+func (p *plan) deletedPayload() string {
+	if p.shape.plane {
+		return payload(emptyObject, p.data("o"))
+	}
+	return payload(p.enriched("o"), "NULL")
+}
+
+// initiator is the initiator_id of the row on side, from column when set.
+func (p *plan) initiator(side, column string) string {
+	setting := "nullif(pg_catalog.current_setting(" + literal(p.spec.InitiatorIDSetting) + ", true), '')"
+	if column == "" {
+		return setting
+	}
+	return "coalesce(" + ref(side, column) + "::text, " + setting + ")"
+}
+
+// onConvert writes, for each updated row that changed an event's worth
+// and moved between the Kind and the rest, the conversion event Plane
+// writes after the update's: <prefix>.converted.to_<kind prefix> or the
+// reverse, with the new row and the old Kind column.
+func (p *plan) onConvert(src sources) string {
+	k := p.shape.kind
+	to := literal(p.spec.EventPrefix + ".converted.to_" + k.Prefix)
+	back := literal(k.Prefix + ".converted.to_" + p.spec.EventPrefix)
+	eventType := "CASE WHEN " + p.isKind("n") + " THEN " + to + " ELSE " + back + " END"
+	id, ws, proj := p.envelope("n")
+	var on []string
+	for _, key := range p.key {
+		on = append(on, ref("o", key)+`::text COLLATE "C" = `+ref("n", key)+`::text COLLATE "C"`)
+	}
+	from := fmt.Sprintf(`FROM %s AS o
+		JOIN %s AS n ON %s
+		WHERE %s IS DISTINCT FROM %s AND (%s) <> (%s)`,
+		src.old, src.new, strings.Join(on, " AND "), ref("o", k.Column), ref("n", k.Column), p.isKind("o"), p.isKind("n"))
+	if p.softDelete != "" {
+		from += " AND NOT (" + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL)"
+	}
+	return p.insert(eventType, id, ws, proj, p.initiator("n", p.shape.modifier),
+		payload(p.enriched("n"), "pg_catalog.jsonb_build_object("+literal(k.Column)+", "+ref("o", k.Column)+")"), from)
+}
