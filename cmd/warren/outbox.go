@@ -115,10 +115,12 @@ var outboxSubs = []outboxSub{
 			"warren outbox capture --source issues --entity-type issue --event-prefix workitem --exclude description_html --workspace-column workspace_id --project-column project_id --print",
 			"warren outbox capture --source labels --entity-type label --on-failure record --initiator-setting plane.initiator_type",
 			"warren outbox capture --source labels --uninstall",
+			"warren outbox capture --schema warren --source issues --profile plane-issues --print",
 		},
 		flags: func(fs *flagSet, o *outboxOptions) {
 			c := &o.capture
 			fs.String(&c.Table, "source", "TABLE", "the table to capture: name or schema.name; required", "")
+			fs.String(&o.profile, "profile", "NAME", "plane-issues: the events Plane's issue triggers write (epic.* by issue type, .state.updated, assignee_ids and label_ids, Plane's payload shapes, no event for timestamp-only writes; see docs/plane.md), which sets every flag that shapes the events", "")
 			fs.String(&c.EntityType, "entity-type", "TYPE", "each event's entity_type (default the table's name)", "")
 			fs.String(&c.EventPrefix, "event-prefix", "PREFIX", "event types are PREFIX.created, .updated, .deleted (default the entity type)", "")
 			fs.String(&c.EntityIDColumn, "entity-id-column", "COLUMN", "the entity_id column (default the primary key)", "")
@@ -157,7 +159,7 @@ type outboxOptions struct {
 	capture                        capture.Spec
 	captureColumns, captureExclude listFlag
 	softDelete, onFailure          string
-	subscriber                     string
+	subscriber, profile            string
 	print, uninstall               bool
 }
 
@@ -357,6 +359,10 @@ func (o *outboxOptions) validate(verb *outboxSub) error {
 		return usagef("capture: --subscriber must be refuse, capture or skip, not %q", o.subscriber)
 	case sub == "capture" && o.uninstall && o.print:
 		return usagef("capture: --uninstall and --print exclude each other")
+	case sub == "capture" && o.profile != "" && o.profile != "plane-issues":
+		return usagef("capture: --profile must be plane-issues, not %q", o.profile)
+	case sub == "capture" && o.profile != "" && o.shapedByFlags():
+		return usagef("capture: --profile %s sets what --entity-type, --event-prefix, --entity-id-column, --columns, --exclude, --workspace-column, --project-column, --soft-delete-column, --initiator-setting and --initiator-id-setting would; give it alone", o.profile)
 	}
 	return nil
 }
@@ -394,9 +400,26 @@ func reportRecreated(out io.Writer, res outbox.MigrateResult) {
 	}
 }
 
+// shapedByFlags is true when a flag that shapes the events was given.
+func (o *outboxOptions) shapedByFlags() bool {
+	c := o.capture
+	return c.EntityType != "" || c.EventPrefix != "" || c.EntityIDColumn != "" || len(o.captureColumns) > 0 || len(o.captureExclude) > 0 ||
+		c.WorkspaceColumn != "" || c.ProjectColumn != "" || o.softDelete != "" || c.InitiatorTypeSetting != "" || c.InitiatorIDSetting != ""
+}
+
 func runOutboxCapture(ctx context.Context, c *outboxCall) error {
 	o := c.opts
 	spec := o.capture
+	if o.profile != "" && !o.uninstall {
+		profile, err := capture.PlaneIssues(ctx, c.pool, spec.Table)
+		if err != nil {
+			return captureError(err)
+		}
+		profile.Version, profile.MoveOutbox = spec.Version, spec.MoveOutbox
+		spec = profile
+		o.captureColumns, o.captureExclude = spec.Columns, spec.Exclude
+		o.softDelete = spec.SoftDeleteColumn
+	}
 	spec.Outbox = c.outbox.Name()
 	spec.Columns, spec.Exclude = o.captureColumns, o.captureExclude
 	spec.OnFailure = capture.FailurePolicy(o.onFailure)

@@ -12,32 +12,9 @@ import (
 	"github.com/warrenmq/warren/internal/testenv"
 )
 
-// planeIssuesDDL is the shape of Plane's issues table today, as far as the
-// capture command of docs/plane.md reads it: the description columns as
-// they are since Plane renamed description to description_json (there is
-// no description column), and the columns the command names.
-const planeIssuesDDL = `CREATE TABLE issues (
-	id uuid PRIMARY KEY,
-	name varchar(255) NOT NULL,
-	description_json jsonb NOT NULL DEFAULT '{}',
-	description_html text NOT NULL DEFAULT '<p></p>',
-	description_binary bytea,
-	description_stripped text,
-	priority varchar(30) NOT NULL DEFAULT 'none',
-	state_id uuid,
-	sequence_id integer NOT NULL DEFAULT 1,
-	sort_order double precision NOT NULL DEFAULT 65535,
-	workspace_id uuid NOT NULL,
-	project_id uuid NOT NULL,
-	created_by_id uuid,
-	updated_by_id uuid,
-	created_at timestamptz NOT NULL DEFAULT now(),
-	updated_at timestamptz NOT NULL DEFAULT now(),
-	deleted_at timestamptz)`
-
 // docs/plane.md step 3's capture command, as a reader copies it, runs on a
-// schema shaped like Plane's current one: it must not name a column Plane
-// no longer has.
+// schema shaped like Plane's current one (testenv.PlaneIssuesSchemaDDL):
+// it must not name a column or table Plane does not have.
 func TestPlaneDocCaptureCommandRunsOnPlanesSchema(t *testing.T) {
 	t.Parallel()
 	// The capture command and the migrate command before it, which makes
@@ -63,8 +40,7 @@ func TestPlaneDocCaptureCommandRunsOnPlanesSchema(t *testing.T) {
 	schema := testenv.Name(t, "plane")
 	pool := testenv.PgPool(t)
 	ctx := context.Background()
-	ddl := strings.Replace(planeIssuesDDL, "CREATE TABLE issues", "CREATE TABLE "+pgx.Identifier{schema, "issues"}.Sanitize(), 1)
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+"; "+ddl); err != nil {
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+"; SET LOCAL search_path = "+pgx.Identifier{schema}.Sanitize()+"; "+testenv.PlaneIssuesSchemaDDL); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -86,5 +62,9 @@ func TestPlaneDocCaptureCommandRunsOnPlanesSchema(t *testing.T) {
 	}
 	if !strings.Contains(res.stdout, "CREATE") {
 		t.Errorf("the command printed no trigger:\n%s", res.stdout)
+	}
+	// The doc promises Plane's events, which only the profile writes.
+	if !strings.Contains(res.stdout, "shape: plane") || !strings.Contains(res.stdout, "workitem.state.updated") {
+		t.Errorf("the command's trigger does not write Plane's events (no Plane shape, no workitem.state.updated):\n%s", res.stdout)
 	}
 }
