@@ -95,9 +95,12 @@ func testBlockedConnectionIsReported(t *testing.T) {
 
 	lift := node.Alarm(t)
 	close(fail)
-	testenv.WaitFor(t, time.Minute, "/readyz to fail while the broker blocks the consumer", func() bool {
-		code, _ := status("/readyz")
-		return code == http.StatusServiceUnavailable
+	// The blocked state changes first; the count, the log line and the
+	// Observer call follow it.
+	testenv.WaitFor(t, time.Minute, "/readyz to fail while the broker blocks the consumer, and the block counted", func() bool {
+		code, h := status("/readyz")
+		n, _ := obs.counts()
+		return code == http.StatusServiceUnavailable && h.Stats.Blocks >= 1 && n >= 1
 	})
 	if _, h := status("/readyz"); !h.Blocked || h.BlockedReason == "" || h.BlockedSince.IsZero() || h.Stats.Blocks != 1 {
 		t.Errorf("a blocked consumer reports %+v, want blocked with its reason and time, and Stats.Blocks 1", h)
@@ -110,9 +113,10 @@ func testBlockedConnectionIsReported(t *testing.T) {
 	}
 
 	lift()
-	testenv.WaitFor(t, time.Minute, "/readyz to pass once the alarm lifted", func() bool {
+	testenv.WaitFor(t, time.Minute, "/readyz to pass once the alarm lifted, and the Observer told", func() bool {
 		code, h := status("/readyz")
-		return code == http.StatusOK && !h.Blocked
+		_, n := obs.counts()
+		return code == http.StatusOK && !h.Blocked && n >= 1
 	})
 	if _, n := obs.counts(); n != 1 {
 		t.Errorf("Observer.Unblocked called %d times, want 1", n)

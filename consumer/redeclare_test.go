@@ -40,6 +40,8 @@ func TestDeletedRetryTierIsDeclaredAgain(t *testing.T) {
 		defer rec.mu.Unlock()
 		return slices.Contains(rec.attempts["flaky"], 2)
 	})
+	// Retried counts after the broker confirmed the retry's copy.
+	testenv.WaitFor(t, 20*time.Second, "the retry counted", func() bool { return c.Stats().Retried >= 1 })
 	if s := c.Stats(); s.Retried != 1 || s.Requeued > 1 {
 		t.Errorf("stats %+v, want one retry and at most one requeue", s)
 	}

@@ -65,6 +65,11 @@ func testBlockedBrokerSpendsNoAttempts(t *testing.T) {
 	lift := node.Alarm(t)
 	e.publish(event("ev-1"))
 	h := waitStatus(t, srv, "/readyz", http.StatusServiceUnavailable)
+	// The blocked state changes first; the log line and the Observer
+	// call follow it.
+	testenv.WaitFor(t, time.Minute, "the block logged and observed", func() bool {
+		return obs.Counts().Blocked >= 1 && logs.contains("the broker blocked the connection")
+	})
 	if !h.BrokerBlocked || h.BlockedReason == "" || h.BlockedSince.IsZero() {
 		t.Errorf("a blocked relay reports %+v, want broker_blocked with its reason and time", h)
 	}

@@ -58,11 +58,13 @@ func newHealth(cfg Config) *healthState {
 	}
 }
 
+// claimed records a claim's outcome; the time first, so that a Health
+// that reads DatabaseOK also reads when the claim was.
 func (h *healthState) claimed(ok bool) {
-	h.claimOK.Store(ok)
 	if ok {
 		h.lastClaim.Store(time.Now().UnixNano())
 	}
+	h.claimOK.Store(ok)
 }
 
 // Health returns the relay's current health.

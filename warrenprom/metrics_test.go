@@ -145,7 +145,11 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testenv.WaitFor(t, 60*time.Second, "the duplicates to be settled", func() bool { return settled(c.Stats()) == done+dead+skipped+dups })
+	// InFlight falls last, after the Observer calls the metrics count.
+	testenv.WaitFor(t, 60*time.Second, "the duplicates to be settled", func() bool {
+		s := c.Stats()
+		return settled(s) == done+dead+skipped+dups && s.InFlight == 0
+	})
 
 	// The relay counts a publish after its confirm, the outbox gauges and
 	// the queue depths come from pollers: wait for them to catch up.

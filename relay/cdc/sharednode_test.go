@@ -67,7 +67,11 @@ func testBlockedBrokerIsReported(t *testing.T) {
 
 	lift := node.Alarm(t)
 	e.ob.Publish(testenv.OutboxEvent("under-alarm"))
-	testenv.WaitFor(t, time.Minute, "the relay to report the block", func() bool { return r.Health().BrokerBlocked })
+	// The blocked state changes first; the log line and the Observer
+	// call follow it.
+	testenv.WaitFor(t, time.Minute, "the relay to report, log and observe the block", func() bool {
+		return r.Health().BrokerBlocked && obs.Counts().Blocked >= 1 && logs.Has("the broker blocked the connection")
+	})
 	h := r.Health()
 	if h.Ready || !h.Alive || h.BlockedReason == "" || h.BlockedSince.IsZero() {
 		t.Errorf("a blocked relay reports %+v; want not ready, alive, with the broker's reason and the time", h)
