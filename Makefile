@@ -10,7 +10,7 @@ PKGS := ./...
 # library's go.mod does not carry chromedp to every importer.
 BROWSERTEST := cmd/warren/internal/console/browsertest
 
-.PHONY: build test test-min-go test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-cdc reliability-cluster cdc-kill
+.PHONY: build test test-min-go test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-build reliability-cdc reliability-cluster cdc-kill
 
 # The command in bin/, stamped with the checkout's version (git describe:
 # the latest tag, the commits since, -dirty), which `warren --version`
@@ -122,8 +122,14 @@ fuzz:
 # name its parent, a partition and the replica role; fails on any lost
 # event, unexplained duplicate, wrong dead letter or stranded outbox row. About 4 minutes. `go run ./devtools/reliability -mode long` is the
 # release check that regenerates docs/reliability/RELIABILITY.md.
-reliability:
+reliability: reliability-build
 	go run ./devtools/reliability -mode short
+
+# The harness and the binaries it runs, compiled once into the build
+# cache: the three runs CI starts at once would otherwise each compile the
+# same packages, side by side on two cores.
+reliability-build:
+	go build ./devtools/reliability ./cmd/warren ./examples/webhook/cmd/webhook ./examples/automation/cmd/automation
 
 # One fault kind (or several, comma-separated, name=N for a count) against
 # the polling relays, in about a minute: the loop for a change to the relay
@@ -139,7 +145,7 @@ reliability-fault:
 # also checks the slot's lag through a broker outage and a Postgres restart,
 # and a transaction of 20 batches whose relay sessions end inside it (the
 # slot passes it, each session end's duplicates within the documented bound).
-reliability-cdc:
+reliability-cdc: reliability-build
 	go run ./devtools/reliability -mode short -relay-mode cdc
 
 # The same short run on a private three-node RabbitMQ cluster: every
@@ -148,7 +154,7 @@ reliability-cdc:
 # stop_app / start_app, each timed until events flow again; fails on any
 # process that exits on a node's loss instead of reconnecting. About
 # 4 minutes. `-mode long -broker cluster` writes docs/reliability/RELIABILITY-cluster.md.
-reliability-cluster:
+reliability-cluster: reliability-build
 	go run ./devtools/reliability -mode short -broker cluster
 
 # The kill -9 proof of the CDC relay (issue 18) at full size: 100,000 events
