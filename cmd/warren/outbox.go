@@ -120,7 +120,7 @@ var outboxSubs = []outboxSub{
 		flags: func(fs *flagSet, o *outboxOptions) {
 			c := &o.capture
 			fs.String(&c.Table, "source", "TABLE", "the table to capture: name or schema.name; required", "")
-			fs.String(&o.profile, "profile", "NAME", "plane-issues: the events Plane's issue triggers write (epic.* by issue type, .state.updated, assignee_ids and label_ids, Plane's payload shapes, no event for timestamp-only writes; see docs/plane.md), which sets every flag that shapes the events", "")
+			fs.String(&o.profile, "profile", "NAME", "plane-issues, plane-states or plane-labels: the events Plane's triggers write for that table (for issues: epic.* by issue type, .state.updated, assignee_ids and label_ids; for all: Plane's payload shapes, no event for timestamp-only writes; see docs/plane.md), which sets every flag that shapes the events", "")
 			fs.String(&c.EntityType, "entity-type", "TYPE", "each event's entity_type (default the table's name)", "")
 			fs.String(&c.EventPrefix, "event-prefix", "PREFIX", "event types are PREFIX.created, .updated, .deleted (default the entity type)", "")
 			fs.String(&c.EntityIDColumn, "entity-id-column", "COLUMN", "the entity_id column (default the primary key)", "")
@@ -359,8 +359,8 @@ func (o *outboxOptions) validate(verb *outboxSub) error {
 		return usagef("capture: --subscriber must be refuse, capture or skip, not %q", o.subscriber)
 	case sub == "capture" && o.uninstall && o.print:
 		return usagef("capture: --uninstall and --print exclude each other")
-	case sub == "capture" && o.profile != "" && o.profile != "plane-issues":
-		return usagef("capture: --profile must be plane-issues, not %q", o.profile)
+	case sub == "capture" && o.profile != "" && captureProfiles[o.profile] == nil:
+		return usagef("capture: --profile must be plane-issues, plane-states or plane-labels, not %q", o.profile)
 	case sub == "capture" && o.profile != "" && o.shapedByFlags():
 		return usagef("capture: --profile %s sets what --entity-type, --event-prefix, --entity-id-column, --columns, --exclude, --workspace-column, --project-column, --soft-delete-column, --initiator-setting and --initiator-id-setting would; give it alone", o.profile)
 	}
@@ -400,6 +400,13 @@ func reportRecreated(out io.Writer, res outbox.MigrateResult) {
 	}
 }
 
+// captureProfiles are --profile's values.
+var captureProfiles = map[string]func(context.Context, outbox.DB, string) (capture.Spec, error){
+	"plane-issues": capture.PlaneIssues,
+	"plane-states": capture.PlaneStates,
+	"plane-labels": capture.PlaneLabels,
+}
+
 // shapedByFlags is true when a flag that shapes the events was given.
 func (o *outboxOptions) shapedByFlags() bool {
 	c := o.capture
@@ -411,7 +418,7 @@ func runOutboxCapture(ctx context.Context, c *outboxCall) error {
 	o := c.opts
 	spec := o.capture
 	if o.profile != "" && !o.uninstall {
-		profile, err := capture.PlaneIssues(ctx, c.pool, spec.Table)
+		profile, err := captureProfiles[o.profile](ctx, c.pool, spec.Table)
 		if err != nil {
 			return captureError(err)
 		}

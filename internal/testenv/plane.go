@@ -195,12 +195,12 @@ func CheckPlaneConsumerRead(t testing.TB, out []byte, want map[string]map[string
 	}
 }
 
-// PlaneIssuesSchemaDDL is Plane's issues table as its current migrations
-// leave it (the columns Plane's triggers treat apart, and one of each type
-// its rows hold), with the tables its issue triggers read: issue_types,
-// issue_assignees and issue_labels. Unqualified: run it with the schema
-// it goes to first on the search_path.
-const PlaneIssuesSchemaDDL = `
+// PlaneSchemaDDL is Plane's issues table as its current migrations leave
+// it (the columns Plane's triggers treat apart, and one of each type its
+// rows hold), with the tables its issue triggers read (issue_types,
+// issue_assignees and issue_labels), and its states and labels tables.
+// Unqualified: run it with the schema it goes to first on the search_path.
+const PlaneSchemaDDL = `
 CREATE TABLE issue_types (id uuid PRIMARY KEY, name text NOT NULL, is_epic boolean NOT NULL DEFAULT false);
 CREATE TABLE issues (
 	id uuid PRIMARY KEY,
@@ -231,4 +231,16 @@ CREATE TABLE issue_assignees (id uuid PRIMARY KEY, issue_id uuid NOT NULL, assig
 	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz);
 CREATE TABLE issue_labels (id uuid PRIMARY KEY, issue_id uuid NOT NULL, label_id uuid NOT NULL,
 	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz);
+CREATE TABLE states (
+	id uuid PRIMARY KEY, name varchar(255) NOT NULL, description text NOT NULL DEFAULT '', color varchar(255) NOT NULL,
+	slug varchar(100) NOT NULL DEFAULT '', sequence double precision NOT NULL DEFAULT 65535, "group" varchar(20) NOT NULL DEFAULT 'backlog',
+	"default" boolean NOT NULL DEFAULT false, external_source varchar(255), external_id varchar(255),
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
+CREATE TABLE labels (
+	id uuid PRIMARY KEY, name varchar(255) NOT NULL, description text NOT NULL DEFAULT '', color varchar(255) NOT NULL DEFAULT '',
+	sort_order double precision NOT NULL DEFAULT 65535, parent_id uuid REFERENCES labels,
+	external_source varchar(255), external_id varchar(255),
+	workspace_id uuid NOT NULL, project_id uuid, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
 `

@@ -403,9 +403,14 @@ func (p *plan) onUpdate(src sources) string {
 	}
 	k := p.key[0] // NOT NULL in both versions, so NULL means "no partner"
 	oldGone, newGone := ref("o", k)+" IS NULL", ref("n", k)+" IS NULL"
-	softDeleted := ""
+	softDeleted, wasLive := "", ""
 	if p.softDelete != "" {
-		softDeleted = ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL"
+		// Both versions present: the new half of a key change has an
+		// all-NULL old side, which is no soft delete.
+		softDeleted = "NOT (" + oldGone + " OR " + newGone + ") AND " + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL"
+		// The old half of a key change ends the entity, unless a soft
+		// delete ended it already, as a DELETE of it would.
+		wasLive = " AND " + ref("o", p.softDelete) + " IS NULL"
 	}
 
 	eventType := "CASE WHEN " + oldGone + " THEN " + p.eventType("n", "created") + "\n\t\t\tWHEN " + newGone + " THEN " + p.eventType("o", "deleted")
@@ -443,11 +448,12 @@ func (p *plan) onUpdate(src sources) string {
 	from := fmt.Sprintf(`FROM %s AS o
 		FULL JOIN %s AS n ON %s
 		CROSS JOIN LATERAL (SELECT %s AS changed OFFSET 0) AS d
-		WHERE %s OR %s OR d.changed <> '{}'::jsonb`,
-		src.old, src.new, strings.Join(on, " AND "), p.changed(), oldGone, newGone)
+		WHERE %s OR (%s%s) OR (%s IS NOT NULL AND (d.changed <> '{}'::jsonb`,
+		src.old, src.new, strings.Join(on, " AND "), p.changed(), oldGone, newGone, wasLive, ref("n", k))
 	if softDeleted != "" {
-		from += " OR (" + softDeleted + ")"
+		from += " OR " + softDeleted
 	}
+	from += "))"
 	return p.insert(eventType, either(oid, nid), either(ows, nws), either(oproj, nproj), initiator, payload(data, previous), from)
 }
 

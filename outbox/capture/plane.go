@@ -53,6 +53,7 @@ func PlaneIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) 
 	return Spec{
 		Table:                src.schema + "." + src.name,
 		EntityType:           "issue",
+		EntityIDColumn:       "id", // a partitioned issues table's key has its partition key too
 		EventPrefix:          "workitem",
 		Exclude:              present("description_html", "description_binary", "description", "description_stripped"),
 		WorkspaceColumn:      "workspace_id",
@@ -68,5 +69,44 @@ func PlaneIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) 
 		},
 		Kind:  &KindPrefix{Column: "type_id", Table: sibling("issue_types"), KeyColumn: "id", FlagColumn: "is_epic", Prefix: "epic"},
 		Shape: ShapePlane,
+	}, nil
+}
+
+// PlaneStates is the Spec whose events are those Plane's triggers write
+// for its states table: state.created, state.updated and state.deleted,
+// shaped as [PlaneIssues]'s are (the whole row in data, no enrichment), no
+// event for a write that changes only updated_at or updated_by_id.
+func PlaneStates(ctx context.Context, db outbox.DB, table string) (Spec, error) {
+	return planeRows(ctx, db, table, "state")
+}
+
+// PlaneLabels is [PlaneStates] for Plane's labels table: label.created,
+// label.updated and label.deleted.
+func PlaneLabels(ctx context.Context, db outbox.DB, table string) (Spec, error) {
+	return planeRows(ctx, db, table, "label")
+}
+
+// planeRows is the Spec of a Plane table whose triggers write an event of
+// its own entity per row change.
+func planeRows(ctx context.Context, db outbox.DB, table, entity string) (Spec, error) {
+	if err := tableName("table", table); err != nil {
+		return Spec{}, err
+	}
+	src, err := readLinked(ctx, db, table)
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{
+		Table:                src.schema + "." + src.name,
+		EntityType:           entity,
+		EntityIDColumn:       "id",
+		EventPrefix:          entity,
+		WorkspaceColumn:      "workspace_id",
+		ProjectColumn:        "project_id",
+		InitiatorTypeSetting: "plane.initiator_type",
+		Ignore:               []string{"updated_at", "updated_by_id"},
+		CreatorColumn:        "created_by_id",
+		ModifierColumn:       "updated_by_id",
+		Shape:                ShapePlane,
 	}, nil
 }

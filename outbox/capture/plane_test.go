@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/outbox/capture"
 )
 
@@ -33,13 +34,15 @@ CREATE TABLE plane_outbox (
 // description columns by text, and writes nothing when none changed,
 // .state.updated when state_id did, else .updated, with those columns'
 // old text as previous_attributes, followed by a conversion event when
-// the type moved into or out of the epics; data is the row without the
+// the type moved into or out of the epics (both types found); data is the row without the
 // description columns, with live assignee and label ids in created_at
 // order; initiator_id is created_by_id on insert, updated_by_id after;
 // initiator_type is plane.initiator_type or USER when unset.
 const planeTriggerDDL = `
 CREATE FUNCTION plane_issue_prefix(type_id uuid) RETURNS text LANGUAGE sql AS $$
 	SELECT CASE WHEN EXISTS (SELECT 1 FROM issue_types t WHERE t.id = type_id AND t.is_epic) THEN 'epic' ELSE 'workitem' END $$;
+CREATE FUNCTION plane_issue_is_epic(type_id uuid) RETURNS boolean LANGUAGE sql AS $$
+	SELECT CASE WHEN type_id IS NULL THEN false ELSE (SELECT t.is_epic FROM issue_types t WHERE t.id = type_id) END $$;
 CREATE FUNCTION plane_issue_data(r issues) RETURNS jsonb LANGUAGE sql AS $$
 	SELECT to_jsonb(r) - 'description_html' - 'description_binary' - 'description' - 'description_stripped'
 		|| jsonb_build_object(
@@ -81,13 +84,64 @@ BEGIN
 	END IF;
 	PERFORM plane_issue_event(plane_issue_prefix(NEW.type_id) || CASE WHEN changes ? 'state_id' THEN '.state.updated' ELSE '.updated' END, NEW,
 		jsonb_build_object('data', plane_issue_data(NEW), 'previous_attributes', changes), NEW.updated_by_id);
-	IF OLD.type_id IS DISTINCT FROM NEW.type_id AND plane_issue_prefix(OLD.type_id) <> plane_issue_prefix(NEW.type_id) THEN
+	IF OLD.type_id IS DISTINCT FROM NEW.type_id AND plane_issue_is_epic(OLD.type_id) <> plane_issue_is_epic(NEW.type_id) THEN
 		PERFORM plane_issue_event(plane_issue_prefix(OLD.type_id) || '.converted.to_' || plane_issue_prefix(NEW.type_id), NEW,
 			jsonb_build_object('data', plane_issue_data(NEW), 'previous_attributes', jsonb_build_object('type_id', OLD.type_id)), NEW.updated_by_id);
 	END IF;
 	RETURN NULL;
 END $$;
 CREATE TRIGGER plane_issue_outbox AFTER INSERT OR UPDATE ON issues FOR EACH ROW EXECUTE FUNCTION plane_issue_trigger();
+`
+
+// planeRowTriggerDDL reproduces Plane's triggers on states and labels
+// (event_stream/models/state.py and label.py, for behaviour only): the
+// entity's .created with the row and "{}"; a soft delete's .deleted with
+// "{}" and the old row; an update's .updated with the row and the old text
+// of every changed column but updated_at and updated_by_id, none when
+// nothing else changed; initiators as for issues. TG_ARGV[0] is the entity.
+const planeRowTriggerDDL = `
+CREATE FUNCTION plane_row_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	entity text := TG_ARGV[0];
+	old_row jsonb := CASE WHEN TG_OP = 'UPDATE' THEN to_jsonb(OLD) END;
+	new_row jsonb := to_jsonb(NEW);
+	col text;
+	was text;
+	now_is text;
+	changes jsonb := '{}';
+	kind text;
+	payload jsonb;
+	initiator uuid := (new_row->>'updated_by_id')::uuid;
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		kind := 'created';
+		payload := jsonb_build_object('data', new_row, 'previous_attributes', '{}');
+		initiator := (new_row->>'created_by_id')::uuid;
+	ELSIF old_row->>'deleted_at' IS NULL AND new_row->>'deleted_at' IS NOT NULL THEN
+		kind := 'deleted';
+		payload := jsonb_build_object('data', '{}', 'previous_attributes', old_row);
+	ELSE
+		FOR col IN SELECT attname FROM pg_attribute WHERE attrelid = TG_RELID AND attnum > 0 AND NOT attisdropped
+			AND attname NOT IN ('updated_at', 'updated_by_id')
+		LOOP
+			EXECUTE format('SELECT ($1).%I::text, ($2).%I::text', col, col) INTO was, now_is USING OLD, NEW;
+			IF was IS DISTINCT FROM now_is THEN
+				changes := changes || jsonb_build_object(col, was);
+			END IF;
+		END LOOP;
+		IF changes = '{}' THEN
+			RETURN NULL;
+		END IF;
+		kind := 'updated';
+		payload := jsonb_build_object('data', new_row, 'previous_attributes', changes);
+	END IF;
+	INSERT INTO plane_outbox (event_id, event_type, entity_type, entity_id, workspace_id, project_id, payload, initiator_id, initiator_type, created_at)
+	VALUES (gen_random_uuid(), entity || '.' || kind, entity, (new_row->>'id')::uuid, (new_row->>'workspace_id')::uuid,
+		(new_row->>'project_id')::uuid, payload, initiator, coalesce(current_setting('plane.initiator_type', true), 'USER'), now());
+	RETURN NULL;
+END $$;
+CREATE TRIGGER plane_state_outbox AFTER INSERT OR UPDATE ON states FOR EACH ROW EXECUTE FUNCTION plane_row_trigger('state');
+CREATE TRIGGER plane_label_outbox AFTER INSERT OR UPDATE ON labels FOR EACH ROW EXECUTE FUNCTION plane_row_trigger('label');
 `
 
 // planeEnv is a schema holding Plane's tables with the reproduced
@@ -113,7 +167,7 @@ func newPlaneEnv(t *testing.T) *planeEnv {
 		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		if _, err := pool.Exec(ctx, `DELETE FROM `+capture.MigrationsTable+` WHERE name = $1`, schema+".issues"); err != nil {
+		if _, err := pool.Exec(ctx, `DELETE FROM `+capture.MigrationsTable+` WHERE name LIKE $1`, schema+".%"); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
@@ -125,16 +179,20 @@ func newPlaneEnv(t *testing.T) *planeEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, testenv.PlaneIssuesSchemaDDL+planeOutboxDDL+planeTriggerDDL); err != nil {
+	if _, err := conn.Exec(ctx, testenv.PlaneSchemaDDL+planeOutboxDDL+planeTriggerDDL+planeRowTriggerDDL); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := capture.PlaneIssues(ctx, conn, "issues")
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec.Outbox = ob.Table.Name()
-	if _, err := capture.Install(ctx, pool, spec); err != nil {
-		t.Fatal(err)
+	for table, profile := range map[string]func(context.Context, outbox.DB, string) (capture.Spec, error){
+		"issues": capture.PlaneIssues, "states": capture.PlaneStates, "labels": capture.PlaneLabels,
+	} {
+		spec, err := profile(ctx, conn, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Outbox = ob.Table.Name()
+		if _, err := capture.Install(ctx, pool, spec); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return &planeEnv{t: t, conn: conn, outbox: ob.Table.Name()}
 }
@@ -150,7 +208,19 @@ func (e *planeEnv) exec(sql string, args ...any) {
 type planeEvent struct {
 	Type, EntityType, EntityID, Workspace, Project string
 	Initiator, InitiatorType                       *string
-	Payload                                        any
+	// Payload is jsonb's text, which is canonical: compared as text, 1.50
+	// and 1.5 differ, as they would for a consumer.
+	Payload string
+}
+
+// payload is the decoded payload.
+func (ev planeEvent) payload(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(ev.Payload), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func (ev planeEvent) String() string {
@@ -171,13 +241,8 @@ func (e *planeEnv) written(table string, after *int64) []planeEvent {
 	var evs []planeEvent
 	var ev planeEvent
 	var id int64
-	var payload string
-	_, err = pgx.ForEachRow(rows, []any{&id, &ev.Type, &ev.EntityType, &ev.EntityID, &ev.Workspace, &ev.Project, &ev.Initiator, &ev.InitiatorType, &payload}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&id, &ev.Type, &ev.EntityType, &ev.EntityID, &ev.Workspace, &ev.Project, &ev.Initiator, &ev.InitiatorType, &ev.Payload}, func() error {
 		*after = id
-		ev.Payload = nil
-		if err := json.Unmarshal([]byte(payload), &ev.Payload); err != nil {
-			return err
-		}
 		evs = append(evs, ev)
 		return nil
 	})
@@ -302,6 +367,7 @@ func TestPlaneIssuesCaptureDifferences(t *testing.T) {
 	if len(plane) != 1 || len(warren) != 1 || *plane[0].InitiatorType != "" || *warren[0].InitiatorType != "USER" {
 		t.Errorf("empty initiator type: Plane wrote %v, warren %v; want '' and USER", plane, warren)
 	}
+	e.exec(`SELECT set_config('plane.initiator_type', 'USER', false)`)
 
 	e.exec(`SET TimeZone = 'Asia/Tokyo'`)
 	e.exec(`UPDATE issues SET start_date = '2026-01-01', last_activity_at = now(), archived_at = '2026-01-02', deleted_at = NULL, created_at = '2026-12-06 00:00+00' WHERE id = $1`, id)
@@ -310,16 +376,34 @@ func TestPlaneIssuesCaptureDifferences(t *testing.T) {
 		if len(evs) != 1 {
 			t.Fatalf("%d events, want 1: %v", len(evs), evs)
 		}
-		return evs[0].Payload.(map[string]any)["previous_attributes"].(map[string]any)["created_at"]
+		return evs[0].payload(t)["previous_attributes"].(map[string]any)["created_at"]
 	}
 	if p, w := prev(plane), prev(warren); !strings.HasSuffix(fmt.Sprint(p), "+09") || !strings.HasSuffix(fmt.Sprint(w), "+00") {
 		t.Errorf("an old timestamp's text: Plane's %v (want the writer's +09), warren's %v (want UTC's +00)", p, w)
 	}
 	e.exec(`SET TimeZone = 'UTC'`)
 
-	e.exec(`DELETE FROM issues WHERE id = $1`, id)
+	// A key change: Plane's row trigger sees an update of id; warren
+	// pairs rows by the key, so it is the old entity's end and a new
+	// one's start; and a soft-deleted entity, ended already, only starts.
+	const moved, gone, goneMoved = "66666666-0000-4000-8000-000000000002", "66666666-0000-4000-8000-000000000003", "66666666-0000-4000-8000-000000000004"
+	e.step("another", `INSERT INTO issues (id, name, workspace_id, project_id) VALUES ($1, 'y', $2, $3), ($4, 'z', $2, $3)`, moved, ws, proj, gone)
+	e.step("soft delete it", `UPDATE issues SET deleted_at = now() WHERE id = $1`, gone)
+	const renamed = "66666666-0000-4000-8000-000000000009"
+	e.exec(`UPDATE issues SET id = $2 WHERE id = $1`, id, renamed)
+	e.exec(`UPDATE issues SET id = $2 WHERE id = $1`, gone, goneMoved)
 	plane, warren = e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
-	if len(plane) != 0 || len(warren) != 1 || warren[0].Type != "workitem.deleted" || warren[0].Payload.(map[string]any)["data"] != "{}" {
+	if got := types(warren); !slices.Equal(got, []string{"workitem.deleted", "workitem.created", "workitem.created"}) || types(plane)[0] != "workitem.updated" {
+		t.Errorf("key changes: Plane wrote %v, warren %v; want updates, and deleted+created, created", types(plane), got)
+	}
+	for _, ev := range warren[1:] {
+		if data, ok := ev.payload(t)["data"].(map[string]any); !ok || data["id"] != ev.EntityID {
+			t.Errorf("%s of %s: data %v, want the new row", ev.Type, ev.EntityID, ev.payload(t)["data"])
+		}
+	}
+	e.exec(`DELETE FROM issues WHERE id = $1`, renamed)
+	plane, warren = e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
+	if len(plane) != 0 || len(warren) != 1 || warren[0].Type != "workitem.deleted" || warren[0].payload(t)["data"] != "{}" {
 		t.Errorf("hard delete: Plane wrote %v, warren %v; want none, and workitem.deleted with data \"{}\"", plane, warren)
 	}
 }
@@ -363,6 +447,14 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	base.Outbox = e.outbox
+	// A json column, which has no ordering; a type whose = is not
+	// pg_catalog's (as citext's is not).
+	e.exec(`ALTER TABLE issue_assignees ADD COLUMN meta json;
+		CREATE DOMAIN odd_id AS text;
+		CREATE FUNCTION odd_eq(a odd_id, b odd_id) RETURNS boolean LANGUAGE sql AS 'SELECT lower(a) = lower(b)';
+		CREATE OPERATOR = (LEFTARG = odd_id, RIGHTARG = odd_id, FUNCTION = odd_eq);
+		CREATE TABLE odd_items (id odd_id PRIMARY KEY);
+		CREATE TABLE odd_links (item_id odd_id NOT NULL, v int)`)
 	cases := map[string]struct {
 		change func(*capture.Spec)
 		want   string
@@ -382,13 +474,19 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 			s.Columns, s.Exclude = []string{"id", "updated_at"}, nil
 			s.Ignore = []string{"id", "updated_at"}
 		}, "leaves no tracked column"},
-		"verb on an ignored column":       {func(s *capture.Spec) { s.UpdateVerbs[0].Column = "updated_at" }, "whose change writes an event"},
-		"verb with a control character":   {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = "state\nupdated" }, "control character"},
-		"kind prefix equal to the prefix": {func(s *capture.Spec) { s.Kind.Prefix = "workitem" }, "differ from EventPrefix"},
-		"kind on an untracked column":     {func(s *capture.Spec) { s.Exclude = append(s.Exclude, "type_id") }, "not a tracked column"},
-		"unknown shape":                   {func(s *capture.Spec) { s.Shape = "django" }, "Shape must be"},
-		"creator column unknown":          {func(s *capture.Spec) { s.CreatorColumn = "owner_id" }, `no column "owner_id"`},
-		"event type past 255 bytes":       {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = strings.Repeat("v", 250) }, "255"},
+		"verb on an ignored column":        {func(s *capture.Spec) { s.UpdateVerbs[0].Column = "updated_at" }, "whose change writes an event"},
+		"verb with a control character":    {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = "state\nupdated" }, "control character"},
+		"kind prefix equal to the prefix":  {func(s *capture.Spec) { s.Kind.Prefix = "workitem" }, "differ from EventPrefix"},
+		"kind on an untracked column":      {func(s *capture.Spec) { s.Exclude = append(s.Exclude, "type_id") }, "not a tracked column"},
+		"unknown shape":                    {func(s *capture.Spec) { s.Shape = "django" }, "Shape must be"},
+		"creator column unknown":           {func(s *capture.Spec) { s.CreatorColumn = "owner_id" }, `no column "owner_id"`},
+		"event type past 255 bytes":        {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = strings.Repeat("v", 250) }, "255"},
+		"order by a type without ordering": {func(s *capture.Spec) { s.Enrich[0].OrderColumn = "meta" }, "cannot run"},
+		"link of a type whose = is elsewhere": {func(s *capture.Spec) {
+			s.Table, s.Columns, s.Exclude, s.Ignore, s.UpdateVerbs, s.Kind = "odd_items", nil, nil, nil, nil, nil
+			s.CreatorColumn, s.ModifierColumn, s.WorkspaceColumn, s.ProjectColumn = "", "", "", ""
+			s.Enrich = []capture.Enrichment{{Key: "vs", Table: "odd_links", LinkColumn: "item_id", ValueColumn: "v"}}
+		}, "has its = in schema"},
 	}
 	for name, c := range cases {
 		spec := base
@@ -401,6 +499,43 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 		_, err := capture.Generate(ctx, e.conn, spec)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, c.want)
+		}
+	}
+}
+
+// Plane's states and labels, captured with PlaneStates and PlaneLabels,
+// write the events of Plane's triggers on them, field by field.
+func TestPlaneStatesAndLabelsCaptureWritesPlanesEvents(t *testing.T) {
+	t.Parallel()
+	e := newPlaneEnv(t)
+	const (
+		ws, proj     = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+		alice, bob   = "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
+		todo, done   = "44444444-0000-4000-8000-000000000001", "44444444-0000-4000-8000-000000000002"
+		bug, feature = "77777777-0000-4000-8000-000000000001", "77777777-0000-4000-8000-000000000002"
+	)
+	checks := []struct {
+		name, sql string
+		args      []any
+		want      []string
+	}{
+		{"create states", `INSERT INTO states (id, name, color, "group", workspace_id, project_id, created_by_id) VALUES ($1, 'Todo', '#fff', 'unstarted', $3, $4, $5), ($2, 'Done', '#000', 'completed', $3, $4, $5)`,
+			[]any{todo, done, ws, proj, alice}, []string{"state.created", "state.created"}},
+		{"rename a state", `UPDATE states SET name = 'To do', updated_by_id = $2, updated_at = now() WHERE id = $1`, []any{todo, bob}, []string{"state.updated"}},
+		{"a reserved-word column", `UPDATE states SET "default" = true, sequence = 1.25 WHERE id = $1`, []any{todo}, []string{"state.updated"}},
+		{"a state's timestamps only", `UPDATE states SET updated_at = now() + interval '1 hour', updated_by_id = $2 WHERE id = $1`, []any{todo, alice}, nil},
+		{"soft delete a state", `UPDATE states SET deleted_at = now(), updated_by_id = $2 WHERE id = $1`, []any{done, bob}, []string{"state.deleted"}},
+		{"restore it", `UPDATE states SET deleted_at = NULL WHERE id = $1`, []any{done}, []string{"state.updated"}},
+		{"create a workspace label and a project label", `INSERT INTO labels (id, name, workspace_id, project_id, created_by_id) VALUES ($1, 'bug', $3, NULL, $4), ($2, 'feature', $3, $5, $4)`,
+			[]any{bug, feature, ws, alice, proj}, []string{"label.created", "label.created"}},
+		{"nest a label", `UPDATE labels SET parent_id = $2, color = '#f00' WHERE id = $1`, []any{feature, bug}, []string{"label.updated"}},
+		{"every label at once", `UPDATE labels SET sort_order = sort_order / 2`, nil, []string{"label.updated", "label.updated"}},
+		{"soft delete a label", `UPDATE labels SET deleted_at = now() WHERE id = $1`, []any{bug}, []string{"label.deleted"}},
+	}
+	for _, c := range checks {
+		got := types(e.step(c.name, c.sql, c.args...))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: warren wrote %v, want %v", c.name, got, c.want)
 		}
 	}
 }

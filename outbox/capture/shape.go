@@ -2,9 +2,12 @@ package capture
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren/outbox"
 )
@@ -87,6 +90,9 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		if live, _ := linked.column(e.LiveColumn); e.LiveColumn != "" && live.notNull {
 			return invalidf("Enrich %q: LiveColumn %q is NOT NULL, so no row would count as live", e.Key, e.LiveColumn)
 		}
+		if err := linked.comparable(ctx, db, "Enrich "+e.Key, e.LinkColumn, e.OrderColumn); err != nil {
+			return err
+		}
 		s.enrich = append(s.enrich, enrichment{e, quote(linked.schema) + "." + quote(linked.name)})
 	}
 	if k := spec.Kind; k != nil {
@@ -108,6 +114,9 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		if flag, _ := linked.column(k.FlagColumn); flag.typ != "boolean" {
 			return invalidf("Kind: FlagColumn %s.%s is %s, not boolean", linked.name, k.FlagColumn, flag.typ)
 		}
+		if err := linked.comparable(ctx, db, "Kind", k.KeyColumn, ""); err != nil {
+			return err
+		}
 		s.kind = &kindLookup{*k, quote(linked.schema) + "." + quote(linked.name)}
 	}
 	return nil
@@ -123,6 +132,38 @@ func (t *table) need(what string, names ...string) error {
 	return nil
 }
 
+// comparable refuses a lookup the trigger could not run or would run
+// otherwise than the type's users expect. The function's search_path is
+// pg_catalog: a type whose = is elsewhere (citext's, case-insensitive;
+// an extension's) would be compared by pg_catalog's, through a cast, or
+// not at all. And the lookup, its ORDER BY included, is planned here, so
+// that a column without an ordering (json, point) fails the generation,
+// not every write of the captured table.
+func (t *table) comparable(ctx context.Context, db outbox.DB, what, column, order string) error {
+	rel := quote(t.schema) + "." + quote(t.name)
+	var schema string
+	err := db.QueryRow(ctx, `
+		SELECT n.nspname FROM pg_operator o
+		JOIN pg_namespace n ON n.oid = o.oprnamespace
+		JOIN pg_attribute a ON a.attrelid = $1::regclass AND a.attname = $2
+		WHERE o.oprname = '=' AND o.oprleft = a.atttypid AND o.oprright = a.atttypid AND n.nspname <> 'pg_catalog'
+		LIMIT 1`, rel, column).Scan(&schema)
+	switch {
+	case err == nil:
+		return invalidf("%s: %s.%s's type has its = in schema %s; the trigger calls pg_catalog's only, which would compare it otherwise", what, t.name, column, schema)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("capture: %s: read the operators of %s.%s: %w", what, t.name, column, err)
+	}
+	probe := fmt.Sprintf("SELECT 1 FROM %s AS warren_e WHERE warren_e.%s OPERATOR(pg_catalog.=) warren_e.%[2]s", rel, quote(column))
+	if order != "" {
+		probe += " ORDER BY warren_e." + quote(order)
+	}
+	if _, err := db.Exec(ctx, probe+" LIMIT 0"); err != nil {
+		return invalidf("%s: the lookup in %s.%s cannot run: %v", what, t.schema, t.name, err)
+	}
+	return nil
+}
+
 // compared are the tracked columns whose change writes an event.
 func (p *plan) compared() []column {
 	return slices.DeleteFunc(slices.Clone(p.tracked), func(c column) bool { return slices.Contains(p.shape.ignore, c.name) })
@@ -133,6 +174,16 @@ func (p *plan) isKind(side string) string {
 	k := p.shape.kind
 	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS warren_k WHERE warren_k.%s = %s AND warren_k.%s IS TRUE)",
 		k.table, quote(k.KeyColumn), ref(side, k.Column), quote(k.FlagColumn))
+}
+
+// kindOf is whether the row on side is of the Kind for a conversion: false
+// without a lookup value, the flag of the row it finds, and NULL when it
+// finds none (a dangling or cascaded key), which writes no conversion, as
+// Plane's lookup into a variable finds NULL and writes none.
+func (p *plan) kindOf(side string) string {
+	k := p.shape.kind
+	return fmt.Sprintf("CASE WHEN %s IS NULL THEN false ELSE (SELECT coalesce(warren_k.%s, false) FROM %s AS warren_k WHERE warren_k.%s = %[1]s LIMIT 1) END",
+		ref(side, k.Column), quote(k.FlagColumn), k.table, quote(k.KeyColumn))
 }
 
 // eventType is the event type of verb for the row on side: with a Kind,
@@ -231,7 +282,7 @@ func (p *plan) onConvert(src sources) string {
 	from := fmt.Sprintf(`FROM %s AS o
 		JOIN %s AS n ON %s
 		WHERE %s IS DISTINCT FROM %s AND (%s) <> (%s)`,
-		src.old, src.new, strings.Join(on, " AND "), ref("o", k.Column), ref("n", k.Column), p.isKind("o"), p.isKind("n"))
+		src.old, src.new, strings.Join(on, " AND "), ref("o", k.Column), ref("n", k.Column), p.kindOf("o"), p.kindOf("n"))
 	if p.softDelete != "" {
 		from += " AND NOT (" + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL)"
 	}
