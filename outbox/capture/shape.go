@@ -78,7 +78,7 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		}
 		linked, err := readLinked(ctx, db, e.Table)
 		if err != nil {
-			return fmt.Errorf("Enrich %q: %w", e.Key, err)
+			return fmt.Errorf("capture: Enrich %q: %w", e.Key, err)
 		}
 		if err := linked.need("Enrich "+e.Key, e.LinkColumn, e.ValueColumn, e.OrderColumn, e.LiveColumn); err != nil {
 			return err
@@ -103,7 +103,7 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		own, _ := t.column(k.Column)
 		linked, err := readLinked(ctx, db, k.Table)
 		if err != nil {
-			return fmt.Errorf("Kind: %w", err)
+			return fmt.Errorf("capture: Kind: %w", err)
 		}
 		if err := linked.need("Kind", k.KeyColumn, k.FlagColumn); err != nil {
 			return err
