@@ -315,7 +315,6 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job, run handl
 			c.observe.Call("Connected", func() { c.cfg.Observer.Connected(c.cfg.Name, reconnect) })
 		}
 		connected = true
-		c.ready.Store(true)
 		mem := c.memory.Load()
 		if c.topo.Partitioned() {
 			c.log.Info("consuming", append([]any{"partitions", len(c.topo.PartitionQueues), "partition_exchange", c.topo.PartitionExchange,
@@ -324,6 +323,9 @@ func (c *BaseConsumer) supervise(ctx context.Context, jobs chan<- job, run handl
 			c.log.Info("consuming", append([]any{"queue", c.topo.Queue, "exchange", c.topo.Exchange, "broker", conn.RemoteAddr().String(),
 				"channels", c.cfg.Channels, "prefetch", mem.prefetch, "workers", c.cfg.Workers}, mem.logAttrs()...)...)
 		}
+		// Ready after the line that says with what: whoever sees Ready
+		// (a readiness probe, a test) finds the figures logged.
+		c.ready.Store(true)
 		started := time.Now()
 		select {
 		case <-ctx.Done():
