@@ -120,7 +120,7 @@ var outboxSubs = []outboxSub{
 		flags: func(fs *flagSet, o *outboxOptions) {
 			c := &o.capture
 			fs.String(&c.Table, "source", "TABLE", "the table to capture: name or schema.name; required", "")
-			fs.String(&o.profile, "profile", "NAME", "plane-issues, plane-states or plane-labels: the events Plane's triggers write for that table (for issues: epic.* by issue type, .state.updated, assignee_ids and label_ids; for all: Plane's payload shapes, no event for timestamp-only writes; see docs/plane.md), which sets every flag that shapes the events", "")
+			fs.String(&o.profile, "profile", "NAME", "plane-issues, plane-issue-assignees, plane-issue-labels, plane-states or plane-labels: the events Plane's triggers write for that table (for issues: epic.* by issue type, .state.updated, assignee_ids and label_ids; for its assignees and labels: the issue's .assignee.added/.removed and .label.added/.removed; for all: Plane's payload shapes, no event for timestamp-only writes; see docs/plane.md), which sets every flag that shapes the events", "")
 			fs.String(&c.EntityType, "entity-type", "TYPE", "each event's entity_type (default the table's name)", "")
 			fs.String(&c.EventPrefix, "event-prefix", "PREFIX", "event types are PREFIX.created, .updated, .deleted (default the entity type)", "")
 			fs.String(&c.EntityIDColumn, "entity-id-column", "COLUMN", "the entity_id column (default the primary key)", "")
@@ -360,7 +360,7 @@ func (o *outboxOptions) validate(verb *outboxSub) error {
 	case sub == "capture" && o.uninstall && o.print:
 		return usagef("capture: --uninstall and --print exclude each other")
 	case sub == "capture" && o.profile != "" && captureProfiles[o.profile] == nil:
-		return usagef("capture: --profile must be plane-issues, plane-states or plane-labels, not %q", o.profile)
+		return usagef("capture: --profile must be plane-issues, plane-issue-assignees, plane-issue-labels, plane-states or plane-labels, not %q", o.profile)
 	case sub == "capture" && o.profile != "" && o.shapedByFlags():
 		return usagef("capture: --profile %s sets what --entity-type, --event-prefix, --entity-id-column, --columns, --exclude, --workspace-column, --project-column, --soft-delete-column, --initiator-setting and --initiator-id-setting would; give it alone", o.profile)
 	}
@@ -405,6 +405,20 @@ var captureProfiles = map[string]func(context.Context, outbox.DB, string) (captu
 	"plane-issues": capture.PlaneIssues,
 	"plane-states": capture.PlaneStates,
 	"plane-labels": capture.PlaneLabels,
+	"plane-issue-assignees": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+		return capture.PlaneIssueAssignees(ctx, db, table, besideIssues(table))
+	},
+	"plane-issue-labels": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+		return capture.PlaneIssueLabels(ctx, db, table, besideIssues(table))
+	},
+}
+
+// besideIssues is the issues table in table's schema, as Plane keeps them.
+func besideIssues(table string) string {
+	if schema, _, ok := strings.Cut(table, "."); ok {
+		return schema + ".issues"
+	}
+	return "issues"
 }
 
 // shapedByFlags is true when a flag that shapes the events was given.

@@ -70,7 +70,7 @@ func TestPlaneDocCaptureCommandRunsOnPlanesSchema(t *testing.T) {
 		}
 		printed += res.stdout
 	}
-	for _, want := range []string{"workitem.state.updated", "epic.converted.to_workitem", "state.deleted", "label.updated"} {
+	for _, want := range []string{"workitem.state.updated", "epic.converted.to_workitem", "assignee.removed", "label.added", "state.deleted", "label.updated"} {
 		if !strings.Contains(printed, want) {
 			t.Errorf("no trigger the doc's commands print writes %s", want)
 		}

@@ -228,9 +228,13 @@ CREATE TABLE issues (
 	last_activity_at timestamptz,
 	deleted_at timestamptz);
 CREATE TABLE issue_assignees (id uuid PRIMARY KEY, issue_id uuid NOT NULL, assignee_id uuid NOT NULL,
-	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz);
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz,
+	created_by_id uuid, updated_by_id uuid, updated_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON issue_assignees (issue_id);
 CREATE TABLE issue_labels (id uuid PRIMARY KEY, issue_id uuid NOT NULL, label_id uuid NOT NULL,
-	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz);
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_at timestamptz NOT NULL, deleted_at timestamptz,
+	created_by_id uuid, updated_by_id uuid, updated_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX ON issue_labels (issue_id);
 CREATE TABLE states (
 	id uuid PRIMARY KEY, name varchar(255) NOT NULL, description text NOT NULL DEFAULT '', color varchar(255) NOT NULL,
 	slug varchar(100) NOT NULL DEFAULT '', sequence double precision NOT NULL DEFAULT 65535, "group" varchar(20) NOT NULL DEFAULT 'backlog',

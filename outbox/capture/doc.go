@@ -54,12 +54,15 @@
 // (columns whose change alone writes nothing), UpdateVerbs (an update of
 // state_id is workitem.state.updated), CreatorColumn and ModifierColumn
 // (initiator_id from the row), Enrich (arrays read from link tables), Kind
-// (another prefix, and conversion events, by a lookup: Plane's epics) and
-// Shape ([ShapePlane]: Plane's "{}" strings and text-cast old values).
-// [PlaneIssues] sets them all for Plane's issues table;
-// TestPlaneIssuesCaptureWritesPlanesEvents compares its events, field by
-// field, with those of Plane's trigger behaviour reproduced from its
-// source, and docs/plane.md lists where they differ on purpose. Every
+// (another prefix, and conversion events, by a lookup: Plane's epics),
+// Shape ([ShapePlane]: Plane's "{}" strings and text-cast old values) and
+// Link (the rows are links of a parent, whose .added and .removed events
+// they write: Plane's issue_assignees). [PlaneIssues],
+// [PlaneIssueAssignees], [PlaneIssueLabels], [PlaneStates] and
+// [PlaneLabels] set them for Plane's tables; the tests in plane_test.go
+// compare their events, field by field, with those of Plane's trigger
+// behaviour reproduced from its source, and docs/plane.md lists where
+// they differ on purpose. Every
 // table and column these options name is checked in the catalog and
 // quoted; a type the generated comparisons could not use (a link column
 // of another type than the entity id, a flag that is not boolean) is

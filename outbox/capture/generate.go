@@ -700,6 +700,9 @@ END
 
 // ops writes the events of one trigger call, reading its rows from src.
 func (p *plan) ops(src sources) string {
+	if p.shape.link != nil {
+		return p.linkOps(src)
+	}
 	return fmt.Sprintf(`	IF TG_OP = 'INSERT' THEN
 %s
 	ELSIF TG_OP = 'UPDATE' THEN
@@ -773,6 +776,9 @@ func (p *plan) description() string {
 		p.name(), p.outbox, p.spec.EventPrefix, strings.Join(tracked, ", "), p.spec.OnFailure, p.spec.Subscriber, level)
 	if p.shape.plane {
 		d += "; shape: plane"
+	}
+	if l := p.shape.link; l != nil {
+		d += fmt.Sprintf("; links of %s: .%s, .%s", l.table, l.Added, l.Removed)
 	}
 	if len(p.shape.ignore) > 0 {
 		d += "; ignored: " + strings.Join(p.shape.ignore, ", ")

@@ -50,16 +50,24 @@ func PlaneIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) 
 			return Spec{}, fmt.Errorf("capture: Plane's issue triggers read %s: %w", sibling(t), err)
 		}
 	}
+	return planeIssueSpec(src, present("description_html", "description_binary", "description", "description_stripped"),
+		present("updated_at", "updated_by_id", "last_activity_at")), nil
+}
+
+// planeIssueSpec is PlaneIssues's Spec for the issues table src: exclude
+// are its description columns, ignore its timestamps.
+func planeIssueSpec(src *table, exclude, ignore []string) Spec {
+	sibling := func(name string) string { return src.schema + "." + name }
 	return Spec{
 		Table:                src.schema + "." + src.name,
 		EntityType:           "issue",
 		EntityIDColumn:       "id", // a partitioned issues table's key has its partition key too
 		EventPrefix:          "workitem",
-		Exclude:              present("description_html", "description_binary", "description", "description_stripped"),
+		Exclude:              exclude,
 		WorkspaceColumn:      "workspace_id",
 		ProjectColumn:        "project_id",
 		InitiatorTypeSetting: "plane.initiator_type",
-		Ignore:               present("updated_at", "updated_by_id", "last_activity_at"),
+		Ignore:               ignore,
 		UpdateVerbs:          []ColumnVerb{{Column: "state_id", Verb: "state.updated"}},
 		CreatorColumn:        "created_by_id",
 		ModifierColumn:       "updated_by_id",
@@ -68,6 +76,55 @@ func PlaneIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) 
 			{Key: "label_ids", Table: sibling("issue_labels"), LinkColumn: "issue_id", ValueColumn: "label_id", OrderColumn: "created_at", LiveColumn: "deleted_at"},
 		},
 		Kind:  &KindPrefix{Column: "type_id", Table: sibling("issue_types"), KeyColumn: "id", FlagColumn: "is_epic", Prefix: "epic"},
+		Shape: ShapePlane,
+	}
+}
+
+// PlaneIssueAssignees is the Spec whose events are those Plane's triggers
+// write for its issue_assignees table (issues: the issues table beside
+// it, "issues" or "schema.issues"): workitem.assignee.added for an
+// inserted row and workitem.assignee.removed for a soft delete (epic.* when
+// the issue is an epic), about the issue: entity_type issue_assignee,
+// entity_id the issue's id, data the issue's row as PlaneIssues writes it,
+// previous_attributes {"assignee_ids": the list before}.
+func PlaneIssueAssignees(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	return planeIssueLinks(ctx, db, table, issues, "issue_assignee", "assignee", "assignee_ids")
+}
+
+// PlaneIssueLabels is [PlaneIssueAssignees] for issue_labels:
+// workitem.label.added and workitem.label.removed, entity_type
+// issue_label, previous_attributes {"label_ids": the list before}.
+func PlaneIssueLabels(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	return planeIssueLinks(ctx, db, table, issues, "issue_label", "label", "label_ids")
+}
+
+// planeIssueLinks is the Spec of a Plane table of an issue's links.
+func planeIssueLinks(ctx context.Context, db outbox.DB, table, issues, entity, noun, list string) (Spec, error) {
+	issueSpec, err := PlaneIssues(ctx, db, issues)
+	if err != nil {
+		return Spec{}, err
+	}
+	if err := tableName("table", table); err != nil {
+		return Spec{}, err
+	}
+	src, err := readLinked(ctx, db, table)
+	if err != nil {
+		return Spec{}, err
+	}
+	return Spec{
+		Table:                src.schema + "." + src.name,
+		EntityType:           entity,
+		EventPrefix:          "workitem",
+		EntityIDColumn:       "issue_id",
+		WorkspaceColumn:      "workspace_id",
+		ProjectColumn:        "project_id",
+		InitiatorTypeSetting: "plane.initiator_type",
+		CreatorColumn:        "created_by_id",
+		ModifierColumn:       "updated_by_id",
+		Enrich:               issueSpec.Enrich,
+		Kind:                 issueSpec.Kind,
+		Link: &LinkOf{Table: issueSpec.Table, KeyColumn: "id", Exclude: issueSpec.Exclude,
+			Added: noun + ".added", Removed: noun + ".removed", List: list},
 		Shape: ShapePlane,
 	}, nil
 }

@@ -93,6 +93,56 @@ END $$;
 CREATE TRIGGER plane_issue_outbox AFTER INSERT OR UPDATE ON issues FOR EACH ROW EXECUTE FUNCTION plane_issue_trigger();
 `
 
+// planeLinkTriggerDDL reproduces Plane's triggers on issue_assignees and
+// issue_labels (event_stream/models/issue.py, for behaviour only): after
+// an insert, <p>.<noun>.added about the issue (entity_id the issue's id,
+// entity_type TG_ARGV[2]) with the issue's data as its own events carry
+// it, previous_attributes the table's live ids of the issue but the new
+// row's; before an update that soft deletes a live row, <p>.<noun>.removed
+// with the list in data lacking the row, and previous_attributes the live
+// ids with it. Initiators: created_by_id, then updated_by_id.
+// TG_ARGV: the noun, the value column, the entity type, the list's key.
+const planeLinkTriggerDDL = `
+CREATE FUNCTION plane_link_ids(tbl text, val text, issue uuid, skip uuid) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE ids jsonb;
+BEGIN
+	EXECUTE format('SELECT coalesce(jsonb_agg(%I ORDER BY created_at), ''[]'') FROM %I WHERE issue_id = $1 AND deleted_at IS NULL AND id IS DISTINCT FROM $2', val, tbl)
+		INTO ids USING issue, skip;
+	RETURN ids;
+END $$;
+CREATE FUNCTION plane_link_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	r record := CASE WHEN TG_OP = 'INSERT' THEN NEW ELSE OLD END;
+	prefix text := plane_issue_prefix((SELECT i.type_id FROM issues i WHERE i.id = r.issue_id));
+	data jsonb := (SELECT plane_issue_data(i) FROM issues i WHERE i.id = r.issue_id);
+	kind text;
+	previous jsonb;
+	initiator uuid;
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		kind := 'added';
+		previous := plane_link_ids(TG_TABLE_NAME, TG_ARGV[1], r.issue_id, r.id);
+		initiator := NEW.created_by_id;
+	ELSIF OLD.deleted_at IS NULL AND NEW.deleted_at IS NOT NULL THEN
+		kind := 'removed';
+		data := data || jsonb_build_object(TG_ARGV[3], plane_link_ids(TG_TABLE_NAME, TG_ARGV[1], r.issue_id, r.id));
+		previous := plane_link_ids(TG_TABLE_NAME, TG_ARGV[1], r.issue_id, NULL);
+		initiator := NEW.updated_by_id;
+	ELSE
+		RETURN NEW;
+	END IF;
+	INSERT INTO plane_outbox (event_id, event_type, entity_type, entity_id, workspace_id, project_id, payload, initiator_id, initiator_type, created_at)
+	VALUES (gen_random_uuid(), prefix || '.' || TG_ARGV[0] || '.' || kind, TG_ARGV[2], r.issue_id, r.workspace_id, r.project_id,
+		jsonb_build_object('data', data, 'previous_attributes', jsonb_build_object(TG_ARGV[3], previous)),
+		initiator, coalesce(current_setting('plane.initiator_type', true), 'USER'), now());
+	RETURN NEW;
+END $$;
+CREATE TRIGGER plane_assignee_added AFTER INSERT ON issue_assignees FOR EACH ROW EXECUTE FUNCTION plane_link_trigger('assignee', 'assignee_id', 'issue_assignee', 'assignee_ids');
+CREATE TRIGGER plane_assignee_removed BEFORE UPDATE ON issue_assignees FOR EACH ROW EXECUTE FUNCTION plane_link_trigger('assignee', 'assignee_id', 'issue_assignee', 'assignee_ids');
+CREATE TRIGGER plane_label_added AFTER INSERT ON issue_labels FOR EACH ROW EXECUTE FUNCTION plane_link_trigger('label', 'label_id', 'issue_label', 'label_ids');
+CREATE TRIGGER plane_label_removed BEFORE UPDATE ON issue_labels FOR EACH ROW EXECUTE FUNCTION plane_link_trigger('label', 'label_id', 'issue_label', 'label_ids');
+`
+
 // planeRowTriggerDDL reproduces Plane's triggers on states and labels
 // (event_stream/models/state.py and label.py, for behaviour only): the
 // entity's .created with the row and "{}"; a soft delete's .deleted with
@@ -179,11 +229,17 @@ func newPlaneEnv(t *testing.T) *planeEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, testenv.PlaneSchemaDDL+planeOutboxDDL+planeTriggerDDL+planeRowTriggerDDL); err != nil {
+	if _, err := conn.Exec(ctx, testenv.PlaneSchemaDDL+planeOutboxDDL+planeTriggerDDL+planeRowTriggerDDL+planeLinkTriggerDDL); err != nil {
 		t.Fatal(err)
 	}
 	for table, profile := range map[string]func(context.Context, outbox.DB, string) (capture.Spec, error){
 		"issues": capture.PlaneIssues, "states": capture.PlaneStates, "labels": capture.PlaneLabels,
+		"issue_assignees": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+			return capture.PlaneIssueAssignees(ctx, db, table, "issues")
+		},
+		"issue_labels": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+			return capture.PlaneIssueLabels(ctx, db, table, "issues")
+		},
 	} {
 		spec, err := profile(ctx, conn, table)
 		if err != nil {
@@ -312,12 +368,12 @@ func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 		{"create", insert, []any{item, "First", todo, nil, ws, proj, alice}, []string{"workitem.created"}},
 		{"create an epic", insert, []any{big, "Big", todo, epic, ws, proj, alice}, []string{"epic.created"}},
 		{"create a typed item", insert, []any{item2, "Typed", todo, task, ws, proj, bob}, []string{"workitem.created"}},
-		{"link two assignees and a label (no issue event)", fmt.Sprintf(`INSERT INTO issue_assignees VALUES
+		{"link two assignees in one statement, and labels", fmt.Sprintf(`INSERT INTO issue_assignees VALUES
 				(gen_random_uuid(), '%[1]s', '%[2]s', '%[4]s', '%[5]s', '2026-12-01 10:00+00'),
 				(gen_random_uuid(), '%[1]s', '%[3]s', '%[4]s', '%[5]s', '2026-12-01 09:00+00');
 			INSERT INTO issue_labels VALUES (gen_random_uuid(), '%[1]s', '%[6]s', '%[4]s', '%[5]s', '2026-12-01 10:00+00', NULL),
 				(gen_random_uuid(), '%[1]s', '%[7]s', '%[4]s', '%[5]s', '2026-12-01 08:00+00', now())`, item, bob, alice, ws, proj, label, oldLabel),
-			nil, nil},
+			nil, []string{"workitem.assignee.added", "workitem.assignee.added", "workitem.label.added", "workitem.label.added"}},
 		{"rename: enriched data", `UPDATE issues SET name = 'Renamed', updated_by_id = $2, updated_at = now() WHERE id = $1`, []any{item, bob}, []string{"workitem.updated"}},
 		{"priority, sort order and date", `UPDATE issues SET priority = 'high', sort_order = 1.5e-7, start_date = '2026-12-24' WHERE id = $1`, []any{item}, []string{"workitem.updated"}},
 		{"state change", `UPDATE issues SET state_id = $2 WHERE id = $1`, []any{item, done}, []string{"workitem.state.updated"}},
@@ -331,8 +387,13 @@ func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 		{"convert to an epic", `UPDATE issues SET type_id = $2 WHERE id = $1`, []any{item2, epic}, []string{"epic.updated", "workitem.converted.to_epic"}},
 		{"convert back", `UPDATE issues SET type_id = NULL WHERE id = $1`, []any{item2}, []string{"workitem.updated", "epic.converted.to_workitem"}},
 		{"change of type within the work items", `UPDATE issues SET type_id = $2 WHERE id = $1`, []any{item2, task}, []string{"workitem.updated"}},
-		{"remove an assignee", fmt.Sprintf(`UPDATE issue_assignees SET deleted_at = now() WHERE issue_id = '%s' AND assignee_id = '%s';
-			UPDATE issues SET priority = 'low' WHERE id = '%[1]s'`, item, alice), nil, []string{"workitem.updated"}},
+		{"remove an assignee", fmt.Sprintf(`UPDATE issue_assignees SET deleted_at = now(), updated_by_id = '%[2]s' WHERE issue_id = '%[1]s' AND assignee_id = '%[2]s';
+			UPDATE issues SET priority = 'low' WHERE id = '%[1]s'`, item, alice), nil, []string{"workitem.assignee.removed", "workitem.updated"}},
+		{"an assignee of an epic", fmt.Sprintf(`INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at, created_by_id)
+			VALUES (gen_random_uuid(), '%s', '%s', '%s', '%s', now(), '%[2]s')`, big, bob, ws, proj), nil, []string{"epic.assignee.added"}},
+		{"an update of a link that removes nothing", `UPDATE issue_assignees SET updated_at = now()`, nil, nil},
+		{"remove a label of an epic", fmt.Sprintf(`INSERT INTO issue_labels (id, issue_id, label_id, workspace_id, project_id, created_at) VALUES (gen_random_uuid(), '%s', '%s', '%s', '%s', now());
+			UPDATE issue_labels SET deleted_at = now() WHERE issue_id = '%[1]s'`, big, label, ws, proj), nil, []string{"epic.label.added", "epic.label.removed"}},
 		{"soft delete", `UPDATE issues SET deleted_at = '2026-12-06 12:00+00', updated_by_id = $2 WHERE id = $1`, []any{item, alice}, []string{"workitem.deleted"}},
 		{"restore", `UPDATE issues SET deleted_at = NULL WHERE id = $1`, []any{item}, []string{"workitem.updated"}},
 		{"soft delete an epic", `UPDATE issues SET deleted_at = now() WHERE id = $1`, []any{big}, []string{"epic.deleted"}},
@@ -474,13 +535,23 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 			s.Columns, s.Exclude = []string{"id", "updated_at"}, nil
 			s.Ignore = []string{"id", "updated_at"}
 		}, "leaves no tracked column"},
-		"verb on an ignored column":        {func(s *capture.Spec) { s.UpdateVerbs[0].Column = "updated_at" }, "whose change writes an event"},
-		"verb with a control character":    {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = "state\nupdated" }, "control character"},
-		"kind prefix equal to the prefix":  {func(s *capture.Spec) { s.Kind.Prefix = "workitem" }, "differ from EventPrefix"},
-		"kind on an untracked column":      {func(s *capture.Spec) { s.Exclude = append(s.Exclude, "type_id") }, "not a tracked column"},
-		"unknown shape":                    {func(s *capture.Spec) { s.Shape = "django" }, "Shape must be"},
-		"creator column unknown":           {func(s *capture.Spec) { s.CreatorColumn = "owner_id" }, `no column "owner_id"`},
-		"event type past 255 bytes":        {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = strings.Repeat("v", 250) }, "255"},
+		"verb on an ignored column":       {func(s *capture.Spec) { s.UpdateVerbs[0].Column = "updated_at" }, "whose change writes an event"},
+		"verb with a control character":   {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = "state\nupdated" }, "control character"},
+		"kind prefix equal to the prefix": {func(s *capture.Spec) { s.Kind.Prefix = "workitem" }, "differ from EventPrefix"},
+		"kind on an untracked column":     {func(s *capture.Spec) { s.Exclude = append(s.Exclude, "type_id") }, "not a tracked column"},
+		"unknown shape":                   {func(s *capture.Spec) { s.Shape = "django" }, "Shape must be"},
+		"creator column unknown":          {func(s *capture.Spec) { s.CreatorColumn = "owner_id" }, `no column "owner_id"`},
+		"event type past 255 bytes":       {func(s *capture.Spec) { s.UpdateVerbs[0].Verb = strings.Repeat("v", 250) }, "255"},
+		"link list of another table":      {func(s *capture.Spec) { linkSpec(s, "label_ids") }, "not the captured table"},
+		"link list not enriched":          {func(s *capture.Spec) { linkSpec(s, "watcher_ids") }, "not an Enrich key"},
+		"link parent unknown": {func(s *capture.Spec) {
+			linkSpec(s, "assignee_ids")
+			s.Link.Table = "tickets"
+		}, "does not exist"},
+		"link verb empty": {func(s *capture.Spec) {
+			linkSpec(s, "assignee_ids")
+			s.Link.Removed = ""
+		}, "Added and Removed are required"},
 		"order by a type without ordering": {func(s *capture.Spec) { s.Enrich[0].OrderColumn = "meta" }, "cannot run"},
 		"link of a type whose = is elsewhere": {func(s *capture.Spec) {
 			s.Table, s.Columns, s.Exclude, s.Ignore, s.UpdateVerbs, s.Kind = "odd_items", nil, nil, nil, nil, nil
@@ -537,5 +608,56 @@ func TestPlaneStatesAndLabelsCaptureWritesPlanesEvents(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: warren wrote %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// linkSpec makes s, PlaneIssues's, a capture of issue_assignees whose
+// Link list is list.
+func linkSpec(s *capture.Spec, list string) {
+	s.Link = &capture.LinkOf{Table: s.Table, KeyColumn: "id", Exclude: s.Exclude, Added: "assignee.added", Removed: "assignee.removed", List: list}
+	s.Table, s.EntityIDColumn, s.Columns, s.Exclude, s.Ignore, s.UpdateVerbs = "issue_assignees", "issue_id", nil, nil, nil, nil
+}
+
+// Where the link profiles differ from Plane's triggers on purpose
+// (docs/plane.md): a DELETE of a live link removes it, which Plane's wrote
+// nothing for; and a statement that removes several links of one issue
+// writes each removal against the list the statement leaves, where
+// Plane's BEFORE triggers chain their lists in the rows' order.
+func TestPlaneLinkCaptureDifferences(t *testing.T) {
+	t.Parallel()
+	e := newPlaneEnv(t)
+	const (
+		ws, proj   = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+		item       = "88888888-0000-4000-8000-000000000001"
+		alice, bob = "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
+	)
+	e.step("create", `INSERT INTO issues (id, name, workspace_id, project_id) VALUES ($1, 'x', $2, $3)`, item, ws, proj)
+	e.step("assign two", fmt.Sprintf(`INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at) VALUES
+		(gen_random_uuid(), '%[1]s', '%[2]s', '%[4]s', '%[5]s', '2026-12-01 09:00+00'),
+		(gen_random_uuid(), '%[1]s', '%[3]s', '%[4]s', '%[5]s', '2026-12-01 10:00+00')`, item, alice, bob, ws, proj))
+
+	e.exec(`UPDATE issue_assignees SET deleted_at = now() WHERE issue_id = $1`, item)
+	e.written("plane_outbox", &e.seen.plane)
+	warren := e.written(e.outbox, &e.seen.warren)
+	if len(warren) != 2 {
+		t.Fatalf("removing two assignees wrote %d events, want 2: %v", len(warren), warren)
+	}
+	for _, ev := range warren {
+		p := ev.payload(t)
+		data, previous := p["data"].(map[string]any), p["previous_attributes"].(map[string]any)
+		before, _ := previous["assignee_ids"].([]any)
+		if ev.Type != "workitem.assignee.removed" || fmt.Sprint(data["assignee_ids"]) != "[]" || len(before) != 1 {
+			t.Errorf("%s: data.assignee_ids %v, previous %v; want the list the statement leaves ([]) and the removed one", ev.Type, data["assignee_ids"], previous)
+		}
+	}
+
+	e.step("assign again", fmt.Sprintf(`INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at) VALUES
+		(gen_random_uuid(), '%s', '%s', '%s', '%s', now())`, item, alice, ws, proj))
+	e.exec(`DELETE FROM issue_assignees WHERE issue_id = $1`, item)
+	plane, warren := e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
+	if len(plane) != 0 || len(warren) != 1 || warren[0].Type != "workitem.assignee.removed" {
+		t.Errorf("DELETE of the live assignee and the two removed ones: Plane wrote %v, warren %v; want none, and one removal", types(plane), types(warren))
+	} else if previous := warren[0].payload(t)["previous_attributes"]; fmt.Sprint(previous) != fmt.Sprintf("map[assignee_ids:[%s]]", alice) {
+		t.Errorf("the removal's previous_attributes %v, want the deleted assignee", previous)
 	}
 }

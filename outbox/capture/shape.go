@@ -21,6 +21,7 @@ type shaping struct {
 	modifier string
 	enrich   []enrichment
 	kind     *kindLookup
+	link     *linkParent
 	plane    bool // ShapePlane
 }
 
@@ -95,12 +96,21 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		}
 		s.enrich = append(s.enrich, enrichment{e, quote(linked.schema) + "." + quote(linked.name)})
 	}
+	if err := p.resolveLink(ctx, db); err != nil {
+		return err
+	}
 	if k := spec.Kind; k != nil {
-		// A conversion follows the event its change writes, as Plane's do.
-		if !slices.ContainsFunc(p.compared(), func(c column) bool { return c.name == k.Column }) {
+		own, ok := t.column(k.Column)
+		switch {
+		case s.link != nil:
+			// A link's kind is its parent's; it writes no conversions.
+			if own, ok = s.link.parent.column(k.Column); !ok {
+				return invalidf("Kind: the parent table %s has no column %q", s.link.parent.name, k.Column)
+			}
+		case !slices.ContainsFunc(p.compared(), func(c column) bool { return c.name == k.Column }):
+			// A conversion follows the event its change writes, as Plane's do.
 			return invalidf("Kind: %q is not a tracked column of %s whose change writes an event", k.Column, p.name())
 		}
-		own, _ := t.column(k.Column)
 		linked, err := readLinked(ctx, db, k.Table)
 		if err != nil {
 			return fmt.Errorf("capture: Kind: %w", err)
@@ -173,7 +183,17 @@ func (p *plan) compared() []column {
 func (p *plan) isKind(side string) string {
 	k := p.shape.kind
 	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS warren_k WHERE warren_k.%s = %s AND warren_k.%s IS TRUE)",
-		k.table, quote(k.KeyColumn), ref(side, k.Column), quote(k.FlagColumn))
+		k.table, quote(k.KeyColumn), p.kindColumn(side), quote(k.FlagColumn))
+}
+
+// kindColumn is the Kind column of the row on side, or, for a link, of
+// its parent.
+func (p *plan) kindColumn(side string) string {
+	if l := p.shape.link; l != nil {
+		return fmt.Sprintf("(SELECT warren_p.%s FROM %s AS warren_p WHERE warren_p.%s = %s)",
+			quote(p.shape.kind.Column), l.table, quote(l.KeyColumn), ref(side, p.entityID))
+	}
+	return ref(side, p.shape.kind.Column)
 }
 
 // kindOf is whether the row on side is of the Kind for a conversion: false
@@ -214,20 +234,31 @@ func (p *plan) enriched(side string) string {
 	if len(p.shape.enrich) == 0 {
 		return p.data(side)
 	}
+	return p.data(side) + "\n\t\t\t|| " + p.lists(side)
+}
+
+// lists is the JSON object of the Enrich arrays of the entity the row on
+// side is about.
+func (p *plan) lists(side string) string {
 	var args []string
 	for _, e := range p.shape.enrich {
-		order, live := "", ""
-		if e.OrderColumn != "" {
-			order = " ORDER BY warren_e." + quote(e.OrderColumn)
-		}
-		if e.LiveColumn != "" {
-			live = " AND warren_e." + quote(e.LiveColumn) + " IS NULL"
-		}
-		args = append(args, literal(e.Key), fmt.Sprintf(
-			"(SELECT coalesce(pg_catalog.jsonb_agg(warren_e.%s%s), '[]'::jsonb) FROM %s AS warren_e WHERE warren_e.%s = %s%s)",
-			quote(e.ValueColumn), order, e.table, quote(e.LinkColumn), ref(side, p.entityID), live))
+		args = append(args, literal(e.Key), p.list(e, side, ""))
 	}
-	return p.data(side) + "\n\t\t\t|| pg_catalog.jsonb_build_object(" + strings.Join(args, ", ") + ")"
+	return "pg_catalog.jsonb_build_object(" + strings.Join(args, ", ") + ")"
+}
+
+// list is one Enrich array of the entity the row on side is about; also,
+// when set, the rows that match the filter more.
+func (p *plan) list(e enrichment, side, more string) string {
+	order, live := "", ""
+	if e.OrderColumn != "" {
+		order = " ORDER BY warren_e." + quote(e.OrderColumn)
+	}
+	if e.LiveColumn != "" {
+		live = " AND warren_e." + quote(e.LiveColumn) + " IS NULL"
+	}
+	return fmt.Sprintf("(SELECT coalesce(pg_catalog.jsonb_agg(warren_e.%s%s), '[]'::jsonb) FROM %s AS warren_e WHERE warren_e.%s = %s%s%s)",
+		quote(e.ValueColumn), order, e.table, quote(e.LinkColumn), ref(side, p.entityID), live, more)
 }
 
 // emptyObject is Plane's "{}": a JSON string, which is what

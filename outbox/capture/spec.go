@@ -163,6 +163,29 @@ type Spec struct {
 
 	// Shape is the payloads' shape; default ShapeWarren.
 	Shape PayloadShape
+
+	// Link, when set, makes the table's rows links of a parent entity
+	// (Plane's issue_assignees of issues), whose events they write
+	// instead of their own; see [LinkOf].
+	Link *LinkOf
+}
+
+// LinkOf is [Spec.Link]. An inserted row writes the parent's
+// <prefix>.<Added> event; a soft delete of a live row, or a DELETE of
+// one, its <prefix>.<Removed>; no other write of the table writes an
+// event. entity_id is EntityIDColumn, which must hold the parent's
+// KeyColumn; data is the parent's row without Exclude, with Enrich's
+// arrays read for the parent when the statement ends (so after it: an
+// added row is in them, a removed one is not); previous_attributes is
+// {List: that array without the added row, or with the removed one},
+// where List names the Enrich entry that reads this table. Kind, when
+// set, names the parent's column. The initiator is CreatorColumn of an
+// added row, ModifierColumn of a removed one.
+type LinkOf struct {
+	Table, KeyColumn string // the parent table and its key
+	Exclude          []string
+	Added, Removed   string // the verbs: "assignee.added", "assignee.removed"
+	List             string // the Enrich key of this table's array
 }
 
 // ColumnVerb is one of [Spec.UpdateVerbs].
@@ -365,6 +388,27 @@ func (s *Spec) validShaping() error {
 	}
 	if longest > 255 {
 		return invalidf("the longest event type these prefixes and verbs make is %d bytes, past AMQP's 255", longest)
+	}
+	if l := s.Link; l != nil {
+		if err := tableName("Link.Table", l.Table); err != nil {
+			return err
+		}
+		if err := identifiers("Link", append([]string{l.KeyColumn}, l.Exclude...)...); err != nil {
+			return err
+		}
+		for _, v := range []string{l.Added, l.Removed} {
+			if err := plainText("Link verb", v); err != nil {
+				return err
+			}
+			if v == "" {
+				return invalidf("Link: Added and Removed are required")
+			}
+			verb = max(verb, len(v))
+		}
+		longest := len(slices.MaxFunc(prefixes, func(a, b string) int { return len(a) - len(b) })) + 1 + verb
+		if longest > 255 {
+			return invalidf("the longest event type Link's verbs make is %d bytes, past AMQP's 255", longest)
+		}
 	}
 	if err := identifiers("CreatorColumn/ModifierColumn", s.CreatorColumn, s.ModifierColumn); err != nil {
 		return err

@@ -1,0 +1,166 @@
+package capture
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/warrenmq/warren/outbox"
+)
+
+// linkParent is a LinkOf resolved against the catalog.
+type linkParent struct {
+	LinkOf
+	parent *table
+	table  string   // the parent, quoted with its schema
+	data   []column // the parent's columns data carries
+	list   enrichment
+}
+
+// resolveLink checks Spec.Link: the parent and its columns exist, its key
+// has the entity id's type, and List is the Enrich array of this table,
+// read with its soft delete column as the live one.
+func (p *plan) resolveLink(ctx context.Context, db outbox.DB) error {
+	l := p.spec.Link
+	if l == nil {
+		return nil
+	}
+	parent, err := readLinked(ctx, db, l.Table)
+	if err != nil {
+		return fmt.Errorf("capture: Link: %w", err)
+	}
+	if err := parent.need("Link", append([]string{l.KeyColumn}, l.Exclude...)...); err != nil {
+		return err
+	}
+	id, _ := p.source.column(p.entityID)
+	if key, _ := parent.column(l.KeyColumn); key.typ != id.typ {
+		return invalidf("Link: %s.%s is %s and the entity id %s is %s; the lookup compares them with =", parent.name, l.KeyColumn, key.typ, p.entityID, id.typ)
+	}
+	if err := parent.comparable(ctx, db, "Link", l.KeyColumn, ""); err != nil {
+		return err
+	}
+	r := &linkParent{LinkOf: *l, parent: parent, table: quote(parent.schema) + "." + quote(parent.name)}
+	r.data = slices.DeleteFunc(slices.Clone(parent.columns), func(c column) bool { return slices.Contains(l.Exclude, c.name) })
+	i := slices.IndexFunc(p.shape.enrich, func(e enrichment) bool { return e.Key == l.List })
+	if i < 0 {
+		return invalidf("Link: List %q is not an Enrich key", l.List)
+	}
+	r.list = p.shape.enrich[i]
+	own := quote(p.source.schema) + "." + quote(p.source.name)
+	switch {
+	case r.list.table != own:
+		return invalidf("Link: Enrich %q reads %s, not the captured table %s", l.List, r.list.table, own)
+	case r.list.LinkColumn != p.entityID:
+		return invalidf("Link: Enrich %q links by %s, not by the entity id %s", l.List, r.list.LinkColumn, p.entityID)
+	case r.list.LiveColumn != p.softDelete:
+		return invalidf("Link: Enrich %q counts rows live by %q, and the table's soft delete column is %q", l.List, r.list.LiveColumn, p.softDelete)
+	}
+	p.shape.link = r
+	return nil
+}
+
+// parentData is the parent's row, as data holds it, for the link on side;
+// NULL when the parent is missing, as Plane's lookup finds.
+func (p *plan) parentData(side string) string {
+	l := p.shape.link
+	var parts []string
+	for chunk := range slices.Chunk(l.data, maxBuildPairs) {
+		var args []string
+		for _, c := range chunk {
+			args = append(args, literal(c.name), ref("warren_p", c.name))
+		}
+		parts = append(parts, "pg_catalog.jsonb_build_object("+strings.Join(args, ", ")+")")
+	}
+	return fmt.Sprintf("(SELECT %s FROM %s AS warren_p WHERE warren_p.%s = %s)",
+		strings.Join(parts, " || "), l.table, quote(l.KeyColumn), ref(side, p.entityID))
+}
+
+// linkPayload is an added or removed link's payload: the parent with its
+// arrays now, and the link's array before.
+func (p *plan) linkPayload(side, before string) string {
+	data := p.parentData(side)
+	if len(p.shape.enrich) > 0 {
+		data += "\n\t\t\t|| " + p.lists(side)
+	}
+	return payload(data, "pg_catalog.jsonb_build_object("+literal(p.shape.link.List)+", "+before+")")
+}
+
+// onLinkAdded writes the parent's Added event per inserted row; the array
+// before it is the array now without the row.
+func (p *plan) onLinkAdded(src sources) string {
+	var same []string
+	for _, k := range p.key {
+		same = append(same, ref("warren_e", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
+	}
+	before := p.list(p.shape.link.list, "n", " AND NOT ("+strings.Join(same, " AND ")+")")
+	id, ws, proj := p.envelope("n")
+	return p.insert(p.eventType("n", p.shape.link.Added), id, ws, proj, p.initiator("n", p.shape.creator),
+		p.linkPayload("n", before), "FROM "+src.new+" AS n")
+}
+
+// linkRemoved is the Removed event of each old row from, which the
+// statement removed; the array before it is the array now with the row,
+// in its place.
+func (p *plan) linkRemoved(initiator, from string) string {
+	e := p.shape.link.list
+	order, orderBy := "", ""
+	if e.OrderColumn != "" {
+		order = ", " + ref("warren_e", e.OrderColumn) + " AS warren_order"
+		orderBy = " ORDER BY warren_e.warren_order"
+	}
+	live := ""
+	if e.LiveColumn != "" {
+		live = " AND warren_e." + quote(e.LiveColumn) + " IS NULL"
+	}
+	oOrder := ""
+	if e.OrderColumn != "" {
+		oOrder = ", " + ref("o", e.OrderColumn)
+	}
+	before := fmt.Sprintf(`(SELECT coalesce(pg_catalog.jsonb_agg(warren_e.warren_value%s), '[]'::jsonb) FROM (
+			SELECT warren_e.%s AS warren_value%s FROM %s AS warren_e WHERE warren_e.%s = %s%s
+			UNION ALL SELECT %s%s) AS warren_e)`,
+		orderBy, quote(e.ValueColumn), order, e.table, quote(e.LinkColumn), ref("o", p.entityID), live,
+		ref("o", e.ValueColumn), oOrder)
+	id, ws, proj := p.envelope("o")
+	return p.insert(p.eventType("o", p.shape.link.Removed), id, ws, proj, initiator, p.linkPayload("o", before), from)
+}
+
+// onLinkRemoved writes the Removed events of a soft delete: the old
+// versions of the rows that went from live to deleted.
+func (p *plan) onLinkRemoved(src sources) string {
+	var on []string
+	for _, k := range p.key {
+		on = append(on, ref("o", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
+	}
+	from := fmt.Sprintf("FROM %s AS o JOIN %s AS n ON %s\n\t\tWHERE %s IS NULL AND %s IS NOT NULL",
+		src.old, src.new, strings.Join(on, " AND "), ref("o", p.softDelete), ref("n", p.softDelete))
+	return p.linkRemoved(p.initiator("n", p.shape.modifier), from)
+}
+
+// onLinkDeleted writes the Removed events of a DELETE of live rows; a
+// soft-deleted row was removed when it was soft deleted.
+func (p *plan) onLinkDeleted(src sources) string {
+	from := "FROM " + src.old + " AS o"
+	if p.softDelete != "" {
+		from += "\n\t\tWHERE " + ref("o", p.softDelete) + " IS NULL"
+	}
+	return p.linkRemoved(p.initiator("o", p.shape.modifier), from)
+}
+
+// linkOps is ops for a link table.
+func (p *plan) linkOps(src sources) string {
+	update := "\t\tNULL; -- no soft delete column: no update is a removal"
+	if p.softDelete != "" {
+		update = p.guarded("UPDATE", p.ids(src.new, "n")+" UNION "+p.ids(src.old, "o"), p.onLinkRemoved(src))
+	}
+	return fmt.Sprintf(`	IF TG_OP = 'INSERT' THEN
+%s
+	ELSIF TG_OP = 'UPDATE' THEN
+%s
+	ELSIF TG_OP = 'DELETE' THEN
+%s
+	END IF;`,
+		p.guarded("INSERT", p.ids(src.new, "n"), p.onLinkAdded(src)), update,
+		p.guarded("DELETE", p.ids(src.old, "o"), p.onLinkDeleted(src)))
+}
