@@ -65,7 +65,7 @@ func TestPlaneDocCaptureCommandRunsOnPlanesSchema(t *testing.T) {
 			t.Fatalf("warren %s: exit %d\n%s", strings.Join(args, " "), res.code, res.stderr)
 		}
 		// The doc promises Plane's events, which only the profiles write.
-		if !strings.Contains(res.stdout, "CREATE") || !strings.Contains(res.stdout, "shape: plane") {
+		if !strings.Contains(res.stdout, "CREATE") || !strings.Contains(res.stdout, "'plane.initiator_type'") {
 			t.Errorf("warren %s printed no trigger writing Plane's shapes:\n%s", strings.Join(args, " "), res.stdout)
 		}
 		printed += res.stdout

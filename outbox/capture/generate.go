@@ -778,7 +778,9 @@ func (p *plan) description() string {
 		d += "; shape: plane"
 	}
 	if l := p.shape.link; l != nil {
-		d += fmt.Sprintf("; links of %s: .%s, .%s", l.table, l.Added, l.Removed)
+		// Its own .created, .updated and .deleted it never writes.
+		return fmt.Sprintf("warren outbox capture: %s -> %s (links of %s: %s.%s, .%s); on failure: %s; subscriber: %s; %s-level triggers",
+			p.name(), p.outbox, l.table, p.spec.EventPrefix, l.Added, l.Removed, p.spec.OnFailure, p.spec.Subscriber, level)
 	}
 	if len(p.shape.ignore) > 0 {
 		d += "; ignored: " + strings.Join(p.shape.ignore, ", ")

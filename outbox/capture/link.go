@@ -13,8 +13,7 @@ import (
 type linkParent struct {
 	LinkOf
 	parent *table
-	table  string   // the parent, quoted with its schema
-	data   []column // the parent's columns data carries
+	table  string // the parent, quoted with its schema
 	list   enrichment
 }
 
@@ -40,8 +39,27 @@ func (p *plan) resolveLink(ctx context.Context, db outbox.DB) error {
 	if err := parent.comparable(ctx, db, "Link", l.KeyColumn, ""); err != nil {
 		return err
 	}
+	// The lookup of a row's parent must find one row at most.
+	var unique bool
+	err = db.QueryRow(ctx, `
+		SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+			WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indimmediate AND i.indpred IS NULL AND i.indnkeyatts = 1 AND a.attname = $2)`,
+		quote(parent.schema)+"."+quote(parent.name), l.KeyColumn).Scan(&unique)
+	if err != nil {
+		return fmt.Errorf("capture: Link: read the indexes of %s: %w", parent.name, err)
+	}
+	if !unique {
+		return invalidf("Link: %s.%s has no unique index of its own (NOT DEFERRABLE, not partial): a link would find several parents", parent.name, l.KeyColumn)
+	}
+	if len(p.spec.Ignore) > 0 || len(p.spec.UpdateVerbs) > 0 {
+		return invalidf("Link: a link table writes no updates of its own; Ignore and UpdateVerbs mean nothing with it")
+	}
+	for _, e := range p.shape.enrich {
+		if _, ok := parent.column(e.Key); ok && !slices.Contains(l.Exclude, e.Key) {
+			return invalidf("Enrich: key %q is a column of the parent %s, whose value it would hide", e.Key, parent.name)
+		}
+	}
 	r := &linkParent{LinkOf: *l, parent: parent, table: quote(parent.schema) + "." + quote(parent.name)}
-	r.data = slices.DeleteFunc(slices.Clone(parent.columns), func(c column) bool { return slices.Contains(l.Exclude, c.name) })
 	i := slices.IndexFunc(p.shape.enrich, func(e enrichment) bool { return e.Key == l.List })
 	if i < 0 {
 		return invalidf("Link: List %q is not an Enrich key", l.List)
@@ -61,19 +79,23 @@ func (p *plan) resolveLink(ctx context.Context, db outbox.DB) error {
 }
 
 // parentData is the parent's row, as data holds it, for the link on side;
-// NULL when the parent is missing, as Plane's lookup finds.
+// NULL when the parent is missing, as Plane's lookup finds. The row is
+// read whole, not by a column list written at generation: a migration of
+// the parent (a column added or dropped) changes its events, which a
+// list would miss or fail on, until capture ran again for every link.
 func (p *plan) parentData(side string) string {
 	l := p.shape.link
-	var parts []string
-	for chunk := range slices.Chunk(l.data, maxBuildPairs) {
-		var args []string
-		for _, c := range chunk {
-			args = append(args, literal(c.name), ref("warren_p", c.name))
-		}
-		parts = append(parts, "pg_catalog.jsonb_build_object("+strings.Join(args, ", ")+")")
+	row := "pg_catalog.to_jsonb(warren_p)"
+	for _, c := range l.Exclude {
+		row += " OPERATOR(pg_catalog.-) " + literal(c)
 	}
-	return fmt.Sprintf("(SELECT %s FROM %s AS warren_p WHERE warren_p.%s = %s)",
-		strings.Join(parts, " || "), l.table, quote(l.KeyColumn), ref(side, p.entityID))
+	return fmt.Sprintf("(SELECT %s FROM %s AS warren_p WHERE warren_p.%s = %s)", row, l.table, quote(l.KeyColumn), ref(side, p.entityID))
+}
+
+// parentExists is true when the parent of the row on side is there.
+func (p *plan) parentExists(side string) string {
+	l := p.shape.link
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS warren_p WHERE warren_p.%s = %s)", l.table, quote(l.KeyColumn), ref(side, p.entityID))
 }
 
 // linkPayload is an added or removed link's payload: the parent with its
@@ -90,7 +112,7 @@ func (p *plan) linkPayload(side, before string) string {
 // before it is the array now without the row.
 func (p *plan) onLinkAdded(src sources) string {
 	var same []string
-	for _, k := range p.key {
+	for _, k := range p.source.primaryKey {
 		same = append(same, ref("warren_e", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
 	}
 	before := p.list(p.shape.link.list, "n", " AND NOT ("+strings.Join(same, " AND ")+")")
@@ -127,10 +149,14 @@ func (p *plan) linkRemoved(initiator, from string) string {
 }
 
 // onLinkRemoved writes the Removed events of a soft delete: the old
-// versions of the rows that went from live to deleted.
+// versions of the rows that went from live to deleted, paired with their
+// new versions by the primary key alone, so that a row soft deleted and
+// moved to another parent in one statement is still removed from the one
+// it had (Plane's row trigger sees it so). A row moved without a soft
+// delete writes nothing, as in Plane.
 func (p *plan) onLinkRemoved(src sources) string {
 	var on []string
-	for _, k := range p.key {
+	for _, k := range p.source.primaryKey {
 		on = append(on, ref("o", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
 	}
 	from := fmt.Sprintf("FROM %s AS o JOIN %s AS n ON %s\n\t\tWHERE %s IS NULL AND %s IS NOT NULL",
@@ -139,11 +165,12 @@ func (p *plan) onLinkRemoved(src sources) string {
 }
 
 // onLinkDeleted writes the Removed events of a DELETE of live rows; a
-// soft-deleted row was removed when it was soft deleted.
+// soft-deleted row was removed when it was soft deleted, and a row whose
+// parent is gone (a cascade from the parent's DELETE) ended with it.
 func (p *plan) onLinkDeleted(src sources) string {
-	from := "FROM " + src.old + " AS o"
+	from := "FROM " + src.old + " AS o\n\t\tWHERE " + p.parentExists("o")
 	if p.softDelete != "" {
-		from += "\n\t\tWHERE " + ref("o", p.softDelete) + " IS NULL"
+		from += " AND " + ref("o", p.softDelete) + " IS NULL"
 	}
 	return p.linkRemoved(p.initiator("o", p.shape.modifier), from)
 }

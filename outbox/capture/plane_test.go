@@ -552,6 +552,18 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 			linkSpec(s, "assignee_ids")
 			s.Link.Removed = ""
 		}, "Added and Removed are required"},
+		"link key not unique": {func(s *capture.Spec) {
+			linkSpec(s, "assignee_ids")
+			s.Link.KeyColumn = "parent_id"
+		}, "no unique index"},
+		"link with verbs of updates": {func(s *capture.Spec) {
+			linkSpec(s, "assignee_ids")
+			s.UpdateVerbs = []capture.ColumnVerb{{Column: "assignee_id", Verb: "assignee.changed"}}
+		}, "writes no updates"},
+		"enrich key hiding a parent column": {func(s *capture.Spec) {
+			linkSpec(s, "assignee_ids")
+			s.Enrich[1].Key = "priority"
+		}, "column of the parent"},
 		"order by a type without ordering": {func(s *capture.Spec) { s.Enrich[0].OrderColumn = "meta" }, "cannot run"},
 		"link of a type whose = is elsewhere": {func(s *capture.Spec) {
 			s.Table, s.Columns, s.Exclude, s.Ignore, s.UpdateVerbs, s.Kind = "odd_items", nil, nil, nil, nil, nil
@@ -659,5 +671,39 @@ func TestPlaneLinkCaptureDifferences(t *testing.T) {
 		t.Errorf("DELETE of the live assignee and the two removed ones: Plane wrote %v, warren %v; want none, and one removal", types(plane), types(warren))
 	} else if previous := warren[0].payload(t)["previous_attributes"]; fmt.Sprint(previous) != fmt.Sprintf("map[assignee_ids:[%s]]", alice) {
 		t.Errorf("the removal's previous_attributes %v, want the deleted assignee", previous)
+	}
+}
+
+// The link captures follow the writes Plane's triggers see: a soft delete
+// that also moves the link to another issue removes it from the one it
+// had; a column added to issues is in the next link event's data (the
+// parent is read whole), without capture running again; and a cascade
+// from an issue's DELETE writes no removal of its links, whose issue ended
+// with them (warren writes the issue's .deleted; Plane's triggers neither).
+func TestPlaneLinkCaptureFollowsWrites(t *testing.T) {
+	t.Parallel()
+	e := newPlaneEnv(t)
+	const (
+		ws, proj    = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+		one, two    = "99999999-0000-4000-8000-000000000001", "99999999-0000-4000-8000-000000000002"
+		link, alice = "99999999-1111-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000001"
+	)
+	e.step("two issues", `INSERT INTO issues (id, name, workspace_id, project_id) VALUES ($1, 'one', $3, $4), ($2, 'two', $3, $4)`, one, two, ws, proj)
+	e.step("assign", `INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at) VALUES ($1, $2, $3, $4, $5, now())`, link, one, alice, ws, proj)
+	if got := types(e.step("soft delete and move", `UPDATE issue_assignees SET deleted_at = now(), issue_id = $2 WHERE id = $1`, link, two)); !slices.Equal(got, []string{"workitem.assignee.removed"}) {
+		t.Errorf("soft delete and move: warren wrote %v, want the removal from the first issue", got)
+	}
+
+	e.exec(`ALTER TABLE issues ADD COLUMN estimate_point integer DEFAULT 3`)
+	evs := e.step("assign after a migration of issues", `INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at) VALUES (gen_random_uuid(), $1, $2, $3, $4, now())`, two, alice, ws, proj)
+	if len(evs) != 1 || !strings.Contains(evs[0].Payload, `"estimate_point": 3`) {
+		t.Errorf("after a column was added to issues, the link event's data lacks it: %v", evs)
+	}
+
+	e.exec(`ALTER TABLE issue_assignees ADD FOREIGN KEY (issue_id) REFERENCES issues ON DELETE CASCADE`)
+	e.exec(`DELETE FROM issues WHERE id = $1`, two)
+	plane, warren := e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
+	if len(plane) != 0 || !slices.Equal(types(warren), []string{"workitem.deleted"}) {
+		t.Errorf("an issue's DELETE cascading to its links: Plane wrote %v, warren %v; want none, and only the issue's .deleted", types(plane), types(warren))
 	}
 }

@@ -100,10 +100,11 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		return err
 	}
 	if k := spec.Kind; k != nil {
-		own, ok := t.column(k.Column)
+		own, _ := t.column(k.Column)
 		switch {
 		case s.link != nil:
 			// A link's kind is its parent's; it writes no conversions.
+			var ok bool
 			if own, ok = s.link.parent.column(k.Column); !ok {
 				return invalidf("Kind: the parent table %s has no column %q", s.link.parent.name, k.Column)
 			}
