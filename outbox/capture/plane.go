@@ -32,10 +32,7 @@ import (
 // USER; the text of old values does not depend on the writer's TimeZone
 // and DateStyle) docs/plane.md says so.
 func PlaneIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) {
-	if err := tableName("table", table); err != nil {
-		return Spec{}, err
-	}
-	src, err := readLinked(ctx, db, table)
+	src, err := readPlane(ctx, db, table)
 	if err != nil {
 		return Spec{}, err
 	}
@@ -58,26 +55,42 @@ func PlaneIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) 
 // are its description columns, ignore its timestamps.
 func planeIssueSpec(src *table, exclude, ignore []string) Spec {
 	sibling := func(name string) string { return src.schema + "." + name }
+	// id, not the primary key: a partitioned issues table's key has its
+	// partition key too.
+	s := planeBase(src, "issue", "workitem", "id")
+	s.Exclude, s.Ignore = exclude, ignore
+	s.UpdateVerbs = []ColumnVerb{{Column: "state_id", Verb: "state.updated"}}
+	s.Enrich = []Enrichment{
+		{Key: "assignee_ids", Table: sibling("issue_assignees"), LinkColumn: "issue_id", ValueColumn: "assignee_id", OrderColumn: "created_at", LiveColumn: "deleted_at"},
+		{Key: "label_ids", Table: sibling("issue_labels"), LinkColumn: "issue_id", ValueColumn: "label_id", OrderColumn: "created_at", LiveColumn: "deleted_at"},
+	}
+	s.Kind = &KindPrefix{Column: "type_id", Table: sibling("issue_types"), KeyColumn: "id", FlagColumn: "is_epic", Prefix: "epic"}
+	return s
+}
+
+// planeBase is what every Plane table's Spec shares: the envelope's
+// columns, the initiators, Plane's shapes.
+func planeBase(src *table, entity, prefix, id string) Spec {
 	return Spec{
 		Table:                src.schema + "." + src.name,
-		EntityType:           "issue",
-		EntityIDColumn:       "id", // a partitioned issues table's key has its partition key too
-		EventPrefix:          "workitem",
-		Exclude:              exclude,
+		EntityType:           entity,
+		EventPrefix:          prefix,
+		EntityIDColumn:       id,
 		WorkspaceColumn:      "workspace_id",
 		ProjectColumn:        "project_id",
 		InitiatorTypeSetting: "plane.initiator_type",
-		Ignore:               ignore,
-		UpdateVerbs:          []ColumnVerb{{Column: "state_id", Verb: "state.updated"}},
 		CreatorColumn:        "created_by_id",
 		ModifierColumn:       "updated_by_id",
-		Enrich: []Enrichment{
-			{Key: "assignee_ids", Table: sibling("issue_assignees"), LinkColumn: "issue_id", ValueColumn: "assignee_id", OrderColumn: "created_at", LiveColumn: "deleted_at"},
-			{Key: "label_ids", Table: sibling("issue_labels"), LinkColumn: "issue_id", ValueColumn: "label_id", OrderColumn: "created_at", LiveColumn: "deleted_at"},
-		},
-		Kind:  &KindPrefix{Column: "type_id", Table: sibling("issue_types"), KeyColumn: "id", FlagColumn: "is_epic", Prefix: "epic"},
-		Shape: ShapePlane,
+		Shape:                ShapePlane,
 	}
+}
+
+// readPlane reads the columns of a table a Plane profile is for.
+func readPlane(ctx context.Context, db outbox.DB, table string) (*table, error) {
+	if err := tableName("table", table); err != nil {
+		return nil, err
+	}
+	return readLinked(ctx, db, table)
 }
 
 // PlaneIssueAssignees is the Spec whose events are those Plane's triggers
@@ -104,29 +117,15 @@ func planeIssueLinks(ctx context.Context, db outbox.DB, table, issues, entity, n
 	if err != nil {
 		return Spec{}, err
 	}
-	if err := tableName("table", table); err != nil {
-		return Spec{}, err
-	}
-	src, err := readLinked(ctx, db, table)
+	src, err := readPlane(ctx, db, table)
 	if err != nil {
 		return Spec{}, err
 	}
-	return Spec{
-		Table:                src.schema + "." + src.name,
-		EntityType:           entity,
-		EventPrefix:          "workitem",
-		EntityIDColumn:       "issue_id",
-		WorkspaceColumn:      "workspace_id",
-		ProjectColumn:        "project_id",
-		InitiatorTypeSetting: "plane.initiator_type",
-		CreatorColumn:        "created_by_id",
-		ModifierColumn:       "updated_by_id",
-		Enrich:               issueSpec.Enrich,
-		Kind:                 issueSpec.Kind,
-		Link: &LinkOf{Table: issueSpec.Table, KeyColumn: "id", Exclude: issueSpec.Exclude,
-			Added: noun + ".added", Removed: noun + ".removed", List: list},
-		Shape: ShapePlane,
-	}, nil
+	s := planeBase(src, entity, "workitem", "issue_id")
+	s.Enrich, s.Kind = issueSpec.Enrich, issueSpec.Kind
+	s.Link = &LinkOf{Table: issueSpec.Table, KeyColumn: "id", Exclude: issueSpec.Exclude,
+		Added: noun + ".added", Removed: noun + ".removed", List: list}
+	return s, nil
 }
 
 // PlaneStates is the Spec whose events are those Plane's triggers write
@@ -146,24 +145,11 @@ func PlaneLabels(ctx context.Context, db outbox.DB, table string) (Spec, error) 
 // planeRows is the Spec of a Plane table whose triggers write an event of
 // its own entity per row change.
 func planeRows(ctx context.Context, db outbox.DB, table, entity string) (Spec, error) {
-	if err := tableName("table", table); err != nil {
-		return Spec{}, err
-	}
-	src, err := readLinked(ctx, db, table)
+	src, err := readPlane(ctx, db, table)
 	if err != nil {
 		return Spec{}, err
 	}
-	return Spec{
-		Table:                src.schema + "." + src.name,
-		EntityType:           entity,
-		EntityIDColumn:       "id",
-		EventPrefix:          entity,
-		WorkspaceColumn:      "workspace_id",
-		ProjectColumn:        "project_id",
-		InitiatorTypeSetting: "plane.initiator_type",
-		Ignore:               []string{"updated_at", "updated_by_id"},
-		CreatorColumn:        "created_by_id",
-		ModifierColumn:       "updated_by_id",
-		Shape:                ShapePlane,
-	}, nil
+	s := planeBase(src, entity, entity, "id")
+	s.Ignore = []string{"updated_at", "updated_by_id"}
+	return s, nil
 }

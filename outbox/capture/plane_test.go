@@ -39,6 +39,22 @@ CREATE TABLE plane_outbox (
 // order; initiator_id is created_by_id on insert, updated_by_id after;
 // initiator_type is plane.initiator_type or USER when unset.
 const planeTriggerDDL = `
+CREATE FUNCTION plane_changes(rel regclass, o anyelement, n anyelement, skip text[]) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+	col text;
+	was text;
+	now_is text;
+	changes jsonb := '{}';
+BEGIN
+	FOR col IN SELECT attname FROM pg_attribute WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped AND attname <> ALL (skip)
+	LOOP
+		EXECUTE format('SELECT ($1).%I::text, ($2).%I::text', col, col) INTO was, now_is USING o, n;
+		IF was IS DISTINCT FROM now_is THEN
+			changes := changes || jsonb_build_object(col, was);
+		END IF;
+	END LOOP;
+	RETURN changes;
+END $$;
 CREATE FUNCTION plane_issue_prefix(type_id uuid) RETURNS text LANGUAGE sql AS $$
 	SELECT CASE WHEN EXISTS (SELECT 1 FROM issue_types t WHERE t.id = type_id AND t.is_epic) THEN 'epic' ELSE 'workitem' END $$;
 CREATE FUNCTION plane_issue_is_epic(type_id uuid) RETURNS boolean LANGUAGE sql AS $$
@@ -54,10 +70,7 @@ CREATE FUNCTION plane_issue_event(event_type text, r issues, payload jsonb, init
 		coalesce(current_setting('plane.initiator_type', true), 'USER'), now()) $$;
 CREATE FUNCTION plane_issue_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-	col text;
-	was text;
-	now_is text;
-	changes jsonb := '{}';
+	changes jsonb;
 BEGIN
 	IF TG_OP = 'INSERT' THEN
 		PERFORM plane_issue_event(plane_issue_prefix(NEW.type_id) || '.created', NEW,
@@ -71,14 +84,8 @@ BEGIN
 			NEW.updated_by_id);
 		RETURN NULL;
 	END IF;
-	FOR col IN SELECT attname FROM pg_attribute WHERE attrelid = TG_RELID AND attnum > 0 AND NOT attisdropped
-		AND attname NOT IN ('updated_at', 'updated_by_id', 'last_activity_at', 'description_html', 'description_binary', 'description', 'description_stripped')
-	LOOP
-		EXECUTE format('SELECT ($1).%I::text, ($2).%I::text', col, col) INTO was, now_is USING OLD, NEW;
-		IF was IS DISTINCT FROM now_is THEN
-			changes := changes || jsonb_build_object(col, was);
-		END IF;
-	END LOOP;
+	changes := plane_changes(TG_RELID, OLD, NEW,
+		ARRAY['updated_at', 'updated_by_id', 'last_activity_at', 'description_html', 'description_binary', 'description', 'description_stripped']);
 	IF changes = '{}' THEN
 		RETURN NULL;
 	END IF;
@@ -155,10 +162,7 @@ DECLARE
 	entity text := TG_ARGV[0];
 	old_row jsonb := CASE WHEN TG_OP = 'UPDATE' THEN to_jsonb(OLD) END;
 	new_row jsonb := to_jsonb(NEW);
-	col text;
-	was text;
-	now_is text;
-	changes jsonb := '{}';
+	changes jsonb;
 	kind text;
 	payload jsonb;
 	initiator uuid := (new_row->>'updated_by_id')::uuid;
@@ -171,14 +175,7 @@ BEGIN
 		kind := 'deleted';
 		payload := jsonb_build_object('data', '{}', 'previous_attributes', old_row);
 	ELSE
-		FOR col IN SELECT attname FROM pg_attribute WHERE attrelid = TG_RELID AND attnum > 0 AND NOT attisdropped
-			AND attname NOT IN ('updated_at', 'updated_by_id')
-		LOOP
-			EXECUTE format('SELECT ($1).%I::text, ($2).%I::text', col, col) INTO was, now_is USING OLD, NEW;
-			IF was IS DISTINCT FROM now_is THEN
-				changes := changes || jsonb_build_object(col, was);
-			END IF;
-		END LOOP;
+		changes := plane_changes(TG_RELID, OLD, NEW, ARRAY['updated_at', 'updated_by_id']);
 		IF changes = '{}' THEN
 			RETURN NULL;
 		END IF;
