@@ -393,14 +393,7 @@ func (p *plan) onDelete(src sources) string {
 // the entity's end (.deleted, with its old values) and a new entity's
 // start (.created).
 func (p *plan) onUpdate(src sources) string {
-	// Paired by the key's text form, which has an = in pg_catalog
-	// whatever the key's type (citext's is in the schema citext was
-	// installed in, which the pinned search_path leaves out). Distinct
-	// keys have distinct text forms within one statement.
-	var on []string
-	for _, k := range p.key {
-		on = append(on, ref("o", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
-	}
+	on := sameKey(p.key, "o", "n")
 	k := p.key[0] // NOT NULL in both versions, so NULL means "no partner"
 	oldGone, newGone := ref("o", k)+" IS NULL", ref("n", k)+" IS NULL"
 	softDeleted, wasLive := "", ""
@@ -449,12 +442,25 @@ func (p *plan) onUpdate(src sources) string {
 		FULL JOIN %s AS n ON %s
 		CROSS JOIN LATERAL (SELECT %s AS changed OFFSET 0) AS d
 		WHERE %s OR (%s%s) OR (%s IS NOT NULL AND (d.changed <> '{}'::jsonb`,
-		src.old, src.new, strings.Join(on, " AND "), p.changed(), oldGone, newGone, wasLive, ref("n", k))
+		src.old, src.new, on, p.changed(), oldGone, newGone, wasLive, ref("n", k))
 	if softDeleted != "" {
 		from += " OR " + softDeleted
 	}
 	from += "))"
 	return p.insert(eventType, either(oid, nid), either(ows, nws), either(oproj, nproj), initiator, payload(data, previous), from)
+}
+
+// sameKey is true when the rows a and b have the same key: compared by
+// the key's text form, which has an = in pg_catalog whatever the key's
+// type (citext's is in the schema citext was installed in, which the
+// pinned search_path leaves out). Distinct keys have distinct text forms
+// within one statement.
+func sameKey(key []string, a, b string) string {
+	var same []string
+	for _, k := range key {
+		same = append(same, ref(a, k)+`::text COLLATE "C" = `+ref(b, k)+`::text COLLATE "C"`)
+	}
+	return strings.Join(same, " AND ")
 }
 
 // onUpdates are an update's inserts: its events, then with a Kind the

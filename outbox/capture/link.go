@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/warrenmq/warren/outbox"
 )
@@ -111,11 +110,7 @@ func (p *plan) linkPayload(side, before string) string {
 // onLinkAdded writes the parent's Added event per inserted row; the array
 // before it is the array now without the row.
 func (p *plan) onLinkAdded(src sources) string {
-	var same []string
-	for _, k := range p.source.primaryKey {
-		same = append(same, ref("warren_e", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
-	}
-	before := p.list(p.shape.link.list, "n", " AND NOT ("+strings.Join(same, " AND ")+")")
+	before := p.list(p.shape.link.list, "n", " AND NOT ("+sameKey(p.source.primaryKey, "warren_e", "n")+")")
 	id, ws, proj := p.envelope("n")
 	return p.insert(p.eventType("n", p.shape.link.Added), id, ws, proj, p.initiator("n", p.shape.creator),
 		p.linkPayload("n", before), "FROM "+src.new+" AS n")
@@ -126,18 +121,14 @@ func (p *plan) onLinkAdded(src sources) string {
 // in its place.
 func (p *plan) linkRemoved(initiator, from string) string {
 	e := p.shape.link.list
-	order, orderBy := "", ""
+	order, orderBy, oOrder, live := "", "", "", ""
 	if e.OrderColumn != "" {
 		order = ", " + ref("warren_e", e.OrderColumn) + " AS warren_order"
 		orderBy = " ORDER BY warren_e.warren_order"
+		oOrder = ", " + ref("o", e.OrderColumn)
 	}
-	live := ""
 	if e.LiveColumn != "" {
 		live = " AND warren_e." + quote(e.LiveColumn) + " IS NULL"
-	}
-	oOrder := ""
-	if e.OrderColumn != "" {
-		oOrder = ", " + ref("o", e.OrderColumn)
 	}
 	before := fmt.Sprintf(`(SELECT coalesce(pg_catalog.jsonb_agg(warren_e.warren_value%s), '[]'::jsonb) FROM (
 			SELECT warren_e.%s AS warren_value%s FROM %s AS warren_e WHERE warren_e.%s = %s%s
@@ -155,12 +146,8 @@ func (p *plan) linkRemoved(initiator, from string) string {
 // it had (Plane's row trigger sees it so). A row moved without a soft
 // delete writes nothing, as in Plane.
 func (p *plan) onLinkRemoved(src sources) string {
-	var on []string
-	for _, k := range p.source.primaryKey {
-		on = append(on, ref("o", k)+`::text COLLATE "C" = `+ref("n", k)+`::text COLLATE "C"`)
-	}
 	from := fmt.Sprintf("FROM %s AS o JOIN %s AS n ON %s\n\t\tWHERE %s IS NULL AND %s IS NOT NULL",
-		src.old, src.new, strings.Join(on, " AND "), ref("o", p.softDelete), ref("n", p.softDelete))
+		src.old, src.new, sameKey(p.source.primaryKey, "o", "n"), ref("o", p.softDelete), ref("n", p.softDelete))
 	return p.linkRemoved(p.initiator("n", p.shape.modifier), from)
 }
 

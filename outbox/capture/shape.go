@@ -307,14 +307,10 @@ func (p *plan) onConvert(src sources) string {
 	back := literal(k.Prefix + ".converted.to_" + p.spec.EventPrefix)
 	eventType := "CASE WHEN " + p.isKind("n") + " THEN " + to + " ELSE " + back + " END"
 	id, ws, proj := p.envelope("n")
-	var on []string
-	for _, key := range p.key {
-		on = append(on, ref("o", key)+`::text COLLATE "C" = `+ref("n", key)+`::text COLLATE "C"`)
-	}
 	from := fmt.Sprintf(`FROM %s AS o
 		JOIN %s AS n ON %s
 		WHERE %s IS DISTINCT FROM %s AND (%s) <> (%s)`,
-		src.old, src.new, strings.Join(on, " AND "), ref("o", k.Column), ref("n", k.Column), p.kindOf("o"), p.kindOf("n"))
+		src.old, src.new, sameKey(p.key, "o", "n"), ref("o", k.Column), ref("n", k.Column), p.kindOf("o"), p.kindOf("n"))
 	if p.softDelete != "" {
 		from += " AND NOT (" + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL)"
 	}

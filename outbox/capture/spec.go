@@ -382,13 +382,6 @@ func (s *Spec) validShaping() error {
 		}
 		verb = max(verb, len(v.Verb))
 	}
-	longest := len(slices.MaxFunc(prefixes, func(a, b string) int { return len(a) - len(b) })) + 1 + verb
-	if len(prefixes) == 2 {
-		longest = max(longest, len(prefixes[0])+len(".converted.to_")+len(prefixes[1]))
-	}
-	if longest > 255 {
-		return invalidf("the longest event type these prefixes and verbs make is %d bytes, past AMQP's 255", longest)
-	}
 	if l := s.Link; l != nil {
 		if err := tableName("Link.Table", l.Table); err != nil {
 			return err
@@ -405,10 +398,13 @@ func (s *Spec) validShaping() error {
 			}
 			verb = max(verb, len(v))
 		}
-		longest := len(slices.MaxFunc(prefixes, func(a, b string) int { return len(a) - len(b) })) + 1 + verb
-		if longest > 255 {
-			return invalidf("the longest event type Link's verbs make is %d bytes, past AMQP's 255", longest)
-		}
+	}
+	longest := len(slices.MaxFunc(prefixes, func(a, b string) int { return len(a) - len(b) })) + 1 + verb
+	if len(prefixes) == 2 {
+		longest = max(longest, len(prefixes[0])+len(".converted.to_")+len(prefixes[1]))
+	}
+	if longest > 255 {
+		return invalidf("the longest event type these prefixes and verbs make is %d bytes, past AMQP's 255", longest)
 	}
 	if err := identifiers("CreatorColumn/ModifierColumn", s.CreatorColumn, s.ModifierColumn); err != nil {
 		return err
