@@ -347,8 +347,16 @@ func (p *plan) envelope(side string) (entityID, workspace, project string) {
 
 const insertColumns = "event_id, event_type, entity_type, entity_id, workspace_id, project_id, initiator_id, initiator_type, payload, version"
 
+// entityType is the entity_type of a .created event, or of any other.
+func (p *plan) entityType(created bool) string {
+	if !created && p.spec.ChangedEntityType != "" {
+		return literal(p.spec.ChangedEntityType)
+	}
+	return literal(p.spec.EntityType)
+}
+
 // insert is the INSERT … SELECT that writes one event per selected row.
-func (p *plan) insert(eventType, entityID, workspace, project, initiator, payload, from string) string {
+func (p *plan) insert(eventType, entityType, entityID, workspace, project, initiator, payload, from string) string {
 	version := "NULL"
 	if p.spec.Version != "" {
 		version = literal(p.spec.Version)
@@ -365,7 +373,7 @@ func (p *plan) insert(eventType, entityID, workspace, project, initiator, payloa
 			%s,
 			%s
 		%s;`,
-		p.outbox, insertColumns, eventType, literal(p.spec.EntityType), entityID, workspace, project,
+		p.outbox, insertColumns, eventType, entityType, entityID, workspace, project,
 		initiator, literal(p.spec.InitiatorTypeSetting), literal(DefaultInitiatorType),
 		payload, version, from)
 }
@@ -373,7 +381,7 @@ func (p *plan) insert(eventType, entityID, workspace, project, initiator, payloa
 // onInsert writes a .created event per inserted row.
 func (p *plan) onInsert(src sources) string {
 	id, ws, proj := p.envelope("n")
-	return p.insert(p.eventType("n", "created"), id, ws, proj, p.initiator("n", p.shape.creator), p.createdPayload(), "FROM "+src.new+" AS n")
+	return p.insert(p.eventType("n", p.spec.Verbs.Created), p.entityType(true), id, ws, proj, p.initiator("n", p.shape.creator), p.createdPayload(), "FROM "+src.new+" AS n")
 }
 
 // onDelete writes a .deleted event per deleted row, carrying the old row;
@@ -384,7 +392,7 @@ func (p *plan) onDelete(src sources) string {
 	if p.softDelete != "" {
 		from += "\n\t\tWHERE " + ref("o", p.softDelete) + " IS NULL"
 	}
-	return p.insert(p.eventType("o", "deleted"), id, ws, proj, p.initiator("o", p.shape.modifier), p.deletedPayload(), from)
+	return p.insert(p.eventType("o", p.spec.Verbs.Deleted), p.entityType(false), id, ws, proj, p.initiator("o", p.shape.modifier), p.deletedPayload(), from)
 }
 
 // onUpdate pairs each old row with its new version by the primary key
@@ -406,10 +414,10 @@ func (p *plan) onUpdate(src sources) string {
 		wasLive = " AND " + ref("o", p.softDelete) + " IS NULL"
 	}
 
-	eventType := "CASE WHEN " + oldGone + " THEN " + p.eventType("n", "created") + "\n\t\t\tWHEN " + newGone + " THEN " + p.eventType("o", "deleted")
+	eventType := "CASE WHEN " + oldGone + " THEN " + p.eventType("n", p.spec.Verbs.Created) + "\n\t\t\tWHEN " + newGone + " THEN " + p.eventType("o", p.spec.Verbs.Deleted)
 	if softDeleted != "" {
 		// Plane takes a soft delete's prefix from the old row.
-		eventType += "\n\t\t\tWHEN " + softDeleted + " THEN " + p.eventType("o", "deleted")
+		eventType += "\n\t\t\tWHEN " + softDeleted + " THEN " + p.eventType("o", p.spec.Verbs.Deleted)
 	}
 	eventType += "\n\t\t\tELSE " + p.updateType() + " END"
 
@@ -425,12 +433,16 @@ func (p *plan) onUpdate(src sources) string {
 	if softDeleted != "" {
 		deleted += " OR (" + softDeleted + ")"
 	}
+	changes := "d.changed"
+	if p.spec.PreviousRow {
+		changes = p.data("o")
+	}
 	if p.shape.plane {
-		data = "CASE WHEN " + deleted + " THEN " + emptyObject + "\n\t\t\t\tELSE " + p.enriched("n") + " END"
-		previous = "CASE WHEN " + oldGone + " THEN " + emptyObject + " WHEN " + deleted + " THEN " + p.data("o") + " ELSE d.changed END"
+		data = "CASE WHEN " + deleted + " THEN " + p.deletedData() + "\n\t\t\t\tELSE " + p.enriched("n") + " END"
+		previous = "CASE WHEN " + oldGone + " THEN " + emptyObject + " WHEN " + deleted + " THEN " + p.data("o") + " ELSE " + changes + " END"
 	} else {
 		data = either(p.enriched("o"), p.enriched("n"))
-		previous = "CASE WHEN " + oldGone + " OR " + newGone + " THEN NULL ELSE d.changed END"
+		previous = "CASE WHEN " + oldGone + " OR " + newGone + " THEN NULL ELSE " + changes + " END"
 	}
 	initiator := "CASE WHEN " + oldGone + " THEN " + p.initiator("n", p.shape.creator) +
 		" WHEN " + newGone + " THEN " + p.initiator("o", p.shape.modifier) + " ELSE " + p.initiator("n", p.shape.modifier) + " END"
@@ -447,7 +459,8 @@ func (p *plan) onUpdate(src sources) string {
 		from += " OR " + softDeleted
 	}
 	from += "))"
-	return p.insert(eventType, either(oid, nid), either(ows, nws), either(oproj, nproj), initiator, payload(data, previous), from)
+	entityType := "CASE WHEN " + oldGone + " THEN " + p.entityType(true) + " ELSE " + p.entityType(false) + " END"
+	return p.insert(eventType, entityType, either(oid, nid), either(ows, nws), either(oproj, nproj), initiator, payload(data, previous), from)
 }
 
 // sameKey is true when the rows a and b have the same key: compared by
@@ -466,7 +479,8 @@ func sameKey(key []string, a, b string) string {
 // onUpdates are an update's inserts: its events, then with a Kind the
 // conversions, which follow them as Plane's do.
 func (p *plan) onUpdates(src sources) []string {
-	if p.shape.kind == nil {
+	if p.shape.kind == nil || p.shape.parent != nil {
+		// A child's kind is its parent's, whose conversions are its own.
 		return []string{p.onUpdate(src)}
 	}
 	return []string{p.onUpdate(src), p.onConvert(src)}
@@ -778,15 +792,16 @@ func (p *plan) description() string {
 	if p.rowLevel {
 		level = "row"
 	}
-	d := fmt.Sprintf("warren outbox capture: %s -> %s (%s.created, .updated, .deleted); tracked columns: %s; on failure: %s; subscriber: %s; %s-level triggers",
-		p.name(), p.outbox, p.spec.EventPrefix, strings.Join(tracked, ", "), p.spec.OnFailure, p.spec.Subscriber, level)
+	v := p.spec.Verbs
+	d := fmt.Sprintf("warren outbox capture: %s -> %s (%s.%s, .%s, .%s); tracked columns: %s; on failure: %s; subscriber: %s; %s-level triggers",
+		p.name(), p.outbox, p.spec.EventPrefix, v.Created, v.Updated, v.Deleted, strings.Join(tracked, ", "), p.spec.OnFailure, p.spec.Subscriber, level)
 	if p.shape.plane {
 		d += "; shape: plane"
 	}
 	if l := p.shape.link; l != nil {
 		// Its own .created, .updated and .deleted it never writes.
 		return fmt.Sprintf("warren outbox capture: %s -> %s (links of %s: %s.%s, .%s); on failure: %s; subscriber: %s; %s-level triggers",
-			p.name(), p.outbox, l.table, p.spec.EventPrefix, l.Added, l.Removed, p.spec.OnFailure, p.spec.Subscriber, level)
+			p.name(), p.outbox, p.shape.parent.table, p.spec.EventPrefix, l.Added, l.Removed, p.spec.OnFailure, p.spec.Subscriber, level)
 	}
 	if len(p.shape.ignore) > 0 {
 		d += "; ignored: " + strings.Join(p.shape.ignore, ", ")

@@ -8,34 +8,40 @@ import (
 	"github.com/warrenmq/warren/outbox"
 )
 
-// linkParent is a LinkOf resolved against the catalog.
-type linkParent struct {
-	LinkOf
-	parent *table
-	table  string // the parent, quoted with its schema
-	list   enrichment
+// parentRow is a ParentOf resolved against the catalog.
+type parentRow struct {
+	ParentOf
+	t     *table
+	table string // quoted with its schema
 }
 
-// resolveLink checks Spec.Link: the parent and its columns exist, its key
-// has the entity id's type, and List is the Enrich array of this table,
-// read with its soft delete column as the live one.
-func (p *plan) resolveLink(ctx context.Context, db outbox.DB) error {
-	l := p.spec.Link
+// linkParent is a LinkOf resolved against the catalog: the Enrich array
+// of this table.
+type linkParent struct {
+	LinkOf
+	list enrichment
+}
+
+// resolveParent checks Spec.Parent: the parent and its columns exist, its
+// key has the entity id's type and a unique index, and no key data gets
+// from elsewhere hides one of its columns.
+func (p *plan) resolveParent(ctx context.Context, db outbox.DB) error {
+	l := p.spec.Parent
 	if l == nil {
 		return nil
 	}
 	parent, err := readLinked(ctx, db, l.Table)
 	if err != nil {
-		return fmt.Errorf("capture: Link: %w", err)
+		return fmt.Errorf("capture: Parent: %w", err)
 	}
-	if err := parent.need("Link", append([]string{l.KeyColumn}, l.Exclude...)...); err != nil {
+	if err := parent.need("Parent", append([]string{l.KeyColumn}, l.Exclude...)...); err != nil {
 		return err
 	}
 	id, _ := p.source.column(p.entityID)
 	if key, _ := parent.column(l.KeyColumn); key.typ != id.typ {
-		return invalidf("Link: %s.%s is %s and the entity id %s is %s; the lookup compares them with =", parent.name, l.KeyColumn, key.typ, p.entityID, id.typ)
+		return invalidf("Parent: %s.%s is %s and the entity id %s is %s; the lookup compares them with =", parent.name, l.KeyColumn, key.typ, p.entityID, id.typ)
 	}
-	if err := parent.comparable(ctx, db, "Link", l.KeyColumn, ""); err != nil {
+	if err := parent.comparable(ctx, db, "Parent", l.KeyColumn, ""); err != nil {
 		return err
 	}
 	// The lookup of a row's parent must find one row at most.
@@ -45,20 +51,38 @@ func (p *plan) resolveLink(ctx context.Context, db outbox.DB) error {
 			WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indimmediate AND i.indpred IS NULL AND i.indnkeyatts = 1 AND a.attname = $2)`,
 		quote(parent.schema)+"."+quote(parent.name), l.KeyColumn).Scan(&unique)
 	if err != nil {
-		return fmt.Errorf("capture: Link: read the indexes of %s: %w", parent.name, err)
+		return fmt.Errorf("capture: Parent: read the indexes of %s: %w", parent.name, err)
 	}
 	if !unique {
-		return invalidf("Link: %s.%s has no unique index of its own (NOT DEFERRABLE, not partial): a link would find several parents", parent.name, l.KeyColumn)
+		return invalidf("Parent: %s.%s has no unique index of its own (NOT DEFERRABLE, not partial): a row would find several parents", parent.name, l.KeyColumn)
+	}
+	hides := func(key string) bool { _, ok := parent.column(key); return ok && !slices.Contains(l.Exclude, key) }
+	for _, e := range p.shape.enrich {
+		if hides(e.Key) {
+			return invalidf("Enrich: key %q is a column of the parent %s, whose value it would hide", e.Key, parent.name)
+		}
+		if e.Key == l.As {
+			return invalidf("Parent.As %q is an Enrich key too", l.As)
+		}
+	}
+	if l.As != "" && hides(l.As) {
+		return invalidf("Parent.As %q is a column of the parent %s, whose value it would hide", l.As, parent.name)
+	}
+	p.shape.parent = &parentRow{ParentOf: *l, t: parent, table: quote(parent.schema) + "." + quote(parent.name)}
+	return nil
+}
+
+// resolveLink checks Spec.Link: List is the Enrich array of this table,
+// read with its soft delete column as the live one.
+func (p *plan) resolveLink() error {
+	l := p.spec.Link
+	if l == nil {
+		return nil
 	}
 	if len(p.spec.Ignore) > 0 || len(p.spec.UpdateVerbs) > 0 {
 		return invalidf("Link: a link table writes no updates of its own; Ignore and UpdateVerbs mean nothing with it")
 	}
-	for _, e := range p.shape.enrich {
-		if _, ok := parent.column(e.Key); ok && !slices.Contains(l.Exclude, e.Key) {
-			return invalidf("Enrich: key %q is a column of the parent %s, whose value it would hide", e.Key, parent.name)
-		}
-	}
-	r := &linkParent{LinkOf: *l, parent: parent, table: quote(parent.schema) + "." + quote(parent.name)}
+	r := &linkParent{LinkOf: *l}
 	i := slices.IndexFunc(p.shape.enrich, func(e enrichment) bool { return e.Key == l.List })
 	if i < 0 {
 		return invalidf("Link: List %q is not an Enrich key", l.List)
@@ -77,13 +101,13 @@ func (p *plan) resolveLink(ctx context.Context, db outbox.DB) error {
 	return nil
 }
 
-// parentData is the parent's row, as data holds it, for the link on side;
+// parentData is the parent's row, as data holds it, for the row on side;
 // NULL when the parent is missing, as Plane's lookup finds. The row is
 // read whole, not by a column list written at generation: a migration of
 // the parent (a column added or dropped) changes its events, which a
 // list would miss or fail on, until capture ran again for every link.
 func (p *plan) parentData(side string) string {
-	l := p.shape.link
+	l := p.shape.parent
 	row := "pg_catalog.to_jsonb(warren_p)"
 	for _, c := range l.Exclude {
 		row += " OPERATOR(pg_catalog.-) " + literal(c)
@@ -93,18 +117,14 @@ func (p *plan) parentData(side string) string {
 
 // parentExists is true when the parent of the row on side is there.
 func (p *plan) parentExists(side string) string {
-	l := p.shape.link
+	l := p.shape.parent
 	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s AS warren_p WHERE warren_p.%s = %s)", l.table, quote(l.KeyColumn), ref(side, p.entityID))
 }
 
 // linkPayload is an added or removed link's payload: the parent with its
 // arrays now, and the link's array before.
 func (p *plan) linkPayload(side, before string) string {
-	data := p.parentData(side)
-	if len(p.shape.enrich) > 0 {
-		data += "\n\t\t\t|| " + p.lists(side)
-	}
-	return payload(data, "pg_catalog.jsonb_build_object("+literal(p.shape.link.List)+", "+before+")")
+	return payload(p.parentEnriched(side), "pg_catalog.jsonb_build_object("+literal(p.shape.link.List)+", "+before+")")
 }
 
 // onLinkAdded writes the parent's Added event per inserted row; the array
@@ -112,7 +132,7 @@ func (p *plan) linkPayload(side, before string) string {
 func (p *plan) onLinkAdded(src sources) string {
 	before := p.list(p.shape.link.list, "n", " AND NOT ("+sameKey(p.source.primaryKey, "warren_e", "n")+")")
 	id, ws, proj := p.envelope("n")
-	return p.insert(p.eventType("n", p.shape.link.Added), id, ws, proj, p.initiator("n", p.shape.creator),
+	return p.insert(p.eventType("n", p.shape.link.Added), p.entityType(true), id, ws, proj, p.initiator("n", p.shape.creator),
 		p.linkPayload("n", before), "FROM "+src.new+" AS n")
 }
 
@@ -136,7 +156,7 @@ func (p *plan) linkRemoved(initiator, from string) string {
 		orderBy, quote(e.ValueColumn), order, e.table, quote(e.LinkColumn), ref("o", p.entityID), live,
 		ref("o", e.ValueColumn), oOrder)
 	id, ws, proj := p.envelope("o")
-	return p.insert(p.eventType("o", p.shape.link.Removed), id, ws, proj, initiator, p.linkPayload("o", before), from)
+	return p.insert(p.eventType("o", p.shape.link.Removed), p.entityType(true), id, ws, proj, initiator, p.linkPayload("o", before), from)
 }
 
 // onLinkRemoved writes the Removed events of a soft delete: the old

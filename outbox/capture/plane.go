@@ -123,8 +123,8 @@ func planeIssueLinks(ctx context.Context, db outbox.DB, table, issues, entity, n
 	}
 	s := planeBase(src, entity, "workitem", "issue_id")
 	s.Enrich, s.Kind = issueSpec.Enrich, issueSpec.Kind
-	s.Link = &LinkOf{Table: issueSpec.Table, KeyColumn: "id", Exclude: issueSpec.Exclude,
-		Added: noun + ".added", Removed: noun + ".removed", List: list}
+	s.Parent = &ParentOf{Table: issueSpec.Table, KeyColumn: "id", Exclude: issueSpec.Exclude}
+	s.Link = &LinkOf{Added: noun + ".added", Removed: noun + ".removed", List: list}
 	return s, nil
 }
 

@@ -543,7 +543,7 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 		"link list not enriched":          {func(s *capture.Spec) { linkSpec(s, "watcher_ids") }, "not an Enrich key"},
 		"link parent unknown": {func(s *capture.Spec) {
 			linkSpec(s, "assignee_ids")
-			s.Link.Table = "tickets"
+			s.Parent.Table = "tickets"
 		}, "does not exist"},
 		"link verb empty": {func(s *capture.Spec) {
 			linkSpec(s, "assignee_ids")
@@ -551,7 +551,7 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 		}, "Added and Removed are required"},
 		"link key not unique": {func(s *capture.Spec) {
 			linkSpec(s, "assignee_ids")
-			s.Link.KeyColumn = "parent_id"
+			s.Parent.KeyColumn = "parent_id"
 		}, "no unique index"},
 		"link with verbs of updates": {func(s *capture.Spec) {
 			linkSpec(s, "assignee_ids")
@@ -623,7 +623,8 @@ func TestPlaneStatesAndLabelsCaptureWritesPlanesEvents(t *testing.T) {
 // linkSpec makes s, PlaneIssues's, a capture of issue_assignees whose
 // Link list is list.
 func linkSpec(s *capture.Spec, list string) {
-	s.Link = &capture.LinkOf{Table: s.Table, KeyColumn: "id", Exclude: s.Exclude, Added: "assignee.added", Removed: "assignee.removed", List: list}
+	s.Parent = &capture.ParentOf{Table: s.Table, KeyColumn: "id", Exclude: s.Exclude}
+	s.Link = &capture.LinkOf{Added: "assignee.added", Removed: "assignee.removed", List: list}
 	s.Table, s.EntityIDColumn, s.Columns, s.Exclude, s.Ignore, s.UpdateVerbs = "issue_assignees", "issue_id", nil, nil, nil, nil
 }
 

@@ -21,6 +21,7 @@ type shaping struct {
 	modifier string
 	enrich   []enrichment
 	kind     *kindLookup
+	parent   *parentRow
 	link     *linkParent
 	plane    bool // ShapePlane
 }
@@ -96,17 +97,20 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		}
 		s.enrich = append(s.enrich, enrichment{e, quote(linked.schema) + "." + quote(linked.name)})
 	}
-	if err := p.resolveLink(ctx, db); err != nil {
+	if err := p.resolveParent(ctx, db); err != nil {
+		return err
+	}
+	if err := p.resolveLink(); err != nil {
 		return err
 	}
 	if k := spec.Kind; k != nil {
 		own, _ := t.column(k.Column)
 		switch {
-		case s.link != nil:
-			// A link's kind is its parent's; it writes no conversions.
+		case s.parent != nil:
+			// A child's kind is its parent's; it writes no conversions.
 			var ok bool
-			if own, ok = s.link.parent.column(k.Column); !ok {
-				return invalidf("Kind: the parent table %s has no column %q", s.link.parent.name, k.Column)
+			if own, ok = s.parent.t.column(k.Column); !ok {
+				return invalidf("Kind: the parent table %s has no column %q", s.parent.t.name, k.Column)
 			}
 		case !slices.ContainsFunc(p.compared(), func(c column) bool { return c.name == k.Column }):
 			// A conversion follows the event its change writes, as Plane's do.
@@ -187,10 +191,10 @@ func (p *plan) isKind(side string) string {
 		k.table, quote(k.KeyColumn), p.kindColumn(side), quote(k.FlagColumn))
 }
 
-// kindColumn is the Kind column of the row on side, or, for a link, of
+// kindColumn is the Kind column of the row on side, or, with a Parent, of
 // its parent.
 func (p *plan) kindColumn(side string) string {
-	if l := p.shape.link; l != nil {
+	if l := p.shape.parent; l != nil {
 		return fmt.Sprintf("(SELECT warren_p.%s FROM %s AS warren_p WHERE warren_p.%s = %s)",
 			quote(p.shape.kind.Column), l.table, quote(l.KeyColumn), ref(side, p.entityID))
 	}
@@ -221,21 +225,44 @@ func (p *plan) eventType(side, verb string) string {
 // what d.changed holds: the first UpdateVerbs column it changed names it.
 func (p *plan) updateType() string {
 	if len(p.shape.verbs) == 0 {
-		return p.eventType("n", "updated")
+		return p.eventType("n", p.spec.Verbs.Updated)
 	}
 	t := "CASE"
 	for _, v := range p.shape.verbs {
 		t += " WHEN d.changed ? " + literal(v.Column) + " THEN " + p.eventType("n", v.Verb)
 	}
-	return t + " ELSE " + p.eventType("n", "updated") + " END"
+	return t + " ELSE " + p.eventType("n", p.spec.Verbs.Updated) + " END"
 }
 
-// enriched is data(side) with the Enrich arrays of the row on side.
+// enriched is data(side) with the Enrich arrays of the row on side; with
+// Parent.As, the parent's row and arrays with data(side) under As.
 func (p *plan) enriched(side string) string {
+	if pr := p.shape.parent; pr != nil && pr.As != "" {
+		return p.parentEnriched(side) + "\n\t\t\t|| pg_catalog.jsonb_build_object(" + literal(pr.As) + ", " + p.data(side) + ")"
+	}
 	if len(p.shape.enrich) == 0 {
 		return p.data(side)
 	}
 	return p.data(side) + "\n\t\t\t|| " + p.lists(side)
+}
+
+// parentEnriched is the parent's row of the row on side, with the Enrich
+// arrays.
+func (p *plan) parentEnriched(side string) string {
+	if len(p.shape.enrich) == 0 {
+		return p.parentData(side)
+	}
+	return p.parentData(side) + "\n\t\t\t|| " + p.lists(side)
+}
+
+// deletedData is data of a Plane-shaped .deleted event of the old row o:
+// the JSON string "{}", or with Parent.As, the parent's row and arrays
+// without the row.
+func (p *plan) deletedData() string {
+	if pr := p.shape.parent; pr != nil && pr.As != "" {
+		return p.parentEnriched("o")
+	}
+	return emptyObject
 }
 
 // lists is the JSON object of the Enrich arrays of the entity the row on
@@ -283,7 +310,7 @@ func (p *plan) createdPayload() string {
 // deletedPayload is a .deleted event's payload, for the old row o.
 func (p *plan) deletedPayload() string {
 	if p.shape.plane {
-		return payload(emptyObject, p.data("o"))
+		return payload(p.deletedData(), p.data("o"))
 	}
 	return payload(p.enriched("o"), "NULL")
 }
@@ -314,6 +341,6 @@ func (p *plan) onConvert(src sources) string {
 	if p.softDelete != "" {
 		from += " AND NOT (" + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL)"
 	}
-	return p.insert(eventType, id, ws, proj, p.initiator("n", p.shape.modifier),
+	return p.insert(eventType, p.entityType(false), id, ws, proj, p.initiator("n", p.shape.modifier),
 		payload(p.enriched("n"), "pg_catalog.jsonb_build_object("+literal(k.Column)+", "+ref("o", k.Column)+")"), from)
 }

@@ -164,28 +164,62 @@ type Spec struct {
 	// Shape is the payloads' shape; default ShapeWarren.
 	Shape PayloadShape
 
-	// Link, when set, makes the table's rows links of a parent entity
-	// (Plane's issue_assignees of issues), whose events they write
-	// instead of their own; see [LinkOf].
+	// Verbs, when set, name the three row events instead of created,
+	// updated and deleted: Plane's link tables write added, updated and
+	// removed; its cycle memberships added, moved and removed.
+	Verbs *RowVerbs
+
+	// ChangedEntityType, when set, is the entity_type of every event but
+	// .created: Plane's issue_links and issue_relations write issue_link
+	// and issue_relation on insert, and issue after.
+	ChangedEntityType string
+
+	// PreviousRow makes an update's previous_attributes the whole old
+	// row (its tracked columns, with their JSON types), not the old values
+	// of the columns it changed: Plane's cycle and module memberships'
+	// .moved.
+	PreviousRow bool
+
+	// Parent, when set, is the entity the rows are about (Plane's issue
+	// of a comment, a link or an assignee): EntityIDColumn holds its key,
+	// Kind reads its column, and with As set, data is the parent's row
+	// with the row itself under As; see [ParentOf].
+	Parent *ParentOf
+
+	// Link, when set, makes the table's rows links of Parent (Plane's
+	// issue_assignees of issues), whose events they write instead of
+	// their own; see [LinkOf].
 	Link *LinkOf
 }
 
-// LinkOf is [Spec.Link]. An inserted row writes the parent's
-// <prefix>.<Added> event; a soft delete of a live row, or a DELETE of
-// one, its <prefix>.<Removed>; no other write of the table writes an
-// event. entity_id is EntityIDColumn, which must hold the parent's
-// KeyColumn; data is the parent's row without Exclude, with Enrich's
-// arrays read for the parent when the statement ends (so after it: an
-// added row is in them, a removed one is not); previous_attributes is
-// {List: that array without the added row, or with the removed one},
-// where List names the Enrich entry that reads this table. Kind, when
-// set, names the parent's column. The initiator is CreatorColumn of an
-// added row, ModifierColumn of a removed one.
-type LinkOf struct {
+// ParentOf is [Spec.Parent]: the row of Table whose KeyColumn equals the
+// captured row's EntityIDColumn, which needs a unique index of its own,
+// so that a row finds one parent at most. Its row is read whole, without
+// Exclude, when the trigger fires. With As set, data is that row, Enrich's
+// arrays (read for the parent), and the captured row under As; a .deleted
+// event's data is the parent's without the row (Plane's comments). A
+// missing parent makes data null, as Plane's lookup does.
+type ParentOf struct {
 	Table, KeyColumn string // the parent table and its key
 	Exclude          []string
-	Added, Removed   string // the verbs: "assignee.added", "assignee.removed"
-	List             string // the Enrich key of this table's array
+	As               string // the key of the row in data, "" for no nesting
+}
+
+// RowVerbs is [Spec.Verbs]. An empty field keeps its default.
+type RowVerbs struct{ Created, Updated, Deleted string }
+
+// LinkOf is [Spec.Link]; it needs [Spec.Parent], without As. An inserted
+// row writes the parent's <prefix>.<Added> event; a soft delete of a live
+// row, or a DELETE of one, its <prefix>.<Removed>; no other write of the
+// table writes an event. data is the parent's row, with Enrich's arrays
+// read for the parent when the statement ends (so after it: an added row
+// is in them, a removed one is not); previous_attributes is {List: that
+// array without the added row, or with the removed one}, where List names
+// the Enrich entry that reads this table. The initiator is CreatorColumn
+// of an added row, ModifierColumn of a removed one.
+type LinkOf struct {
+	Added, Removed string // the verbs: "assignee.added", "assignee.removed"
+	List           string // the Enrich key of this table's array
 }
 
 // ColumnVerb is one of [Spec.UpdateVerbs].
@@ -382,12 +416,37 @@ func (s *Spec) validShaping() error {
 		}
 		verb = max(verb, len(v.Verb))
 	}
-	if l := s.Link; l != nil {
-		if err := tableName("Link.Table", l.Table); err != nil {
+	if v := s.Verbs; v != nil {
+		for _, name := range []string{v.Created, v.Updated, v.Deleted} {
+			if err := plainText("Verbs", name); err != nil {
+				return err
+			}
+			verb = max(verb, len(name))
+		}
+	}
+	if err := plainText("ChangedEntityType", s.ChangedEntityType); err != nil {
+		return err
+	}
+	if p := s.Parent; p != nil {
+		if err := tableName("Parent.Table", p.Table); err != nil {
 			return err
 		}
-		if err := identifiers("Link", append([]string{l.KeyColumn}, l.Exclude...)...); err != nil {
+		if p.KeyColumn == "" {
+			return invalidf("Parent: KeyColumn is required")
+		}
+		if err := identifiers("Parent", append([]string{p.KeyColumn}, p.Exclude...)...); err != nil {
 			return err
+		}
+		if err := plainText("Parent.As", p.As); err != nil {
+			return err
+		}
+	}
+	if l := s.Link; l != nil {
+		if s.Parent == nil || s.Parent.As != "" {
+			return invalidf("Link: needs Parent, without As: a link's events carry the parent's row")
+		}
+		if s.Verbs != nil || s.ChangedEntityType != "" || s.PreviousRow {
+			return invalidf("Link: writes Added and Removed only; Verbs, ChangedEntityType and PreviousRow mean nothing with it")
 		}
 		for _, v := range []string{l.Added, l.Removed} {
 			if err := plainText("Link verb", v); err != nil {
@@ -409,6 +468,13 @@ func (s *Spec) validShaping() error {
 	if err := identifiers("CreatorColumn/ModifierColumn", s.CreatorColumn, s.ModifierColumn); err != nil {
 		return err
 	}
+	// A copy: the caller's RowVerbs stays as given.
+	verbs := RowVerbs{}
+	if s.Verbs != nil {
+		verbs = *s.Verbs
+	}
+	verbs.Created, verbs.Updated, verbs.Deleted = orDefault(verbs.Created, "created"), orDefault(verbs.Updated, "updated"), orDefault(verbs.Deleted, "deleted")
+	s.Verbs = &verbs
 	keys := map[string]bool{}
 	for _, e := range s.Enrich {
 		if err := plainText("Enrich.Key", e.Key); err != nil {
