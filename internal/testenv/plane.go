@@ -198,7 +198,9 @@ func CheckPlaneConsumerRead(t testing.TB, out []byte, want map[string]map[string
 // PlaneSchemaDDL is Plane's issues table as its current migrations leave
 // it (the columns Plane's triggers treat apart, and one of each type its
 // rows hold), with the tables its issue triggers read (issue_types,
-// issue_assignees and issue_labels), and its states and labels tables.
+// issue_assignees and issue_labels), its states and labels tables, and the
+// tables of what an issue has: comments, links, relations, and cycle and
+// module memberships.
 // Unqualified: run it with the schema it goes to first on the search_path.
 const PlaneSchemaDDL = `
 CREATE TABLE issue_types (id uuid PRIMARY KEY, name text NOT NULL, is_epic boolean NOT NULL DEFAULT false);
@@ -246,5 +248,27 @@ CREATE TABLE labels (
 	sort_order double precision NOT NULL DEFAULT 65535, parent_id uuid REFERENCES labels,
 	external_source varchar(255), external_id varchar(255),
 	workspace_id uuid NOT NULL, project_id uuid, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
+CREATE TABLE issue_comments (
+	id uuid PRIMARY KEY, comment_stripped text NOT NULL DEFAULT '', comment_json jsonb NOT NULL DEFAULT '{}',
+	comment_html text NOT NULL DEFAULT '<p></p>', attachments varchar(200)[] NOT NULL DEFAULT '{}', access varchar(100) NOT NULL DEFAULT 'INTERNAL',
+	issue_id uuid NOT NULL, actor_id uuid, edited_at timestamptz, external_source varchar(255), external_id varchar(255),
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
+CREATE TABLE issue_links (
+	id uuid PRIMARY KEY, title varchar(255), url text NOT NULL, metadata jsonb NOT NULL DEFAULT '{}', issue_id uuid NOT NULL,
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
+CREATE TABLE issue_relations (
+	id uuid PRIMARY KEY, issue_id uuid NOT NULL, related_issue_id uuid NOT NULL, relation_type varchar(20) NOT NULL DEFAULT 'blocked_by',
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
+CREATE TABLE cycle_issues (
+	id uuid PRIMARY KEY, cycle_id uuid NOT NULL, issue_id uuid NOT NULL,
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
+CREATE TABLE module_issues (
+	id uuid PRIMARY KEY, module_id uuid NOT NULL, issue_id uuid NOT NULL,
+	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_by_id uuid, updated_by_id uuid,
 	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
 `

@@ -101,18 +101,19 @@ func readPlane(ctx context.Context, db outbox.DB, table string) (*table, error) 
 // entity_id the issue's id, data the issue's row as PlaneIssues writes it,
 // previous_attributes {"assignee_ids": the list before}.
 func PlaneIssueAssignees(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
-	return planeIssueLinks(ctx, db, table, issues, "issue_assignee", "assignee", "assignee_ids")
+	return planeLinkTable(ctx, db, table, issues, "issue_assignee", "assignee", "assignee_ids")
 }
 
 // PlaneIssueLabels is [PlaneIssueAssignees] for issue_labels:
 // workitem.label.added and workitem.label.removed, entity_type
 // issue_label, previous_attributes {"label_ids": the list before}.
 func PlaneIssueLabels(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
-	return planeIssueLinks(ctx, db, table, issues, "issue_label", "label", "label_ids")
+	return planeLinkTable(ctx, db, table, issues, "issue_label", "label", "label_ids")
 }
 
-// planeIssueLinks is the Spec of a Plane table of an issue's links.
-func planeIssueLinks(ctx context.Context, db outbox.DB, table, issues, entity, noun, list string) (Spec, error) {
+// planeLinkTable is the Spec of a Plane table of an issue's assignees or
+// labels.
+func planeLinkTable(ctx context.Context, db outbox.DB, table, issues, entity, noun, list string) (Spec, error) {
 	issueSpec, err := PlaneIssues(ctx, db, issues)
 	if err != nil {
 		return Spec{}, err
@@ -151,5 +152,105 @@ func planeRows(ctx context.Context, db outbox.DB, table, entity string) (Spec, e
 	}
 	s := planeBase(src, entity, entity, "id")
 	s.Ignore = []string{"updated_at", "updated_by_id"}
+	return s, nil
+}
+
+// PlaneIssueComments is the Spec whose events are those Plane's triggers
+// write for its issue_comments table (issues: the issues table beside
+// it): workitem.comment.created, .comment.updated and .comment.deleted
+// (epic.* when the issue is an epic) about the issue: entity_type issue,
+// entity_id the issue's id, data the issue's row as [PlaneIssues] writes
+// it with the comment's row under "comment" (without it on delete),
+// previous_attributes as for an issue's own events; no event for a write
+// that changes only updated_at.
+func PlaneIssueComments(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	issueSpec, src, err := planeChild(ctx, db, table, issues)
+	if err != nil {
+		return Spec{}, err
+	}
+	s := planeBase(src, "issue", "workitem", "issue_id")
+	s.Enrich, s.Kind, s.Ignore = issueSpec.Enrich, issueSpec.Kind, []string{"updated_at"}
+	s.Parent = &ParentOf{Table: issueSpec.Table, KeyColumn: "id", Exclude: issueSpec.Exclude, As: "comment"}
+	s.Verbs = &RowVerbs{Created: "comment.created", Updated: "comment.updated", Deleted: "comment.deleted"}
+	return s, nil
+}
+
+// PlaneIssueLinks is the Spec whose events are those Plane's triggers
+// write for its issue_links table (issues: the issues table beside it):
+// workitem.link.added, .link.updated and .link.removed (epic.* when the
+// issue is an epic), entity_id the issue's id, entity_type issue_link on
+// insert and issue after, data the link's row, previous_attributes as
+// [PlaneStates]'s; no event for a write that changes only updated_at.
+func PlaneIssueLinks(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	return planeIssueChild(ctx, db, table, issues, "issue_link", "link")
+}
+
+// PlaneIssueRelations is [PlaneIssueLinks] for issue_relations:
+// workitem.relation.added, .relation.updated and .relation.removed,
+// entity_type issue_relation on insert and issue after.
+func PlaneIssueRelations(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	return planeIssueChild(ctx, db, table, issues, "issue_relation", "relation")
+}
+
+// planeIssueChild is the Spec of a Plane table whose rows write events of
+// their own about their issue.
+func planeIssueChild(ctx context.Context, db outbox.DB, table, issues, entity, noun string) (Spec, error) {
+	issueSpec, src, err := planeChild(ctx, db, table, issues)
+	if err != nil {
+		return Spec{}, err
+	}
+	s := planeBase(src, entity, "workitem", "issue_id")
+	s.ChangedEntityType, s.Kind, s.Ignore = "issue", issueSpec.Kind, []string{"updated_at"}
+	s.Parent = &ParentOf{Table: issueSpec.Table, KeyColumn: "id"}
+	s.Verbs = &RowVerbs{Created: noun + ".added", Updated: noun + ".updated", Deleted: noun + ".removed"}
+	return s, nil
+}
+
+// planeChild reads a table of what an issue has and the issues' Spec.
+func planeChild(ctx context.Context, db outbox.DB, table, issues string) (Spec, *table, error) {
+	issueSpec, err := PlaneIssues(ctx, db, issues)
+	if err != nil {
+		return Spec{}, nil, err
+	}
+	src, err := readPlane(ctx, db, table)
+	return issueSpec, src, err
+}
+
+// PlaneCycleIssues is the Spec whose events are those Plane's triggers
+// write for its cycle_issues table: workitem.cycle.added (data the row,
+// previous_attributes "{}"), workitem.cycle.moved for an update that
+// changes cycle_id (data the new row, previous_attributes the whole old
+// one), workitem.cycle.removed for a soft delete; entity_type
+// cycle_issue, entity_id the issue's id, never epic.*.
+func PlaneCycleIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) {
+	return planeMembership(ctx, db, table, "cycle", true)
+}
+
+// PlaneModuleIssues is [PlaneCycleIssues] for module_issues:
+// workitem.module.added, .module.moved for an update that changes any
+// column, .module.removed; entity_type module_issue.
+func PlaneModuleIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) {
+	return planeMembership(ctx, db, table, "module", false)
+}
+
+// planeMembership is the Spec of a Plane table of an issue's membership
+// of a cycle or a module; with onlyMoves, only a change of <noun>_id
+// writes .moved.
+func planeMembership(ctx context.Context, db outbox.DB, table, noun string, onlyMoves bool) (Spec, error) {
+	src, err := readPlane(ctx, db, table)
+	if err != nil {
+		return Spec{}, err
+	}
+	if _, ok := src.column(noun + "_id"); !ok {
+		return Spec{}, fmt.Errorf("capture: %s has no column %s_id: not Plane's %s_issues", table, noun, noun)
+	}
+	s := planeBase(src, noun+"_issue", "workitem", "issue_id")
+	s.PreviousRow = true
+	s.Verbs = &RowVerbs{Created: noun + ".added", Updated: noun + ".moved", Deleted: noun + ".removed"}
+	for _, c := range src.columns {
+		if onlyMoves && c.name != noun+"_id" {
+			s.Ignore = append(s.Ignore, c.name)
+		}
+	}
 	return s, nil
 }

@@ -191,6 +191,112 @@ CREATE TRIGGER plane_state_outbox AFTER INSERT OR UPDATE ON states FOR EACH ROW 
 CREATE TRIGGER plane_label_outbox AFTER INSERT OR UPDATE ON labels FOR EACH ROW EXECUTE FUNCTION plane_row_trigger('label');
 `
 
+// planeChildTriggerDDL reproduces Plane's triggers on issue_links,
+// issue_relations, cycle_issues and module_issues (event_stream/models/
+// issue.py, cycle.py and module.py, for behaviour only): about the issue
+// (entity_id its id), after an insert <p>.<noun>.added with the row and
+// "{}"; after an update that soft deletes, <p>.<noun>.removed with "{}"
+// and the old row; after any other update, by TG_ARGV[3]: "changes" writes
+// <p>.<noun>.updated with the row and the old text of every changed column
+// but updated_at (none when nothing else changed), "cycle" writes
+// <p>.<noun>.moved with the new and the old rows when cycle_id changed,
+// "module" the same after every update. The prefix is epic when
+// TG_ARGV[4] is "kind" and the issue is an epic. TG_ARGV: the noun, the
+// entity type of the insert, the entity type after, the update's mode,
+// the prefix's. Initiators: created_by_id, then updated_by_id.
+const planeChildTriggerDDL = `
+CREATE FUNCTION plane_child_prefix(issue uuid, mode text) RETURNS text LANGUAGE sql AS $$
+	SELECT CASE WHEN mode = 'kind' THEN plane_issue_prefix((SELECT i.type_id FROM issues i WHERE i.id = issue)) ELSE 'workitem' END $$;
+CREATE FUNCTION plane_child_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	r record := NEW;
+	verb text;
+	entity text := TG_ARGV[2];
+	payload jsonb;
+	changes jsonb;
+	initiator uuid := NEW.updated_by_id;
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		verb := 'added';
+		entity := TG_ARGV[1];
+		payload := jsonb_build_object('data', row_to_json(NEW), 'previous_attributes', '{}');
+		initiator := NEW.created_by_id;
+	ELSIF OLD.deleted_at IS NULL AND NEW.deleted_at IS NOT NULL THEN
+		r := OLD;
+		verb := 'removed';
+		payload := jsonb_build_object('data', '{}', 'previous_attributes', row_to_json(OLD));
+	ELSIF TG_ARGV[3] = 'changes' THEN
+		changes := plane_changes(TG_RELID, OLD, NEW, ARRAY['updated_at']);
+		IF changes = '{}' THEN
+			RETURN NULL;
+		END IF;
+		verb := 'updated';
+		payload := jsonb_build_object('data', row_to_json(NEW), 'previous_attributes', changes);
+	ELSE
+		IF TG_ARGV[3] = 'cycle' THEN
+			IF OLD.cycle_id IS NOT DISTINCT FROM NEW.cycle_id THEN
+				RETURN NULL;
+			END IF;
+		END IF;
+		verb := 'moved';
+		payload := jsonb_build_object('data', row_to_json(NEW), 'previous_attributes', row_to_json(OLD));
+	END IF;
+	INSERT INTO plane_outbox (event_id, event_type, entity_type, entity_id, workspace_id, project_id, payload, initiator_id, initiator_type, created_at)
+	VALUES (gen_random_uuid(), plane_child_prefix(r.issue_id, TG_ARGV[4]) || '.' || TG_ARGV[0] || '.' || verb, entity, r.issue_id,
+		r.workspace_id, r.project_id, payload, initiator, coalesce(current_setting('plane.initiator_type', true), 'USER'), now());
+	RETURN NULL;
+END $$;
+CREATE TRIGGER plane_link_outbox AFTER INSERT OR UPDATE ON issue_links FOR EACH ROW EXECUTE FUNCTION plane_child_trigger('link', 'issue_link', 'issue', 'changes', 'kind');
+CREATE TRIGGER plane_relation_outbox AFTER INSERT OR UPDATE ON issue_relations FOR EACH ROW EXECUTE FUNCTION plane_child_trigger('relation', 'issue_relation', 'issue', 'changes', 'kind');
+CREATE TRIGGER plane_cycle_outbox AFTER INSERT OR UPDATE ON cycle_issues FOR EACH ROW EXECUTE FUNCTION plane_child_trigger('cycle', 'cycle_issue', 'cycle_issue', 'cycle', '');
+CREATE TRIGGER plane_module_outbox AFTER INSERT OR UPDATE ON module_issues FOR EACH ROW EXECUTE FUNCTION plane_child_trigger('module', 'module_issue', 'module_issue', 'module', '');
+`
+
+// planeCommentTriggerDDL reproduces Plane's triggers on issue_comments
+// (event_stream/models/issue.py, for behaviour only): about the issue,
+// entity_type issue; after an insert <p>.comment.created with the issue's
+// data (as its own events carry it) and the comment under "comment", and
+// "{}"; after a soft delete <p>.comment.deleted with the issue's data and
+// the old comment; after any other update that changed a column but
+// updated_at, <p>.comment.updated with the issue's data and the new
+// comment, and the old text of the changed columns. A missing issue makes
+// data null.
+const planeCommentTriggerDDL = `
+CREATE FUNCTION plane_comment_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	r record := NEW;
+	verb text;
+	data jsonb;
+	previous jsonb := to_jsonb('{}'::text);
+	initiator uuid := NEW.updated_by_id;
+BEGIN
+	IF TG_OP = 'INSERT' THEN
+		verb := 'created';
+		initiator := NEW.created_by_id;
+	ELSIF OLD.deleted_at IS NULL AND NEW.deleted_at IS NOT NULL THEN
+		r := OLD;
+		verb := 'deleted';
+		previous := to_jsonb(row_to_json(OLD));
+	ELSE
+		previous := plane_changes(TG_RELID, OLD, NEW, ARRAY['updated_at']);
+		IF previous = '{}' THEN
+			RETURN NULL;
+		END IF;
+		verb := 'updated';
+	END IF;
+	data := (SELECT plane_issue_data(i) FROM issues i WHERE i.id = r.issue_id);
+	IF verb <> 'deleted' THEN
+		data := data || jsonb_build_object('comment', row_to_json(NEW));
+	END IF;
+	INSERT INTO plane_outbox (event_id, event_type, entity_type, entity_id, workspace_id, project_id, payload, initiator_id, initiator_type, created_at)
+	VALUES (gen_random_uuid(), plane_child_prefix(r.issue_id, 'kind') || '.comment.' || verb, 'issue', r.issue_id,
+		r.workspace_id, r.project_id, jsonb_build_object('data', data, 'previous_attributes', previous),
+		initiator, coalesce(current_setting('plane.initiator_type', true), 'USER'), now());
+	RETURN NULL;
+END $$;
+CREATE TRIGGER plane_comment_outbox AFTER INSERT OR UPDATE ON issue_comments FOR EACH ROW EXECUTE FUNCTION plane_comment_trigger();
+`
+
 // planeEnv is a schema holding Plane's tables with the reproduced
 // triggers and warren's PlaneIssues capture, both on issues.
 type planeEnv struct {
@@ -226,7 +332,8 @@ func newPlaneEnv(t *testing.T) *planeEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, testenv.PlaneSchemaDDL+planeOutboxDDL+planeTriggerDDL+planeRowTriggerDDL+planeLinkTriggerDDL); err != nil {
+	if _, err := conn.Exec(ctx, testenv.PlaneSchemaDDL+planeOutboxDDL+planeTriggerDDL+planeRowTriggerDDL+planeLinkTriggerDDL+
+		planeChildTriggerDDL+planeCommentTriggerDDL); err != nil {
 		t.Fatal(err)
 	}
 	for table, profile := range map[string]func(context.Context, outbox.DB, string) (capture.Spec, error){
@@ -237,6 +344,16 @@ func newPlaneEnv(t *testing.T) *planeEnv {
 		"issue_labels": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
 			return capture.PlaneIssueLabels(ctx, db, table, "issues")
 		},
+		"issue_comments": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+			return capture.PlaneIssueComments(ctx, db, table, "issues")
+		},
+		"issue_links": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+			return capture.PlaneIssueLinks(ctx, db, table, "issues")
+		},
+		"issue_relations": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+			return capture.PlaneIssueRelations(ctx, db, table, "issues")
+		},
+		"cycle_issues": capture.PlaneCycleIssues, "module_issues": capture.PlaneModuleIssues,
 	} {
 		spec, err := profile(ctx, conn, table)
 		if err != nil {
@@ -397,6 +514,87 @@ func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 		{"many rows in one statement", `UPDATE issues SET sequence_id = sequence_id + 10`, nil, []string{"epic.updated", "workitem.updated", "workitem.updated"}},
 		{"initiator type from the session", fmt.Sprintf(`SELECT set_config('plane.initiator_type', 'SYSTEM.IMPORT', false);
 			UPDATE issues SET name = 'Imported' WHERE id = '%s'`, item2), nil, []string{"workitem.updated"}},
+	}
+	for _, c := range checks {
+		got := types(e.step(c.name, c.sql, c.args...))
+		slices.Sort(got)
+		want := slices.Clone(c.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: warren wrote %v, want %v", c.name, got, want)
+		}
+	}
+}
+
+// The same DML under Plane's reproduced triggers and under warren's
+// profiles for what an issue has (comments, links, relations, cycle and
+// module memberships) writes the same events, field by field: insert,
+// each kind of update, timestamp-only updates, soft delete and restore,
+// an epic's, a missing issue's, and a statement of many rows.
+func TestPlaneChildrenCaptureWritesPlanesEvents(t *testing.T) {
+	t.Parallel()
+	e := newPlaneEnv(t)
+	const (
+		ws, proj             = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+		alice, bob           = "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
+		epicType             = "33333333-0000-4000-8000-000000000002"
+		item, big, missing   = "55555555-0000-4000-8000-000000000001", "55555555-0000-4000-8000-000000000002", "55555555-0000-4000-8000-00000000000f"
+		comment, bigComment  = "88888888-0000-4000-8000-000000000001", "88888888-0000-4000-8000-000000000002"
+		link, relation       = "88888888-0000-4000-8000-000000000003", "88888888-0000-4000-8000-000000000004"
+		inCycle, inModule    = "88888888-0000-4000-8000-000000000005", "88888888-0000-4000-8000-000000000006"
+		cycle1, cycle2, mod2 = "99999999-0000-4000-8000-000000000001", "99999999-0000-4000-8000-000000000002", "99999999-0000-4000-8000-000000000003"
+	)
+	e.exec(`INSERT INTO issue_types (id, name, is_epic) VALUES ($1, 'Epic', true)`, epicType)
+	e.step("issues", `INSERT INTO issues (id, name, type_id, workspace_id, project_id, created_by_id) VALUES ($1, 'Item', NULL, $3, $4, $5), ($2, 'Big', $6, $3, $4, $5)`,
+		item, big, ws, proj, alice, epicType)
+	e.step("an assignee, so that data has one", fmt.Sprintf(`INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at)
+		VALUES (gen_random_uuid(), '%s', '%s', '%s', '%s', now())`, item, bob, ws, proj))
+
+	checks := []struct {
+		name, sql string
+		args      []any
+		want      []string // event types, in order
+	}{
+		{"comment", `INSERT INTO issue_comments (id, comment_html, comment_json, attachments, issue_id, actor_id, workspace_id, project_id, created_by_id)
+			VALUES ($1, '<p>hi</p>', '{"type": "doc"}', '{a.png}', $2, $3, $4, $5, $3)`, []any{comment, item, alice, ws, proj}, []string{"workitem.comment.created"}},
+		{"comment on an epic", `INSERT INTO issue_comments (id, issue_id, workspace_id, project_id) VALUES ($1, $2, $3, $4)`,
+			[]any{bigComment, big, ws, proj}, []string{"epic.comment.created"}},
+		{"comment on an issue not there", `INSERT INTO issue_comments (id, issue_id, workspace_id, project_id) VALUES (gen_random_uuid(), $1, $2, $3)`,
+			[]any{missing, ws, proj}, []string{"workitem.comment.created"}},
+		{"edit a comment", `UPDATE issue_comments SET comment_html = '<p>hello</p>', edited_at = '2026-12-07 01:00+00', attachments = '{}', updated_by_id = $2 WHERE id = $1`,
+			[]any{comment, bob}, []string{"workitem.comment.updated"}},
+		{"a comment's updated_at only", `UPDATE issue_comments SET updated_at = now() + interval '1 minute'`, nil, nil},
+		{"delete a comment", `UPDATE issue_comments SET deleted_at = now(), updated_by_id = $2 WHERE id = $1`, []any{comment, alice}, []string{"workitem.comment.deleted"}},
+		{"restore it", `UPDATE issue_comments SET deleted_at = NULL WHERE id = $1`, []any{comment}, []string{"workitem.comment.updated"}},
+
+		{"link", `INSERT INTO issue_links (id, title, url, metadata, issue_id, workspace_id, project_id, created_by_id) VALUES ($1, 'Spec', 'https://x', '{"n": 1.50}', $2, $3, $4, $5)`,
+			[]any{link, item, ws, proj, alice}, []string{"workitem.link.added"}},
+		{"link of an epic", `INSERT INTO issue_links (id, url, issue_id, workspace_id, project_id) VALUES (gen_random_uuid(), 'https://y', $1, $2, $3)`,
+			[]any{big, ws, proj}, []string{"epic.link.added"}},
+		{"retitle a link", `UPDATE issue_links SET title = 'Spec v2', updated_at = now() WHERE id = $1`, []any{link}, []string{"workitem.link.updated"}},
+		{"a link's updated_by_id, which Plane compares", `UPDATE issue_links SET updated_by_id = $2 WHERE id = $1`, []any{link, bob}, []string{"workitem.link.updated"}},
+		{"a link's updated_at only", `UPDATE issue_links SET updated_at = now() + interval '1 minute'`, nil, nil},
+		{"remove the links", `UPDATE issue_links SET deleted_at = now()`, nil, []string{"epic.link.removed", "workitem.link.removed"}},
+
+		{"relation", `INSERT INTO issue_relations (id, issue_id, related_issue_id, workspace_id, project_id, created_by_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+			[]any{relation, item, big, ws, proj, alice}, []string{"workitem.relation.added"}},
+		{"change its type", `UPDATE issue_relations SET relation_type = 'duplicate' WHERE id = $1`, []any{relation}, []string{"workitem.relation.updated"}},
+		{"remove it", `UPDATE issue_relations SET deleted_at = now() WHERE id = $1`, []any{relation}, []string{"workitem.relation.removed"}},
+
+		{"add to a cycle", `INSERT INTO cycle_issues (id, cycle_id, issue_id, workspace_id, project_id, created_by_id) VALUES ($1, $2, $3, $4, $5, $6), (gen_random_uuid(), $2, $7, $4, $5, $6)`,
+			[]any{inCycle, cycle1, item, ws, proj, alice, big}, []string{"workitem.cycle.added", "workitem.cycle.added"}},
+		{"move to another cycle", `UPDATE cycle_issues SET cycle_id = $2, updated_by_id = $3 WHERE id = $1`, []any{inCycle, cycle2, bob}, []string{"workitem.cycle.moved"}},
+		{"a cycle membership's other columns", `UPDATE cycle_issues SET updated_at = now() + interval '1 minute', updated_by_id = $1`, []any{alice}, nil},
+		{"swap the cycles of both", `UPDATE cycle_issues SET cycle_id = CASE WHEN cycle_id = $1::uuid THEN $2::uuid ELSE $1::uuid END`, []any{cycle1, cycle2}, []string{"workitem.cycle.moved", "workitem.cycle.moved"}},
+		{"remove from the cycle", `UPDATE cycle_issues SET deleted_at = now() WHERE id = $1`, []any{inCycle}, []string{"workitem.cycle.removed"}},
+		{"restore to it", `UPDATE cycle_issues SET deleted_at = NULL WHERE id = $1`, []any{inCycle}, nil},
+
+		{"add to a module", `INSERT INTO module_issues (id, module_id, issue_id, workspace_id, project_id, created_by_id) VALUES ($1, $2, $3, $4, $5, $6)`,
+			[]any{inModule, cycle1, item, ws, proj, alice}, []string{"workitem.module.added"}},
+		{"move to another module", `UPDATE module_issues SET module_id = $2 WHERE id = $1`, []any{inModule, mod2}, []string{"workitem.module.moved"}},
+		{"a module membership's updated_at, which Plane writes a move for", `UPDATE module_issues SET updated_at = now() + interval '1 minute'`, nil, []string{"workitem.module.moved"}},
+		{"remove from the module", `UPDATE module_issues SET deleted_at = now() WHERE id = $1`, []any{inModule}, []string{"workitem.module.removed"}},
+		{"restore to it", `UPDATE module_issues SET deleted_at = NULL WHERE id = $1`, []any{inModule}, []string{"workitem.module.moved"}},
 	}
 	for _, c := range checks {
 		got := types(e.step(c.name, c.sql, c.args...))
