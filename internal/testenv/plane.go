@@ -199,8 +199,8 @@ func CheckPlaneConsumerRead(t testing.TB, out []byte, want map[string]map[string
 // it (the columns Plane's triggers treat apart, and one of each type its
 // rows hold), with the tables its issue triggers read (issue_types,
 // issue_assignees and issue_labels), its states and labels tables, and the
-// tables of what an issue has: comments, links, relations, and cycle and
-// module memberships.
+// tables of what an issue has: comments, links, relations, attachments
+// (file_assets), and cycle and module memberships.
 // Unqualified: run it with the schema it goes to first on the search_path.
 const PlaneSchemaDDL = `
 CREATE TABLE issue_types (id uuid PRIMARY KEY, name text NOT NULL, is_epic boolean NOT NULL DEFAULT false);
@@ -262,6 +262,12 @@ CREATE TABLE issue_links (
 CREATE TABLE issue_relations (
 	id uuid PRIMARY KEY, issue_id uuid NOT NULL, related_issue_id uuid NOT NULL, relation_type varchar(20) NOT NULL DEFAULT 'blocked_by',
 	workspace_id uuid NOT NULL, project_id uuid NOT NULL, created_by_id uuid, updated_by_id uuid,
+	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
+CREATE TABLE file_assets (
+	id uuid PRIMARY KEY, attributes jsonb NOT NULL DEFAULT '{}', asset varchar(800) NOT NULL, entity_type varchar(255),
+	entity_identifier varchar(255), is_uploaded boolean NOT NULL DEFAULT false, size double precision NOT NULL DEFAULT 0,
+	storage_metadata jsonb, issue_id uuid, comment_id uuid, user_id uuid,
+	workspace_id uuid, project_id uuid, created_by_id uuid, updated_by_id uuid,
 	created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now(), deleted_at timestamptz);
 CREATE TABLE cycle_issues (
 	id uuid PRIMARY KEY, cycle_id uuid NOT NULL, issue_id uuid NOT NULL,

@@ -240,7 +240,10 @@ func (p *plan) resolveColumns() error {
 		if err := need("EntityIDColumn", p.entityID); err != nil {
 			return err
 		}
-		if c, _ := t.column(p.entityID); !c.notNull {
+		// With Only, the rows it lets through are the ones that need an
+		// id (Plane's attachments have an issue, its avatars none); one
+		// without fails the outbox insert, which OnFailure handles.
+		if c, _ := t.column(p.entityID); !c.notNull && spec.Only == nil {
 			return invalidf("EntityIDColumn %q of %s may be NULL; every event needs an entity id: make it NOT NULL", p.entityID, p.name())
 		}
 		// A change of the entity id is the old entity's end and a new
@@ -378,19 +381,34 @@ func (p *plan) insert(eventType, entityType, entityID, workspace, project, initi
 		payload, version, from)
 }
 
+// only is the condition Spec.Only puts on the rows on sides, one of which
+// must meet it; "TRUE" without it.
+func (p *plan) only(sides ...string) string {
+	o := p.spec.Only
+	if o == nil {
+		return "TRUE"
+	}
+	var meet []string
+	for _, side := range sides {
+		meet = append(meet, ref(side, o.Column)+`::text COLLATE "C" = `+literal(o.Value)+` COLLATE "C"`)
+	}
+	return "(" + strings.Join(meet, " OR ") + ")"
+}
+
 // onInsert writes a .created event per inserted row.
 func (p *plan) onInsert(src sources) string {
 	id, ws, proj := p.envelope("n")
-	return p.insert(p.eventType("n", p.spec.Verbs.Created), p.entityType(true), id, ws, proj, p.initiator("n", p.shape.creator), p.createdPayload(), "FROM "+src.new+" AS n")
+	return p.insert(p.eventType("n", p.spec.Verbs.Created), p.entityType(true), id, ws, proj, p.initiator("n", p.shape.creator), p.createdPayload(),
+		"FROM "+src.new+" AS n WHERE "+p.only("n"))
 }
 
 // onDelete writes a .deleted event per deleted row, carrying the old row;
 // a row that was already soft deleted had its event then.
 func (p *plan) onDelete(src sources) string {
 	id, ws, proj := p.envelope("o")
-	from := "FROM " + src.old + " AS o"
+	from := "FROM " + src.old + " AS o\n\t\tWHERE " + p.only("o")
 	if p.softDelete != "" {
-		from += "\n\t\tWHERE " + ref("o", p.softDelete) + " IS NULL"
+		from += " AND " + ref("o", p.softDelete) + " IS NULL"
 	}
 	return p.insert(p.eventType("o", p.spec.Verbs.Deleted), p.entityType(false), id, ws, proj, p.initiator("o", p.shape.modifier), p.deletedPayload(), from)
 }
@@ -453,12 +471,12 @@ func (p *plan) onUpdate(src sources) string {
 	from := fmt.Sprintf(`FROM %s AS o
 		FULL JOIN %s AS n ON %s
 		CROSS JOIN LATERAL (SELECT %s AS changed OFFSET 0) AS d
-		WHERE %s OR (%s%s) OR (%s IS NOT NULL AND (d.changed <> '{}'::jsonb`,
-		src.old, src.new, on, p.changed(), oldGone, newGone, wasLive, ref("n", k))
+		WHERE %s AND (%s OR (%s%s) OR (%s IS NOT NULL AND (d.changed <> '{}'::jsonb`,
+		src.old, src.new, on, p.changed(), p.only("o", "n"), oldGone, newGone, wasLive, ref("n", k))
 	if softDeleted != "" {
 		from += " OR " + softDeleted
 	}
-	from += "))"
+	from += ")))"
 	entityType := "CASE WHEN " + oldGone + " THEN " + p.entityType(true) + " ELSE " + p.entityType(false) + " END"
 	return p.insert(eventType, entityType, either(oid, nid), either(ows, nws), either(oproj, nproj), initiator, payload(data, previous), from)
 }

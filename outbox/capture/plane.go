@@ -182,25 +182,37 @@ func PlaneIssueComments(ctx context.Context, db outbox.DB, table, issues string)
 // insert and issue after, data the link's row, previous_attributes as
 // [PlaneStates]'s; no event for a write that changes only updated_at.
 func PlaneIssueLinks(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
-	return planeIssueChild(ctx, db, table, issues, "issue_link", "link")
+	return planeIssueChild(ctx, db, table, issues, "issue_link", "link", "issue")
 }
 
 // PlaneIssueRelations is [PlaneIssueLinks] for issue_relations:
 // workitem.relation.added, .relation.updated and .relation.removed,
 // entity_type issue_relation on insert and issue after.
 func PlaneIssueRelations(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
-	return planeIssueChild(ctx, db, table, issues, "issue_relation", "relation")
+	return planeIssueChild(ctx, db, table, issues, "issue_relation", "relation", "issue")
+}
+
+// PlaneIssueAttachments is [PlaneIssueLinks] for Plane's file_assets
+// table, whose rows of entity_type ISSUE_ATTACHMENT only (an insert or
+// delete of one, an update whose old or new version is one) write
+// workitem.attachment.added, .attachment.updated and .attachment.removed,
+// entity_type issue_attachment.
+func PlaneIssueAttachments(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	s, err := planeIssueChild(ctx, db, table, issues, "issue_attachment", "attachment", "")
+	s.Only = &ColumnValue{Column: "entity_type", Value: "ISSUE_ATTACHMENT"}
+	return s, err
 }
 
 // planeIssueChild is the Spec of a Plane table whose rows write events of
-// their own about their issue.
-func planeIssueChild(ctx context.Context, db outbox.DB, table, issues, entity, noun string) (Spec, error) {
+// their own about their issue; changed is the entity type of the events
+// after the insert's, "" for the same.
+func planeIssueChild(ctx context.Context, db outbox.DB, table, issues, entity, noun, changed string) (Spec, error) {
 	issueSpec, src, err := planeChild(ctx, db, table, issues)
 	if err != nil {
 		return Spec{}, err
 	}
 	s := planeBase(src, entity, "workitem", "issue_id")
-	s.ChangedEntityType, s.Kind, s.Ignore = "issue", issueSpec.Kind, []string{"updated_at"}
+	s.ChangedEntityType, s.Kind, s.Ignore = changed, issueSpec.Kind, []string{"updated_at"}
 	s.Parent = &ParentOf{Table: issueSpec.Table, KeyColumn: "id"}
 	s.Verbs = &RowVerbs{Created: noun + ".added", Updated: noun + ".updated", Deleted: noun + ".removed"}
 	return s, nil

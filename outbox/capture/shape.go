@@ -97,6 +97,11 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		}
 		s.enrich = append(s.enrich, enrichment{e, quote(linked.schema) + "." + quote(linked.name)})
 	}
+	if o := spec.Only; o != nil {
+		if _, ok := t.column(o.Column); !ok {
+			return invalidf("Only: table %s has no column %q", p.name(), o.Column)
+		}
+	}
 	if err := p.resolveParent(ctx, db); err != nil {
 		return err
 	}
@@ -336,8 +341,8 @@ func (p *plan) onConvert(src sources) string {
 	id, ws, proj := p.envelope("n")
 	from := fmt.Sprintf(`FROM %s AS o
 		JOIN %s AS n ON %s
-		WHERE %s IS DISTINCT FROM %s AND (%s) <> (%s)`,
-		src.old, src.new, sameKey(p.key, "o", "n"), ref("o", k.Column), ref("n", k.Column), p.kindOf("o"), p.kindOf("n"))
+		WHERE %s AND %s IS DISTINCT FROM %s AND (%s) <> (%s)`,
+		src.old, src.new, sameKey(p.key, "o", "n"), p.only("o", "n"), ref("o", k.Column), ref("n", k.Column), p.kindOf("o"), p.kindOf("n"))
 	if p.softDelete != "" {
 		from += " AND NOT (" + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL)"
 	}

@@ -180,6 +180,15 @@ type Spec struct {
 	// .moved.
 	PreviousRow bool
 
+	// Only, when set, limits the events to the rows whose column has the
+	// value (compared as text): an insert or delete of such a row, an
+	// update whose old or new version is one. Plane's file_assets holds
+	// every kind of file, and its triggers write events for the
+	// ISSUE_ATTACHMENT rows only. With Only, EntityIDColumn may be
+	// nullable: a row that meets it without an entity id cannot have its
+	// event written, which OnFailure handles (Fail fails the write).
+	Only *ColumnValue
+
 	// Parent, when set, is the entity the rows are about (Plane's issue
 	// of a comment, a link or an assignee): EntityIDColumn holds its key,
 	// Kind reads its column, and with As set, data is the parent's row
@@ -204,6 +213,9 @@ type ParentOf struct {
 	Exclude          []string
 	As               string // the key of the row in data, "" for no nesting
 }
+
+// ColumnValue is [Spec.Only].
+type ColumnValue struct{ Column, Value string }
 
 // RowVerbs is [Spec.Verbs]. An empty field keeps its default.
 type RowVerbs struct{ Created, Updated, Deleted string }
@@ -427,6 +439,17 @@ func (s *Spec) validShaping() error {
 	if err := plainText("ChangedEntityType", s.ChangedEntityType); err != nil {
 		return err
 	}
+	if o := s.Only; o != nil {
+		if o.Column == "" {
+			return invalidf("Only: Column is required")
+		}
+		if err := identifiers("Only", o.Column); err != nil {
+			return err
+		}
+		if !utf8.ValidString(o.Value) {
+			return invalidf("Only: value %q is not UTF-8", o.Value)
+		}
+	}
 	if p := s.Parent; p != nil {
 		if err := tableName("Parent.Table", p.Table); err != nil {
 			return err
@@ -445,8 +468,8 @@ func (s *Spec) validShaping() error {
 		if s.Parent == nil || s.Parent.As != "" {
 			return invalidf("Link: needs Parent, without As: a link's events carry the parent's row")
 		}
-		if s.Verbs != nil || s.ChangedEntityType != "" || s.PreviousRow {
-			return invalidf("Link: writes Added and Removed only; Verbs, ChangedEntityType and PreviousRow mean nothing with it")
+		if s.Verbs != nil || s.ChangedEntityType != "" || s.PreviousRow || s.Only != nil {
+			return invalidf("Link: writes Added and Removed only; Verbs, ChangedEntityType, PreviousRow and Only mean nothing with it")
 		}
 		for _, v := range []string{l.Added, l.Removed} {
 			if err := plainText("Link verb", v); err != nil {
