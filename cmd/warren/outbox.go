@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -120,7 +121,7 @@ var outboxSubs = []outboxSub{
 		flags: func(fs *flagSet, o *outboxOptions) {
 			c := &o.capture
 			fs.String(&c.Table, "source", "TABLE", "the table to capture: name or schema.name; required", "")
-			fs.String(&o.profile, "profile", "NAME", "plane-issues, plane-issue-assignees, plane-issue-labels, plane-states or plane-labels: the events Plane's triggers write for that table (for issues: epic.* by issue type, .state.updated, assignee_ids and label_ids; for its assignees and labels: the issue's .assignee.added/.removed and .label.added/.removed; for all: Plane's payload shapes, no event for timestamp-only writes; see docs/plane.md), which sets every flag that shapes the events", "")
+			fs.String(&o.profile, "profile", "NAME", "plane-issues, plane-states, plane-labels, plane-issue-assignees, plane-issue-labels, plane-issue-comments, plane-issue-links, plane-issue-relations, plane-issue-attachments (file_assets), plane-cycle-issues or plane-module-issues: the events Plane's triggers write for that table (for issues: epic.* by issue type, .state.updated, assignee_ids and label_ids; for what an issue has: the issue's .assignee.added, .comment.created, .link.added, .cycle.moved and the rest; for all: Plane's payload shapes, no event for timestamp-only writes; see docs/plane.md), which sets every flag that shapes the events", "")
 			fs.String(&c.EntityType, "entity-type", "TYPE", "each event's entity_type (default the table's name)", "")
 			fs.String(&c.EventPrefix, "event-prefix", "PREFIX", "event types are PREFIX.created, .updated, .deleted (default the entity type)", "")
 			fs.String(&c.EntityIDColumn, "entity-id-column", "COLUMN", "the entity_id column (default the primary key)", "")
@@ -360,7 +361,7 @@ func (o *outboxOptions) validate(verb *outboxSub) error {
 	case sub == "capture" && o.uninstall && o.print:
 		return usagef("capture: --uninstall and --print exclude each other")
 	case sub == "capture" && o.profile != "" && captureProfiles[o.profile] == nil:
-		return usagef("capture: --profile must be plane-issues, plane-issue-assignees, plane-issue-labels, plane-states or plane-labels, not %q", o.profile)
+		return usagef("capture: --profile must be %s, not %q", profileNames(), o.profile)
 	case sub == "capture" && o.profile != "" && o.shapedByFlags():
 		return usagef("capture: --profile %s sets what --entity-type, --event-prefix, --entity-id-column, --columns, --exclude, --workspace-column, --project-column, --soft-delete-column, --initiator-setting and --initiator-id-setting would; give it alone", o.profile)
 	}
@@ -402,15 +403,31 @@ func reportRecreated(out io.Writer, res outbox.MigrateResult) {
 
 // captureProfiles are --profile's values.
 var captureProfiles = map[string]func(context.Context, outbox.DB, string) (capture.Spec, error){
-	"plane-issues": capture.PlaneIssues,
-	"plane-states": capture.PlaneStates,
-	"plane-labels": capture.PlaneLabels,
-	"plane-issue-assignees": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-		return capture.PlaneIssueAssignees(ctx, db, table, besideIssues(table))
-	},
-	"plane-issue-labels": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-		return capture.PlaneIssueLabels(ctx, db, table, besideIssues(table))
-	},
+	"plane-issues":            capture.PlaneIssues,
+	"plane-states":            capture.PlaneStates,
+	"plane-labels":            capture.PlaneLabels,
+	"plane-issue-assignees":   besideTheIssues(capture.PlaneIssueAssignees),
+	"plane-issue-labels":      besideTheIssues(capture.PlaneIssueLabels),
+	"plane-issue-comments":    besideTheIssues(capture.PlaneIssueComments),
+	"plane-issue-links":       besideTheIssues(capture.PlaneIssueLinks),
+	"plane-issue-relations":   besideTheIssues(capture.PlaneIssueRelations),
+	"plane-issue-attachments": besideTheIssues(capture.PlaneIssueAttachments),
+	"plane-cycle-issues":      capture.PlaneCycleIssues,
+	"plane-module-issues":     capture.PlaneModuleIssues,
+}
+
+// profileNames are captureProfiles' keys, sorted, for messages.
+func profileNames() string {
+	names := slices.Sorted(maps.Keys(captureProfiles))
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// besideTheIssues is a profile of a table of what Plane's issues have,
+// reading the issues table beside it.
+func besideTheIssues(profile func(ctx context.Context, db outbox.DB, table, issues string) (capture.Spec, error)) func(context.Context, outbox.DB, string) (capture.Spec, error) {
+	return func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+		return profile(ctx, db, table, besideIssues(table))
+	}
 }
 
 // besideIssues is the issues table in table's schema, as Plane keeps them.
