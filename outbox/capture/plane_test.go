@@ -348,26 +348,17 @@ func newPlaneEnv(t *testing.T) *planeEnv {
 		planeChildTriggerDDL+planeCommentTriggerDDL); err != nil {
 		t.Fatal(err)
 	}
+	// The profiles of what an issue has read the issues table beside.
+	beside := func(profile func(context.Context, outbox.DB, string, string) (capture.Spec, error)) func(context.Context, outbox.DB, string) (capture.Spec, error) {
+		return func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
+			return profile(ctx, db, table, "issues")
+		}
+	}
 	for table, profile := range map[string]func(context.Context, outbox.DB, string) (capture.Spec, error){
 		"issues": capture.PlaneIssues, "states": capture.PlaneStates, "labels": capture.PlaneLabels,
-		"issue_assignees": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-			return capture.PlaneIssueAssignees(ctx, db, table, "issues")
-		},
-		"issue_labels": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-			return capture.PlaneIssueLabels(ctx, db, table, "issues")
-		},
-		"issue_comments": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-			return capture.PlaneIssueComments(ctx, db, table, "issues")
-		},
-		"issue_links": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-			return capture.PlaneIssueLinks(ctx, db, table, "issues")
-		},
-		"issue_relations": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-			return capture.PlaneIssueRelations(ctx, db, table, "issues")
-		},
-		"file_assets": func(ctx context.Context, db outbox.DB, table string) (capture.Spec, error) {
-			return capture.PlaneIssueAttachments(ctx, db, table, "issues")
-		},
+		"issue_assignees": beside(capture.PlaneIssueAssignees), "issue_labels": beside(capture.PlaneIssueLabels),
+		"issue_comments": beside(capture.PlaneIssueComments), "issue_links": beside(capture.PlaneIssueLinks),
+		"issue_relations": beside(capture.PlaneIssueRelations), "file_assets": beside(capture.PlaneIssueAttachments),
 		"cycle_issues": capture.PlaneCycleIssues, "module_issues": capture.PlaneModuleIssues,
 	} {
 		spec, err := profile(ctx, conn, table)
@@ -453,6 +444,34 @@ func (e *planeEnv) step(name, sql string, args ...any) []planeEvent {
 	return warren
 }
 
+// The workspace, project and users of the comparison tests' rows.
+const (
+	planeWS, planeProj = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
+	alice, bob         = "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
+)
+
+// planeCheck is a step and the event types warren writes for it.
+type planeCheck struct {
+	name, sql string
+	args      []any
+	want      []string // event types, in any order
+}
+
+// check runs each step, comparing both triggers' events, and warren's
+// event types with the step's.
+func (e *planeEnv) check(checks []planeCheck) {
+	e.t.Helper()
+	for _, c := range checks {
+		got := types(e.step(c.name, c.sql, c.args...))
+		slices.Sort(got)
+		want := slices.Clone(c.want)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			e.t.Errorf("%s: warren wrote %v, want %v", c.name, got, want)
+		}
+	}
+}
+
 func lines(evs []planeEvent) string {
 	var b strings.Builder
 	for _, ev := range evs {
@@ -477,9 +496,8 @@ func types(evs []planeEvent) []string {
 func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 	t.Parallel()
 	e := newPlaneEnv(t)
+	ws, proj := planeWS, planeProj
 	const (
-		ws, proj         = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
-		alice, bob       = "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
 		task, epic       = "33333333-0000-4000-8000-000000000001", "33333333-0000-4000-8000-000000000002"
 		todo, done       = "44444444-0000-4000-8000-000000000001", "44444444-0000-4000-8000-000000000002"
 		item, big, item2 = "55555555-0000-4000-8000-000000000001", "55555555-0000-4000-8000-000000000002", "55555555-0000-4000-8000-000000000003"
@@ -489,11 +507,7 @@ func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 	insert := `INSERT INTO issues (id, name, state_id, type_id, workspace_id, project_id, created_by_id, updated_by_id, start_date, external_source)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $7, '2026-12-01', NULL)`
 
-	checks := []struct {
-		name, sql string
-		args      []any
-		want      []string // event types, in order
-	}{
+	checks := []planeCheck{
 		{"create", insert, []any{item, "First", todo, nil, ws, proj, alice}, []string{"workitem.created"}},
 		{"create an epic", insert, []any{big, "Big", todo, epic, ws, proj, alice}, []string{"epic.created"}},
 		{"create a typed item", insert, []any{item2, "Typed", todo, task, ws, proj, bob}, []string{"workitem.created"}},
@@ -530,15 +544,7 @@ func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 		{"initiator type from the session", fmt.Sprintf(`SELECT set_config('plane.initiator_type', 'SYSTEM.IMPORT', false);
 			UPDATE issues SET name = 'Imported' WHERE id = '%s'`, item2), nil, []string{"workitem.updated"}},
 	}
-	for _, c := range checks {
-		got := types(e.step(c.name, c.sql, c.args...))
-		slices.Sort(got)
-		want := slices.Clone(c.want)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: warren wrote %v, want %v", c.name, got, want)
-		}
-	}
+	e.check(checks)
 }
 
 // The same DML under Plane's reproduced triggers and under warren's
@@ -549,9 +555,8 @@ func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 func TestPlaneChildrenCaptureWritesPlanesEvents(t *testing.T) {
 	t.Parallel()
 	e := newPlaneEnv(t)
+	ws, proj := planeWS, planeProj
 	const (
-		ws, proj             = "11111111-1111-4111-8111-111111111111", "22222222-2222-4222-8222-222222222222"
-		alice, bob           = "aaaaaaaa-0000-4000-8000-000000000001", "aaaaaaaa-0000-4000-8000-000000000002"
 		epicType             = "33333333-0000-4000-8000-000000000002"
 		item, big, missing   = "55555555-0000-4000-8000-000000000001", "55555555-0000-4000-8000-000000000002", "55555555-0000-4000-8000-00000000000f"
 		comment, bigComment  = "88888888-0000-4000-8000-000000000001", "88888888-0000-4000-8000-000000000002"
@@ -566,11 +571,7 @@ func TestPlaneChildrenCaptureWritesPlanesEvents(t *testing.T) {
 	e.step("an assignee, so that data has one", fmt.Sprintf(`INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at)
 		VALUES (gen_random_uuid(), '%s', '%s', '%s', '%s', now())`, item, bob, ws, proj))
 
-	checks := []struct {
-		name, sql string
-		args      []any
-		want      []string // event types, in order
-	}{
+	checks := []planeCheck{
 		{"comment", `INSERT INTO issue_comments (id, comment_html, comment_json, attachments, issue_id, actor_id, workspace_id, project_id, created_by_id)
 			VALUES ($1, '<p>hi</p>', '{"type": "doc"}', '{a.png}', $2, $3, $4, $5, $3)`, []any{comment, item, alice, ws, proj}, []string{"workitem.comment.created"}},
 		{"comment on an epic", `INSERT INTO issue_comments (id, issue_id, workspace_id, project_id) VALUES ($1, $2, $3, $4)`,
@@ -622,15 +623,7 @@ func TestPlaneChildrenCaptureWritesPlanesEvents(t *testing.T) {
 		{"remove from the module", `UPDATE module_issues SET deleted_at = now() WHERE id = $1`, []any{inModule}, []string{"workitem.module.removed"}},
 		{"restore to it", `UPDATE module_issues SET deleted_at = NULL WHERE id = $1`, []any{inModule}, []string{"workitem.module.moved"}},
 	}
-	for _, c := range checks {
-		got := types(e.step(c.name, c.sql, c.args...))
-		slices.Sort(got)
-		want := slices.Clone(c.want)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Errorf("%s: warren wrote %v, want %v", c.name, got, want)
-		}
-	}
+	e.check(checks)
 	// Where warren differs on purpose (docs/plane.md): a row moved to
 	// another issue is the old issue's removal and the new one's
 	// addition, where Plane's wrote one .updated about the new issue; a
