@@ -55,11 +55,16 @@
 // state_id is workitem.state.updated), CreatorColumn and ModifierColumn
 // (initiator_id from the row), Enrich (arrays read from link tables), Kind
 // (another prefix, and conversion events, by a lookup: Plane's epics),
-// Shape ([ShapePlane]: Plane's "{}" strings and text-cast old values) and
-// Link (the rows are links of a parent, whose .added and .removed events
-// they write: Plane's issue_assignees). [PlaneIssues],
-// [PlaneIssueAssignees], [PlaneIssueLabels], [PlaneStates] and
-// [PlaneLabels] set them for Plane's tables; the tests in plane_test.go
+// Shape ([ShapePlane]: Plane's "{}" strings and text-cast old values),
+// Verbs (added, moved, removed instead of created, updated, deleted),
+// ChangedEntityType, PreviousRow (the whole old row on update), Only
+// (events for one kind of row: Plane's attachments among its files),
+// Parent (the rows are about a parent entity, whose kind and row they
+// carry: Plane's comments) and Link (the rows are links of the parent,
+// whose .added and .removed events they write: Plane's issue_assignees).
+// The Plane* functions set them for each of Plane's tables with triggers
+// (issues, states, labels, assignees, issue labels, comments, links,
+// relations, attachments, cycle and module memberships); the tests in plane_test.go
 // compare their events, field by field, with those of Plane's trigger
 // behaviour reproduced from its source, and docs/plane.md lists where
 // they differ on purpose. Every
