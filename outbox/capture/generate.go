@@ -113,11 +113,14 @@ type plan struct {
 	key        []string // primary key, pairs old and new rows
 	entityID   string
 	softDelete string // "" when off
-	outbox     string // quoted, schema-qualified
-	errors     string // quoted, schema-qualified capture errors table
-	errorsName string // the same, unquoted, for messages
-	channel    string
-	shape      shaping
+	// entityIDNullable: Only let a nullable EntityIDColumn through; a
+	// row without an entity id names no entity and writes no event.
+	entityIDNullable bool
+	outbox           string // quoted, schema-qualified
+	errors           string // quoted, schema-qualified capture errors table
+	errorsName       string // the same, unquoted, for messages
+	channel          string
+	shape            shaping
 }
 
 // Generate reads the table's columns and key from the catalog and returns
@@ -240,11 +243,13 @@ func (p *plan) resolveColumns() error {
 		if err := need("EntityIDColumn", p.entityID); err != nil {
 			return err
 		}
-		// With Only, the rows it lets through are the ones that need an
-		// id (Plane's attachments have an issue, its avatars none); one
-		// without fails the outbox insert, which OnFailure handles.
-		if c, _ := t.column(p.entityID); !c.notNull && spec.Only == nil {
-			return invalidf("EntityIDColumn %q of %s may be NULL; every event needs an entity id: make it NOT NULL", p.entityID, p.name())
+		// With Only, a row's entity id may be NULL: Plane's files have
+		// an issue when they are its attachments, and its avatars none.
+		if c, _ := t.column(p.entityID); !c.notNull {
+			if spec.Only == nil {
+				return invalidf("EntityIDColumn %q of %s may be NULL; every event needs an entity id: make it NOT NULL", p.entityID, p.name())
+			}
+			p.entityIDNullable = true
 		}
 		// A change of the entity id is the old entity's end and a new
 		// one's start, as a key change is: pairing by it too makes it
@@ -382,7 +387,8 @@ func (p *plan) insert(eventType, entityType, entityID, workspace, project, initi
 }
 
 // only is the condition Spec.Only puts on the rows on sides, one of which
-// must meet it; "TRUE" without it.
+// must meet it; "TRUE" without it. A row without an entity id names no
+// entity, so it meets no condition.
 func (p *plan) only(sides ...string) string {
 	o := p.spec.Only
 	if o == nil {
@@ -390,9 +396,28 @@ func (p *plan) only(sides ...string) string {
 	}
 	var meet []string
 	for _, side := range sides {
-		meet = append(meet, ref(side, o.Column)+`::text COLLATE "C" = `+literal(o.Value)+` COLLATE "C"`)
+		m := ref(side, o.Column) + `::text COLLATE "C" = ` + literal(o.Value) + ` COLLATE "C"`
+		if p.entityIDNullable {
+			m += " AND " + ref(side, p.entityID) + " IS NOT NULL"
+		}
+		meet = append(meet, "("+m+")")
 	}
 	return "(" + strings.Join(meet, " OR ") + ")"
+}
+
+// samePair is true when the rows a and b are versions of one row of one
+// entity: the same key and entity id. A nullable entity id is compared so
+// that NULL pairs with NULL, which = would not (and a FULL JOIN takes only
+// conditions it can hash or merge, which IS NOT DISTINCT FROM is not).
+func (p *plan) samePair(a, b string) string {
+	if !p.entityIDNullable {
+		return sameKey(p.key, a, b)
+	}
+	key := slices.DeleteFunc(slices.Clone(p.key), func(k string) bool { return k == p.entityID })
+	orNull := func(side string) string {
+		return `coalesce('v' || ` + ref(side, p.entityID) + `::text, 'n') COLLATE "C"`
+	}
+	return sameKey(key, a, b) + " AND " + orNull(a) + " = " + orNull(b)
 }
 
 // onInsert writes a .created event per inserted row.
@@ -419,11 +444,15 @@ func (p *plan) onDelete(src sources) string {
 // the entity's end (.deleted, with its old values) and a new entity's
 // start (.created).
 func (p *plan) onUpdate(src sources) string {
-	on := sameKey(p.key, "o", "n")
+	on := p.samePair("o", "n")
 	k := p.key[0] // NOT NULL in both versions, so NULL means "no partner"
 	oldGone, newGone := ref("o", k)+" IS NULL", ref("n", k)+" IS NULL"
-	softDeleted, wasLive := "", ""
+	softDeleted, wasLive, starts := "", "", oldGone
 	if p.softDelete != "" {
+		// The new half of a key change starts an entity only when it is
+		// live: a row soft deleted (or moved to another entity) with
+		// its soft delete ends where it was, and starts nothing.
+		starts = "(" + oldGone + " AND " + ref("n", p.softDelete) + " IS NULL)"
 		// Both versions present: the new half of a key change has an
 		// all-NULL old side, which is no soft delete.
 		softDeleted = "NOT (" + oldGone + " OR " + newGone + ") AND " + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL"
@@ -471,8 +500,8 @@ func (p *plan) onUpdate(src sources) string {
 	from := fmt.Sprintf(`FROM %s AS o
 		FULL JOIN %s AS n ON %s
 		CROSS JOIN LATERAL (SELECT %s AS changed OFFSET 0) AS d
-		WHERE %s AND (%s OR (%s%s) OR (%s IS NOT NULL AND (d.changed <> '{}'::jsonb`,
-		src.old, src.new, on, p.changed(), p.only("o", "n"), oldGone, newGone, wasLive, ref("n", k))
+		WHERE %s AND (%s OR (%s%s) OR (%s IS NOT NULL AND %s IS NOT NULL AND (d.changed <> '{}'::jsonb`,
+		src.old, src.new, on, p.changed(), p.only("o", "n"), starts, newGone, wasLive, ref("o", k), ref("n", k))
 	if softDeleted != "" {
 		from += " OR " + softDeleted
 	}

@@ -48,13 +48,14 @@ func (p *plan) resolveParent(ctx context.Context, db outbox.DB) error {
 	var unique bool
 	err = db.QueryRow(ctx, `
 		SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-			WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indimmediate AND i.indpred IS NULL AND i.indnkeyatts = 1 AND a.attname = $2)`,
+			WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indimmediate AND i.indisvalid AND i.indpred IS NULL AND i.indnkeyatts = 1
+				AND a.attname = $2 AND i.indcollation[0] IN (0, a.attcollation))`,
 		quote(parent.schema)+"."+quote(parent.name), l.KeyColumn).Scan(&unique)
 	if err != nil {
 		return fmt.Errorf("capture: Parent: read the indexes of %s: %w", parent.name, err)
 	}
 	if !unique {
-		return invalidf("Parent: %s.%s has no unique index of its own (NOT DEFERRABLE, not partial): a row would find several parents", parent.name, l.KeyColumn)
+		return invalidf("Parent: %s.%s has no unique index of its own (valid, NOT DEFERRABLE, not partial, in the column's collation): a row would find several parents", parent.name, l.KeyColumn)
 	}
 	hides := func(key string) bool { _, ok := parent.column(key); return ok && !slices.Contains(l.Exclude, key) }
 	for _, e := range p.shape.enrich {

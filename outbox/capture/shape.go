@@ -97,10 +97,8 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 		}
 		s.enrich = append(s.enrich, enrichment{e, quote(linked.schema) + "." + quote(linked.name)})
 	}
-	if o := spec.Only; o != nil {
-		if _, ok := t.column(o.Column); !ok {
-			return invalidf("Only: table %s has no column %q", p.name(), o.Column)
-		}
+	if err := p.resolveOnly(ctx, db); err != nil {
+		return err
 	}
 	if err := p.resolveParent(ctx, db); err != nil {
 		return err
@@ -142,6 +140,42 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 	return nil
 }
 
+// resolveOnly checks Spec.Only: the column exists, its text form does not
+// depend on the session (the trigger's settings are not the caller's, so
+// a date's or an array's could not be checked here), and Value is a text
+// form the column can have, so that the filter can match at all.
+func (p *plan) resolveOnly(ctx context.Context, db outbox.DB) error {
+	o := p.spec.Only
+	if o == nil {
+		return nil
+	}
+	if _, ok := p.source.column(o.Column); !ok {
+		return invalidf("Only: table %s has no column %q", p.name(), o.Column)
+	}
+	var category, typ string
+	err := db.QueryRow(ctx, `
+		SELECT t.typcategory::text, pg_catalog.format_type(a.atttypid, a.atttypmod)
+		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		WHERE a.attrelid = $1::regclass AND a.attname = $2`,
+		quote(p.source.schema)+"."+quote(p.source.name), o.Column).Scan(&category, &typ)
+	if err != nil {
+		return fmt.Errorf("capture: Only: read the type of %s.%s: %w", p.name(), o.Column, err)
+	}
+	if strings.ContainsAny(category, "DTA") || typ == "money" || typ == "bytea" {
+		return invalidf("Only: %s.%s is %s, whose text form depends on the session's settings; use a text, number, boolean or enum column", p.name(), o.Column, typ)
+	}
+	// format_type quotes what needs quoting; the type came from the
+	// catalog, the value goes as a parameter.
+	var stored string
+	if err := db.QueryRow(ctx, "SELECT CAST(CAST($1 AS text) AS "+typ+")::text", o.Value).Scan(&stored); err != nil {
+		return invalidf("Only: %q is no value of %s.%s (%s): %v", o.Value, p.name(), o.Column, typ, err)
+	}
+	if stored != o.Value {
+		return invalidf("Only: %s.%s (%s) stores %q as %q, and the trigger compares text forms: write %q", p.name(), o.Column, typ, o.Value, stored, stored)
+	}
+	return nil
+}
+
 // need refuses a non-empty name the table does not have.
 func (t *table) need(what string, names ...string) error {
 	for _, n := range names {
@@ -162,11 +196,18 @@ func (t *table) need(what string, names ...string) error {
 func (t *table) comparable(ctx context.Context, db outbox.DB, what, column, order string) error {
 	rel := quote(t.schema) + "." + quote(t.name)
 	var schema string
+	// The column's type and, for a domain, the types below it: a domain
+	// over citext compares by citext's =.
 	err := db.QueryRow(ctx, `
+		WITH RECURSIVE types(oid) AS (
+			SELECT a.atttypid FROM pg_attribute a WHERE a.attrelid = $1::regclass AND a.attname = $2
+			UNION
+			SELECT t.typbasetype FROM types JOIN pg_type t ON t.oid = types.oid WHERE t.typtype = 'd'
+		)
 		SELECT n.nspname FROM pg_operator o
 		JOIN pg_namespace n ON n.oid = o.oprnamespace
-		JOIN pg_attribute a ON a.attrelid = $1::regclass AND a.attname = $2
-		WHERE o.oprname = '=' AND o.oprleft = a.atttypid AND o.oprright = a.atttypid AND n.nspname <> 'pg_catalog'
+		JOIN types ON o.oprleft = types.oid AND o.oprright = types.oid
+		WHERE o.oprname = '=' AND n.nspname <> 'pg_catalog'
 		LIMIT 1`, rel, column).Scan(&schema)
 	switch {
 	case err == nil:
@@ -342,7 +383,7 @@ func (p *plan) onConvert(src sources) string {
 	from := fmt.Sprintf(`FROM %s AS o
 		JOIN %s AS n ON %s
 		WHERE %s AND %s IS DISTINCT FROM %s AND (%s) <> (%s)`,
-		src.old, src.new, sameKey(p.key, "o", "n"), p.only("o", "n"), ref("o", k.Column), ref("n", k.Column), p.kindOf("o"), p.kindOf("n"))
+		src.old, src.new, p.samePair("o", "n"), p.only("o", "n"), ref("o", k.Column), ref("n", k.Column), p.kindOf("o"), p.kindOf("n"))
 	if p.softDelete != "" {
 		from += " AND NOT (" + ref("o", p.softDelete) + " IS NULL AND " + ref("n", p.softDelete) + " IS NOT NULL)"
 	}

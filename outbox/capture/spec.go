@@ -185,8 +185,11 @@ type Spec struct {
 	// update whose old or new version is one. Plane's file_assets holds
 	// every kind of file, and its triggers write events for the
 	// ISSUE_ATTACHMENT rows only. With Only, EntityIDColumn may be
-	// nullable: a row that meets it without an entity id cannot have its
-	// event written, which OnFailure handles (Fail fails the write).
+	// nullable, and a row without an entity id meets no condition: it
+	// names no entity to write an event about (a file not attached to
+	// an issue). Setting its entity id later is the entity's .created.
+	// Value is compared with the column's text form, which Generate
+	// checks Value is (true, not t; 1, not 01).
 	Only *ColumnValue
 
 	// Parent, when set, is the entity the rows are about (Plane's issue
@@ -446,8 +449,8 @@ func (s *Spec) validShaping() error {
 		if err := identifiers("Only", o.Column); err != nil {
 			return err
 		}
-		if !utf8.ValidString(o.Value) {
-			return invalidf("Only: value %q is not UTF-8", o.Value)
+		if !utf8.ValidString(o.Value) || strings.ContainsRune(o.Value, 0) {
+			return invalidf("Only: value %q is not UTF-8 without NUL, as Postgres text is", o.Value)
 		}
 	}
 	if p := s.Parent; p != nil {
