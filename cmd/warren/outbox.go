@@ -412,8 +412,8 @@ var captureProfiles = map[string]func(context.Context, outbox.DB, string) (captu
 	"plane-issue-links":       besideTheIssues(capture.PlaneIssueLinks),
 	"plane-issue-relations":   besideTheIssues(capture.PlaneIssueRelations),
 	"plane-issue-attachments": besideTheIssues(capture.PlaneIssueAttachments),
-	"plane-cycle-issues":      capture.PlaneCycleIssues,
-	"plane-module-issues":     capture.PlaneModuleIssues,
+	"plane-cycle-issues":      besideTheIssues(capture.PlaneCycleIssues),
+	"plane-module-issues":     besideTheIssues(capture.PlaneModuleIssues),
 }
 
 // profileNames are captureProfiles' keys, sorted, for messages.

@@ -96,6 +96,20 @@ const (
 		"\tSET IntervalStyle = postgres SET DateStyle = 'ISO, MDY' SET TimeZone = 'UTC' SET lc_monetary = 'C'"
 )
 
+// outputSettings sets, for the transaction, functionConfig's settings of
+// the columns' text forms (not its search_path: the caller's statements
+// name types as its path finds them).
+func outputSettings() string {
+	var sets []string
+	for _, line := range strings.Split(functionConfig, "\n") {
+		name, value, _ := strings.Cut(line, "=")
+		if name != "search_path" && name != "jit" {
+			sets = append(sets, "pg_catalog.set_config("+literal(name)+", "+literal(value)+", true)")
+		}
+	}
+	return "SELECT " + strings.Join(sets, ", ")
+}
+
 // maxBuildPairs is how many key-value pairs one jsonb_build_object call
 // takes: Postgres functions take at most 100 arguments.
 const maxBuildPairs = 50
@@ -420,20 +434,32 @@ func (p *plan) samePair(a, b string) string {
 	return sameKey(key, a, b) + " AND " + orNull(a) + " = " + orNull(b)
 }
 
-// onInsert writes a .created event per inserted row.
+// live is the condition that the row on side is not soft deleted.
+func (p *plan) live(side string) string {
+	if p.softDelete == "" {
+		return "TRUE"
+	}
+	return ref(side, p.softDelete) + " IS NULL"
+}
+
+// onInsert writes a .created event per inserted row that is live: a row
+// inserted soft deleted (a partitioned table's row moved to another
+// partition with its soft delete, which PostgreSQL does by a delete and
+// an insert) starts nothing.
 func (p *plan) onInsert(src sources) string {
 	id, ws, proj := p.envelope("n")
 	return p.insert(p.eventType("n", p.spec.Verbs.Created), p.entityType(true), id, ws, proj, p.initiator("n", p.shape.creator), p.createdPayload(),
-		"FROM "+src.new+" AS n WHERE "+p.only("n"))
+		"FROM "+src.new+" AS n WHERE "+p.only("n")+" AND "+p.live("n"))
 }
 
 // onDelete writes a .deleted event per deleted row, carrying the old row;
-// a row that was already soft deleted had its event then.
+// a row that was already soft deleted had its event then, and a row whose
+// Parent is gone (a cascade from the parent's DELETE) ended with it.
 func (p *plan) onDelete(src sources) string {
 	id, ws, proj := p.envelope("o")
-	from := "FROM " + src.old + " AS o\n\t\tWHERE " + p.only("o")
-	if p.softDelete != "" {
-		from += " AND " + ref("o", p.softDelete) + " IS NULL"
+	from := "FROM " + src.old + " AS o\n\t\tWHERE " + p.only("o") + " AND " + p.live("o")
+	if p.shape.parent != nil {
+		from += " AND " + p.parentExists("o")
 	}
 	return p.insert(p.eventType("o", p.spec.Verbs.Deleted), p.entityType(false), id, ws, proj, p.initiator("o", p.shape.modifier), p.deletedPayload(), from)
 }

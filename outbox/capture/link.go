@@ -128,13 +128,14 @@ func (p *plan) linkPayload(side, before string) string {
 	return payload(p.parentEnriched(side), "pg_catalog.jsonb_build_object("+literal(p.shape.link.List)+", "+before+")")
 }
 
-// onLinkAdded writes the parent's Added event per inserted row; the array
-// before it is the array now without the row.
+// onLinkAdded writes the parent's Added event per inserted live row (one
+// inserted soft deleted is in no list); the array before it is the array
+// now without the row.
 func (p *plan) onLinkAdded(src sources) string {
 	before := p.list(p.shape.link.list, "n", " AND NOT ("+sameKey(p.source.primaryKey, "warren_e", "n")+")")
 	id, ws, proj := p.envelope("n")
 	return p.insert(p.eventType("n", p.shape.link.Added), p.entityType(true), id, ws, proj, p.initiator("n", p.shape.creator),
-		p.linkPayload("n", before), "FROM "+src.new+" AS n")
+		p.linkPayload("n", before), "FROM "+src.new+" AS n WHERE "+p.live("n"))
 }
 
 // linkRemoved is the Removed event of each old row from, which the
@@ -176,10 +177,7 @@ func (p *plan) onLinkRemoved(src sources) string {
 // soft-deleted row was removed when it was soft deleted, and a row whose
 // parent is gone (a cascade from the parent's DELETE) ended with it.
 func (p *plan) onLinkDeleted(src sources) string {
-	from := "FROM " + src.old + " AS o\n\t\tWHERE " + p.parentExists("o")
-	if p.softDelete != "" {
-		from += " AND " + ref("o", p.softDelete) + " IS NULL"
-	}
+	from := "FROM " + src.old + " AS o\n\t\tWHERE " + p.parentExists("o") + " AND " + p.live("o")
 	return p.linkRemoved(p.initiator("o", p.shape.modifier), from)
 }
 

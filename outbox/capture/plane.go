@@ -234,22 +234,22 @@ func planeChild(ctx context.Context, db outbox.DB, table, issues string) (Spec, 
 // changes cycle_id (data the new row, previous_attributes the whole old
 // one), workitem.cycle.removed for a soft delete; entity_type
 // cycle_issue, entity_id the issue's id, never epic.*.
-func PlaneCycleIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) {
-	return planeMembership(ctx, db, table, "cycle", true)
+func PlaneCycleIssues(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	return planeMembership(ctx, db, table, issues, "cycle", true)
 }
 
 // PlaneModuleIssues is [PlaneCycleIssues] for module_issues:
 // workitem.module.added, .module.moved for an update that changes any
 // column, .module.removed; entity_type module_issue.
-func PlaneModuleIssues(ctx context.Context, db outbox.DB, table string) (Spec, error) {
-	return planeMembership(ctx, db, table, "module", false)
+func PlaneModuleIssues(ctx context.Context, db outbox.DB, table, issues string) (Spec, error) {
+	return planeMembership(ctx, db, table, issues, "module", false)
 }
 
 // planeMembership is the Spec of a Plane table of an issue's membership
 // of a cycle or a module; with onlyMoves, only a change of <noun>_id
 // writes .moved.
-func planeMembership(ctx context.Context, db outbox.DB, table, noun string, onlyMoves bool) (Spec, error) {
-	src, err := readPlane(ctx, db, table)
+func planeMembership(ctx context.Context, db outbox.DB, table, issues, noun string, onlyMoves bool) (Spec, error) {
+	issueSpec, src, err := planeChild(ctx, db, table, issues)
 	if err != nil {
 		return Spec{}, err
 	}
@@ -257,7 +257,9 @@ func planeMembership(ctx context.Context, db outbox.DB, table, noun string, only
 		return Spec{}, fmt.Errorf("capture: %s has no column %s_id: not Plane's %s_issues", table, noun, noun)
 	}
 	s := planeBase(src, noun+"_issue", "workitem", "issue_id")
-	s.PreviousRow = true
+	// The issue is the Parent only so that a membership that ends with
+	// its issue (a cascade) writes nothing: no epic.* here.
+	s.PreviousRow, s.Parent = true, &ParentOf{Table: issueSpec.Table, KeyColumn: "id"}
 	s.Verbs = &RowVerbs{Created: noun + ".added", Updated: noun + ".moved", Deleted: noun + ".removed"}
 	for _, c := range src.columns {
 		if onlyMoves && c.name != noun+"_id" {

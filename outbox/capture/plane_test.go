@@ -364,7 +364,7 @@ func newPlaneEnv(t *testing.T) *planeEnv {
 		"issue_assignees": beside(capture.PlaneIssueAssignees), "issue_labels": beside(capture.PlaneIssueLabels),
 		"issue_comments": beside(capture.PlaneIssueComments), "issue_links": beside(capture.PlaneIssueLinks),
 		"issue_relations": beside(capture.PlaneIssueRelations), "file_assets": beside(capture.PlaneIssueAttachments),
-		"cycle_issues": capture.PlaneCycleIssues, "module_issues": capture.PlaneModuleIssues,
+		"cycle_issues": beside(capture.PlaneCycleIssues), "module_issues": beside(capture.PlaneModuleIssues),
 	} {
 		spec, err := profile(ctx, conn, table)
 		if err != nil {
@@ -520,8 +520,9 @@ func TestPlaneIssuesCaptureWritesPlanesEvents(t *testing.T) {
 				(gen_random_uuid(), '%[1]s', '%[2]s', '%[4]s', '%[5]s', '2026-12-01 10:00+00'),
 				(gen_random_uuid(), '%[1]s', '%[3]s', '%[4]s', '%[5]s', '2026-12-01 09:00+00');
 			INSERT INTO issue_labels VALUES (gen_random_uuid(), '%[1]s', '%[6]s', '%[4]s', '%[5]s', '2026-12-01 10:00+00', NULL),
-				(gen_random_uuid(), '%[1]s', '%[7]s', '%[4]s', '%[5]s', '2026-12-01 08:00+00', now())`, item, bob, alice, ws, proj, label, oldLabel),
-			nil, []string{"workitem.assignee.added", "workitem.assignee.added", "workitem.label.added", "workitem.label.added"}},
+				(gen_random_uuid(), '%[1]s', '%[7]s', '%[4]s', '%[5]s', '2026-12-01 08:00+00', NULL);
+			UPDATE issue_labels SET deleted_at = now() WHERE label_id = '%[7]s'`, item, bob, alice, ws, proj, label, oldLabel),
+			nil, []string{"workitem.assignee.added", "workitem.assignee.added", "workitem.label.added", "workitem.label.added", "workitem.label.removed"}},
 		{"rename: enriched data", `UPDATE issues SET name = 'Renamed', updated_by_id = $2, updated_at = now() WHERE id = $1`, []any{item, bob}, []string{"workitem.updated"}},
 		{"priority, sort order and date", `UPDATE issues SET priority = 'high', sort_order = 1.5e-7, start_date = '2026-12-24' WHERE id = $1`, []any{item}, []string{"workitem.updated"}},
 		{"state change", `UPDATE issues SET state_id = $2 WHERE id = $1`, []any{item, done}, []string{"workitem.state.updated"}},
@@ -653,12 +654,67 @@ func TestPlaneChildrenCaptureWritesPlanesEvents(t *testing.T) {
 			"workitem.attachment.updated", "workitem.attachment.added"},
 		{"a file becoming an issue's attachment", fmt.Sprintf(`UPDATE file_assets SET entity_type = 'ISSUE_ATTACHMENT', deleted_at = NULL, issue_id = '%s', workspace_id = '%s', project_id = '%s' WHERE entity_type = 'USER_AVATAR'`, item, ws, proj),
 			"workitem.attachment.updated", "workitem.attachment.added"},
+		// What ends with its issue writes nothing of its own: the
+		// issue's .deleted says it (Plane's triggers write neither).
+		{"a cascade from an epic's DELETE", fmt.Sprintf(`ALTER TABLE issue_comments ADD FOREIGN KEY (issue_id) REFERENCES issues ON DELETE CASCADE NOT VALID;
+			ALTER TABLE issue_links ADD FOREIGN KEY (issue_id) REFERENCES issues ON DELETE CASCADE NOT VALID;
+			ALTER TABLE cycle_issues ADD FOREIGN KEY (issue_id) REFERENCES issues ON DELETE CASCADE NOT VALID;
+			ALTER TABLE module_issues ADD FOREIGN KEY (issue_id) REFERENCES issues ON DELETE CASCADE NOT VALID;
+			DELETE FROM issues WHERE id = '%s'`, big),
+			"", "epic.deleted"},
 	} {
 		e.exec(c.sql)
 		plane, warren := types(e.written("plane_outbox", &e.seen.plane)), types(e.written(e.outbox, &e.seen.warren))
 		slices.Sort(warren)
 		if strings.Join(plane, " ") != c.plane || strings.Join(warren, " ") != c.warren {
 			t.Errorf("%s: Plane wrote %v, warren %v; want %s and %s", c.name, plane, warren, c.plane, c.warren)
+		}
+	}
+}
+
+// On a table partitioned by issue_id, PostgreSQL moves a row to another
+// issue's partition by a delete and an insert: a live comment moved is
+// deleted from the one issue and created on the other; moved with its
+// soft delete, or soft deleted already, it starts nothing on the other.
+func TestPlaneChildrenOnATablePartitionedByIssue(t *testing.T) {
+	t.Parallel()
+	e := newPlaneEnv(t)
+	ctx := context.Background()
+	ws, proj := planeWS, planeProj
+	const item, other, comment = "55555555-0000-4000-8000-000000000001", "55555555-0000-4000-8000-000000000002", "88888888-0000-4000-8000-000000000001"
+	e.exec(fmt.Sprintf(`CREATE TABLE part_comments (LIKE issue_comments INCLUDING DEFAULTS, PRIMARY KEY (id, issue_id)) PARTITION BY LIST (issue_id);
+		CREATE TABLE part_comments_a PARTITION OF part_comments FOR VALUES IN ('%s');
+		CREATE TABLE part_comments_b PARTITION OF part_comments FOR VALUES IN ('%s')`, item, other))
+	spec, err := capture.PlaneIssueComments(ctx, e.conn, "part_comments", "issues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Outbox = e.outbox
+	if _, err := capture.Install(ctx, e.conn, spec); err != nil {
+		t.Fatal(err)
+	}
+	e.step("issues", `INSERT INTO issues (id, name, workspace_id, project_id) VALUES ($1, 'a', $3, $4), ($2, 'b', $3, $4)`, item, other, ws, proj)
+	var after int64
+	e.written(e.outbox, &after)
+	for _, c := range []struct {
+		name, sql string
+		want      []string
+	}{
+		{"a comment", fmt.Sprintf(`INSERT INTO part_comments (id, issue_id, workspace_id, project_id) VALUES ('%s', '%s', '%s', '%s')`, comment, item, ws, proj),
+			[]string{"workitem.comment.created " + item}},
+		{"moved", fmt.Sprintf(`UPDATE part_comments SET issue_id = '%s'`, other),
+			[]string{"workitem.comment.deleted " + item, "workitem.comment.created " + other}},
+		{"moved back with its soft delete", fmt.Sprintf(`UPDATE part_comments SET issue_id = '%s', deleted_at = now()`, item),
+			[]string{"workitem.comment.deleted " + other}},
+		{"moved again, soft deleted", fmt.Sprintf(`UPDATE part_comments SET issue_id = '%s'`, other), nil},
+	} {
+		e.exec(c.sql)
+		var got []string
+		for _, ev := range e.written(e.outbox, &after) {
+			got = append(got, ev.Type+" "+ev.EntityID)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s: warren wrote %v, want %v", c.name, got, c.want)
 		}
 	}
 }
@@ -852,9 +908,9 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 		}, "no unique index"},
 		"only: a value that is not the column's text": {func(s *capture.Spec) { s.Only = &capture.ColumnValue{Column: "is_draft", Value: "t"} }, `stores "t" as "true"`},
 		"only: no value of the column":                {func(s *capture.Spec) { s.Only = &capture.ColumnValue{Column: "is_draft", Value: "maybe"} }, "no value of"},
-		"only: a column whose text follows the session": {func(s *capture.Spec) {
-			s.Only = &capture.ColumnValue{Column: "created_at", Value: "2026-12-07 00:00:00+00"}
-		}, "depends on the session"},
+		"only: a timestamp not in the trigger's UTC": {func(s *capture.Spec) {
+			s.Only = &capture.ColumnValue{Column: "created_at", Value: "2026-12-07 09:00:00+09"}
+		}, `as "2026-12-07 00:00:00+00"`},
 		"only: NUL":            {func(s *capture.Spec) { s.Only = &capture.ColumnValue{Column: "name", Value: "a\x00b"} }, "without NUL"},
 		"only: unknown column": {func(s *capture.Spec) { s.Only = &capture.ColumnValue{Column: "kind", Value: "x"} }, `no column "kind"`},
 		"parent as hiding a key": {func(s *capture.Spec) {
@@ -874,6 +930,20 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 			t.Errorf("%s: %v, want an error containing %q", name, err, c.want)
 		}
 	}
+	// Only's value is checked under the trigger's settings, not the
+	// caller's: from a Tokyo session, the UTC text is the one that
+	// matches, and the session keeps its own TimeZone.
+	e.exec(`SET TimeZone = 'Asia/Tokyo'`)
+	spec := base
+	spec.Only = &capture.ColumnValue{Column: "created_at", Value: "2026-12-07 00:00:00+00"}
+	if _, err := capture.Generate(ctx, e.conn, spec); err != nil {
+		t.Errorf("Only with the UTC text, from a Tokyo session: %v", err)
+	}
+	var tz string
+	if err := e.conn.QueryRow(ctx, `SHOW TimeZone`).Scan(&tz); err != nil || tz != "Asia/Tokyo" {
+		t.Errorf("the session's TimeZone after Generate: %q (%v), want Asia/Tokyo", tz, err)
+	}
+	e.exec(`SET TimeZone = 'UTC'`)
 }
 
 // Plane's states and labels, captured with PlaneStates and PlaneLabels,
@@ -954,10 +1024,19 @@ func TestPlaneLinkCaptureDifferences(t *testing.T) {
 		}
 	}
 
+	// A link inserted soft deleted is in no list: Plane's trigger wrote
+	// an .added whose lists lack it; warren writes nothing.
+	e.exec(fmt.Sprintf(`INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at, deleted_at) VALUES
+		(gen_random_uuid(), '%s', '%s', '%s', '%s', now(), now())`, item, bob, ws, proj))
+	plane, warren := e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
+	if len(plane) != 1 || len(warren) != 0 {
+		t.Errorf("a link inserted soft deleted: Plane wrote %v, warren %v; want an .added, and nothing", types(plane), types(warren))
+	}
+
 	e.step("assign again", fmt.Sprintf(`INSERT INTO issue_assignees (id, issue_id, assignee_id, workspace_id, project_id, created_at) VALUES
 		(gen_random_uuid(), '%s', '%s', '%s', '%s', now())`, item, alice, ws, proj))
 	e.exec(`DELETE FROM issue_assignees WHERE issue_id = $1`, item)
-	plane, warren := e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
+	plane, warren = e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
 	if len(plane) != 0 || len(warren) != 1 || warren[0].Type != "workitem.assignee.removed" {
 		t.Errorf("DELETE of the live assignee and the two removed ones: Plane wrote %v, warren %v; want none, and one removal", types(plane), types(warren))
 	} else if previous := warren[0].payload(t)["previous_attributes"]; fmt.Sprint(previous) != fmt.Sprintf("map[assignee_ids:[%s]]", alice) {

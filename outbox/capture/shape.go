@@ -140,10 +140,10 @@ func (p *plan) resolveShaping(ctx context.Context, db outbox.DB) error {
 	return nil
 }
 
-// resolveOnly checks Spec.Only: the column exists, its text form does not
-// depend on the session (the trigger's settings are not the caller's, so
-// a date's or an array's could not be checked here), and Value is a text
-// form the column can have, so that the filter can match at all.
+// resolveOnly checks Spec.Only: the column exists, and Value is a text
+// form the column can have under the trigger's settings (UTC, ISO dates,
+// hex bytea), so that the filter can match at all: the check runs under
+// those settings, in a transaction of its own that it rolls back.
 func (p *plan) resolveOnly(ctx context.Context, db outbox.DB) error {
 	o := p.spec.Only
 	if o == nil {
@@ -152,22 +152,26 @@ func (p *plan) resolveOnly(ctx context.Context, db outbox.DB) error {
 	if _, ok := p.source.column(o.Column); !ok {
 		return invalidf("Only: table %s has no column %q", p.name(), o.Column)
 	}
-	var category, typ string
+	var typ string
 	err := db.QueryRow(ctx, `
-		SELECT t.typcategory::text, pg_catalog.format_type(a.atttypid, a.atttypmod)
-		FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+		SELECT pg_catalog.format_type(a.atttypid, a.atttypmod) FROM pg_attribute a
 		WHERE a.attrelid = $1::regclass AND a.attname = $2`,
-		quote(p.source.schema)+"."+quote(p.source.name), o.Column).Scan(&category, &typ)
+		quote(p.source.schema)+"."+quote(p.source.name), o.Column).Scan(&typ)
 	if err != nil {
 		return fmt.Errorf("capture: Only: read the type of %s.%s: %w", p.name(), o.Column, err)
 	}
-	if strings.ContainsAny(category, "DTA") || typ == "money" || typ == "bytea" {
-		return invalidf("Only: %s.%s is %s, whose text form depends on the session's settings; use a text, number, boolean or enum column", p.name(), o.Column, typ)
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("capture: Only: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, outputSettings()); err != nil {
+		return fmt.Errorf("capture: Only: %w", err)
 	}
 	// format_type quotes what needs quoting; the type came from the
 	// catalog, the value goes as a parameter.
 	var stored string
-	if err := db.QueryRow(ctx, "SELECT CAST(CAST($1 AS text) AS "+typ+")::text", o.Value).Scan(&stored); err != nil {
+	if err := tx.QueryRow(ctx, "SELECT CAST(CAST($1 AS text) AS "+typ+")::text", o.Value).Scan(&stored); err != nil {
 		return invalidf("Only: %q is no value of %s.%s (%s): %v", o.Value, p.name(), o.Column, typ, err)
 	}
 	if stored != o.Value {
