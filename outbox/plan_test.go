@@ -15,6 +15,28 @@ import (
 // The purge runs batch after batch, so its select soon has a generic
 // plan; that plan must read the finished rows through their index, not
 // the whole table (pending rows and all) for every batch.
+// Stats reads the pending rows once: its counts of claimed rows and its
+// oldest row each scanned the table before, four reads of a backlog.
+func TestStatsReadsThePendingRowsOnce(t *testing.T) {
+	ob := testenv.NewOutboxTable(t)
+	table := ob.Table.Name()
+	ob.PublishN("pending", 3000)
+	if _, err := ob.Pool.Exec(context.Background(), "ANALYZE "+pgx.Identifier{table}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	scans, indexes, plan := testenv.GenericPlan(t, ob.Pool, table, "", outbox.StatsSQL(table))
+	finished := 0
+	for _, i := range indexes {
+		if i == table+"_finished_idx" {
+			finished++
+		}
+	}
+	// Two counts of finished rows on their index, one read of the rest.
+	if len(scans)-finished != 1 {
+		t.Errorf("Stats reads the table %d times (%v through %v), want the pending rows once; plan:\n%s", len(scans)-finished, scans, indexes, plan)
+	}
+}
+
 func TestPurgeSelectUsesTheFinishedIndex(t *testing.T) {
 	ob := testenv.NewOutboxTable(t)
 	table := ob.Table.Name()

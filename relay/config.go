@@ -172,8 +172,11 @@ type Config struct {
 	// that work is done.
 	Observer Observer
 
-	// StatsInterval is how often the Observer gets the table's Stats.
-	// Default 15s; unused without an Observer.
+	// StatsInterval is how often the Observer gets the table's Stats,
+	// the first time when the relay starts. Default 15s; unused without
+	// an Observer. A negative StatsInterval reports no Stats: an
+	// Observer of the publishes alone, without the reading of every
+	// pending row that Stats costs (outbox.Table.Stats).
 	StatsInterval time.Duration
 
 	// TracerProvider, when set, makes the relay record a producer span for
@@ -254,8 +257,9 @@ func (c Config) validate() error {
 	problems = append(problems, engine.Shared{
 		HasDatabase: c.Pool != nil || c.DatabaseURL != "", Table: c.Table, AMQPURL: c.AMQPURL,
 		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
+		StatsInterval: c.StatsInterval,
 		Durations: map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout,
-			"PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay, "StatsInterval": c.StatsInterval},
+			"PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay},
 	}.Problems()...)
 	for name, v := range map[string]int{"BatchSize": c.BatchSize, "Workers": c.Workers, "MaxAttempts": c.MaxAttempts, "MaxInFlight": c.MaxInFlight} {
 		if v < 1 {

@@ -57,7 +57,9 @@ func TestObserverSeesNotifyWakeups(t *testing.T) {
 }
 
 // TestObserverCountsFailuresAndDead: an event the broker refuses is a
-// failure at every attempt and dead after the last.
+// failure at every attempt and dead after the last. The Observer, with a
+// negative StatsInterval, gets no Stats, whose first reading a relay
+// otherwise takes as it starts, long before three attempts are spent.
 func TestObserverCountsFailuresAndDead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -66,6 +68,7 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	cfg := e.config(testenv.Name(t, "relay"))
 	cfg.Observer = obs
 	cfg.MaxAttempts = 3
+	cfg.StatsInterval = -1
 	e.start(cfg)
 	poison := event("poison-1")
 	poison.Type = "poison.created"
@@ -76,6 +79,9 @@ func TestObserverCountsFailuresAndDead(t *testing.T) {
 	}
 	if n := e.count(`state = 'dead'`); n != 1 {
 		t.Errorf("%d dead rows in the table, want 1", n)
+	}
+	if st := obs.Counts().LastStats; st != nil {
+		t.Errorf("the Observer got Stats %+v with a negative StatsInterval, want none", *st)
 	}
 }
 

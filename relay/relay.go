@@ -168,7 +168,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if !r.cfg.DisableListen {
 		listener.Go(func() { r.listen(listenCtx, pool) })
 	}
-	if r.cfg.Observer != nil {
+	if r.cfg.Observer != nil && r.cfg.StatsInterval > 0 {
 		listener.Go(func() {
 			engine.ReportStats(listenCtx, r.outbox, pool, r.cfg.StatsInterval, func(s outbox.Stats) {
 				r.observe.Call("OutboxStats", func() { r.cfg.Observer.OutboxStats(r.cfg.Table, s) })

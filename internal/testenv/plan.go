@@ -45,7 +45,11 @@ func GenericPlan(t testing.TB, pool *pgxpool.Pool, table, setup, sql string, arg
 		marks[i] = fmt.Sprintf("$%d", i+1)
 	}
 	all := append([]any{pgx.QueryExecModeSimpleProtocol}, args...)
-	if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE `+name+`(`+strings.Join(marks, ", ")+`)`, all...).Scan(&plan); err != nil {
+	execute := `EXPLAIN (FORMAT JSON) EXECUTE ` + name
+	if len(args) > 0 {
+		execute += `(` + strings.Join(marks, ", ") + `)`
+	}
+	if err := tx.QueryRow(ctx, execute, all...).Scan(&plan); err != nil {
 		t.Fatalf("explain %s: %v", sql, err)
 	}
 	var top []struct {

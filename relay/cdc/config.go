@@ -135,7 +135,8 @@ type Config struct {
 	Observer relay.Observer
 
 	// StatsInterval is how often the Observer gets the table's Stats.
-	// Default relay.DefaultStatsInterval; unused without an Observer.
+	// Default relay.DefaultStatsInterval; unused without an Observer;
+	// negative for none, as relay.Config.StatsInterval.
 	StatsInterval time.Duration
 
 	// TracerProvider, when set, makes the relay record a producer span
@@ -212,8 +213,9 @@ func (c Config) validate() error {
 	for _, p := range (engine.Shared{
 		HasDatabase: c.Pool != nil || c.DatabaseURL != "", Table: c.Table, AMQPURL: c.AMQPURL,
 		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
+		StatsInterval: c.StatsInterval,
 		Durations: map[string]time.Duration{"PublishTimeout": c.PublishTimeout,
-			"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval, "NackTimeout": c.NackTimeout, "StatsInterval": c.StatsInterval},
+			"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval, "NackTimeout": c.NackTimeout},
 	}).Problems() {
 		errs = append(errs, errors.New(p))
 	}

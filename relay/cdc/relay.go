@@ -148,7 +148,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	// relay that does not say where it publishes misleads.
 	r.log.Info("cdc relay started", "amqp_url", amqpx.RedactURLs(r.cfg.AMQPURL), "database_url", redact.URL(r.cfg.DatabaseURL),
 		"table", r.cfg.Table)
-	if r.cfg.Observer != nil {
+	if r.cfg.Observer != nil && r.cfg.StatsInterval > 0 {
 		// Standing by or streaming, every relay of the group reports, as
 		// every polling relay of a table does.
 		statsCtx, stopStats := context.WithCancel(ctx)
