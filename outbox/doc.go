@@ -14,13 +14,13 @@
 //	outbox.Publish(ctx, tx, ev) // takes a pgx.Tx, never a pool
 //	tx.Commit(ctx)
 //
-// One commit decides both. A NOTIFY rides in the same transaction, so a
-// running relay hears of the event the moment it commits, and never of one
-// that rolled back. Postgres commits transactions that notified one WAL
-// flush at a time, so at high commit rates open the table with
-// Options.NotifyWhenIdle, which notifies only when no other row is due
-// (see its documentation for why no event waits longer than the relay's
-// poll). event_id is unique in the table; publishing an event
+// One commit decides both. A NOTIFY rides in the same transaction when no
+// other row is due, so an idle relay hears of the event the moment it
+// commits, and never of one that rolled back; a busy one finds it by the
+// poll that follows each claim. Postgres commits transactions that
+// notified one WAL flush at a time, which is why they do not notify while
+// rows are due ([NotifyWhenIdle], the default of Options.Notify, says why
+// no event waits longer than the relay's poll). event_id is unique in the table; publishing an event
 // twice stores it once. [PublishBatch] writes many events in one
 // statement. The relay publishes each row at least once, so consumers must
 // be idempotent on event_id (warren's dedup middleware is).

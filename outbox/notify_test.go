@@ -11,14 +11,15 @@ import (
 	"github.com/warrenmq/warren/outbox"
 )
 
-// NotifyWhenIdle: Publish notifies when no other row is due and unclaimed,
-// and only then; the default notifies on every commit. Whether a commit
+// NotifyWhenIdle, the default: Publish notifies when no other row is due
+// and unclaimed, and only then; NotifyEveryCommit notifies on every
+// commit, NotifyNever on none. Whether a commit
 // notified is read in order: a sentinel NOTIFY sent after it must be the
 // next notification, with nothing from the commit before it.
 func TestNotifyWhenIdle(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	idle, err := outbox.Open(e.table, outbox.Options{NotifyWhenIdle: true})
+	idle, err := outbox.Open(e.table, outbox.Options{Notify: outbox.NotifyWhenIdle})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,15 @@ func TestNotifyWhenIdle(t *testing.T) {
 	if e.count("true") != 2 {
 		t.Fatalf("table holds %d rows, want 2: a skipped NOTIFY must not skip the row", e.count("true"))
 	}
-	if !publish(e.outbox, "default") {
-		t.Fatal("the default outbox skipped the NOTIFY of a commit")
+	if publish(e.outbox, "default") {
+		t.Fatal("the default outbox notified although rows were due: its default must be NotifyWhenIdle")
+	}
+	every, err := outbox.Open(e.table, outbox.Options{Notify: outbox.NotifyEveryCommit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !publish(every, "every") {
+		t.Fatal("NotifyEveryCommit skipped the NOTIFY of a commit")
 	}
 	// A REPEATABLE READ snapshot can be older than the relay's last claim,
 	// so the due rows it shows prove nothing about the relay: notify.
@@ -97,20 +105,20 @@ func TestNotifyWhenIdle(t *testing.T) {
 		t.Fatal("NotifyWhenIdle: Publish sent no NOTIFY while the only other rows were delivered")
 	}
 
-	// NoNotify, for a table only CDC relays drain: never, even into an
+	// NotifyNever, for a table only CDC relays drain: never, even into an
 	// empty table, and the row is still written.
-	silent, err := outbox.Open(e.table, outbox.Options{NoNotify: true})
+	silent, err := outbox.Open(e.table, outbox.Options{Notify: outbox.NotifyNever})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.exec(`DELETE FROM {table}`)
 	if publish(silent, "silent-1") || publish(silent, "silent-2") {
-		t.Fatal("NoNotify: Publish sent a NOTIFY")
+		t.Fatal("NotifyNever: Publish sent a NOTIFY")
 	}
 	if e.count("event_id LIKE 'silent-%'") != 2 {
-		t.Fatalf("NoNotify: %d rows written, want 2", e.count("event_id LIKE 'silent-%'"))
+		t.Fatalf("NotifyNever: %d rows written, want 2", e.count("event_id LIKE 'silent-%'"))
 	}
-	if _, err := outbox.Open(e.table, outbox.Options{NoNotify: true, NotifyWhenIdle: true}); err == nil {
-		t.Error("Open accepted NoNotify with NotifyWhenIdle")
+	if _, err := outbox.Open(e.table, outbox.Options{Notify: "sometimes"}); err == nil {
+		t.Error(`Open accepted Notify "sometimes"`)
 	}
 }

@@ -91,9 +91,19 @@ type Options struct {
 	// DefaultLockTimeout. Unused with SchemaWarren.
 	LockTimeout time.Duration
 
-	// NotifyWhenIdle makes [Table.Publish] and [Table.PublishBatch] send
-	// their NOTIFY only when no other row of the table is due and
-	// unclaimed, instead of on every commit. Default false.
+	// Notify is when [Table.Publish] and [Table.PublishBatch] send the
+	// NOTIFY that wakes relays: NotifyWhenIdle (the default),
+	// NotifyEveryCommit or NotifyNever. Unused with SchemaPlane, whose rows
+	// Publish does not write.
+	Notify Notify
+}
+
+// Notify is [Options.Notify].
+type Notify string
+
+const (
+	// NotifyWhenIdle notifies only when no other row of the table is due
+	// and unclaimed. The default.
 	//
 	// Why: Postgres serialises every committing transaction that sent a
 	// NOTIFY on one database-wide lock, held through the commit's WAL
@@ -116,25 +126,26 @@ type Options struct {
 	// the producer's commit lands after those claims looked, its row waits
 	// for the next poll, as a notification lost while the listener
 	// reconnects would: never longer than the relay's poll interval, and
-	// about as long as the producer took between Publish and its commit
-	// when the relay's PollMin is a few milliseconds. Set it so
-	// (relay.Config.PollMin): a busy relay hears of new rows from that
-	// poll, not from notifications. A row due for a
-	// retry, a lapsed lease, or under relay.Config.OrderByEntity a row
-	// held back behind its entity's failing one, also counts as due: new
-	// events then rely on the poll until it is gone. Unused with
-	// SchemaPlane, whose rows Publish does not write.
-	NotifyWhenIdle bool
+	// about as long as the producer took between Publish and its commit,
+	// given the relay's default PollMin of a few milliseconds: a busy
+	// relay hears of new rows from that poll, not from notifications. A
+	// row due for a retry, a lapsed lease, or under
+	// relay.Config.OrderByEntity a row held back behind its entity's
+	// failing one, also counts as due: new events then rely on the poll
+	// until it is gone.
+	NotifyWhenIdle Notify = "when-idle"
 
-	// NoNotify makes Publish and PublishBatch send no NOTIFY at all: for
-	// a table that only CDC relays (package relay/cdc) drain, which read
-	// the write-ahead log and listen to nothing. The notification would
-	// cost every commit the serialised flush described above for
-	// nothing. A polling relay on such a table still finds every row, by
-	// its poll, up to its PollMax later. Default false; not with
-	// NotifyWhenIdle.
-	NoNotify bool
-}
+	// NotifyEveryCommit notifies in every transaction that publishes: a
+	// relay whose PollMin is long still hears of each event at once, and
+	// the producers' commits pay the serialised flush above.
+	NotifyEveryCommit Notify = "every-commit"
+
+	// NotifyNever sends no NOTIFY at all: for a table that only CDC
+	// relays (package relay/cdc) drain, which read the write-ahead log and
+	// listen to nothing. A polling relay on such a table still finds
+	// every row, by its poll, up to its PollMax later.
+	NotifyNever Notify = "never"
+)
 
 // DefaultLease is Options.Lease's default, relay.DefaultLease.
 const DefaultLease = 30 * time.Second
@@ -157,8 +168,10 @@ func Open(table string, opts Options) (*Table, error) {
 	if err := ValidateTable(table); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	if opts.NoNotify && opts.NotifyWhenIdle {
-		return nil, fmt.Errorf("%w: NoNotify and NotifyWhenIdle exclude each other", ErrInvalidConfig)
+	switch opts.Notify {
+	case "", NotifyWhenIdle, NotifyEveryCommit, NotifyNever:
+	default:
+		return nil, fmt.Errorf("%w: Notify must be %q, %q or %q, not %q", ErrInvalidConfig, NotifyWhenIdle, NotifyEveryCommit, NotifyNever, opts.Notify)
 	}
 	lease := opts.Lease
 	if lease == 0 {

@@ -127,13 +127,13 @@ const notifyNever = `CASE WHEN $13::text IS NULL THEN NULL END`
 
 // notifyMode is the notify expression Options ask for.
 func notifyMode(opts Options) string {
-	switch {
-	case opts.NoNotify:
+	switch opts.Notify {
+	case NotifyNever:
 		return notifyNever
-	case opts.NotifyWhenIdle:
-		return notifyWhenIdle
+	case NotifyEveryCommit:
+		return notifyAlways
 	}
-	return notifyAlways
+	return notifyWhenIdle
 }
 
 func renderStatements(table, notify string) statements {

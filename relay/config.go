@@ -124,11 +124,11 @@ type Config struct {
 	// PollMin and PollMax bound the adaptive poll: after an empty claim
 	// the wait doubles from PollMin up to PollMax; a claim that finds rows,
 	// or a notification, brings it back to PollMin; a full batch is
-	// followed by the next claim at once. Defaults 50ms and 2s. Producers
-	// that write with outbox.Options.NotifyWhenIdle send no NOTIFY while
-	// rows are due, so a busy relay hears of their rows from the poll
-	// after each claim: give it a PollMin of a few milliseconds
-	// (devtools/bench measures 2ms).
+	// followed by the next claim at once. Defaults 2ms and 2s. Producers
+	// send no NOTIFY while rows are due (outbox.NotifyWhenIdle, their
+	// default), so a busy relay hears of their rows from the poll after
+	// each claim: PollMin is that delay. An idle relay's poll backs off to
+	// PollMax in ten empty claims.
 	PollMin, PollMax time.Duration
 
 	// MaxInFlight caps unconfirmed publishes on the relay's channel.
@@ -197,7 +197,7 @@ const (
 	DefaultMaxAttempts       = 20
 	DefaultRetryMin          = time.Second
 	DefaultRetryMax          = 10 * time.Minute
-	DefaultPollMin           = 50 * time.Millisecond
+	DefaultPollMin           = 2 * time.Millisecond
 	DefaultPollMax           = 2 * time.Second
 	DefaultMaxMessageBytes   = 1 << 20
 	DefaultReconnectMaxDelay = 15 * time.Second

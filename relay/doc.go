@@ -66,12 +66,10 @@
 // one idle claim loop, not all of them.
 //
 // Every producer's NOTIFY has a price: Postgres commits notifying
-// transactions one WAL flush at a time. Producers that commit thousands
-// of events a second should open their outbox with
-// outbox.Options.NotifyWhenIdle, which notifies only when no other row is
-// due, and run the relay with a PollMin of a few milliseconds: a relay
-// that claimed rows looks again after PollMin, and that poll, not a
-// notification, finds what was committed meanwhile.
+// transactions one WAL flush at a time. So producers notify only when no
+// other row is due (outbox.NotifyWhenIdle, their default), and a relay
+// that claimed rows looks again after PollMin (default 2ms): that poll,
+// not a notification, finds what was committed meanwhile.
 //
 // The relay's own transactions (claims and settles) commit with
 // synchronous_commit off, in that transaction only: a crash of the

@@ -175,7 +175,7 @@ func newQuietEnv(t *testing.T) (*env, *collector, *outbox.Table) {
 	t.Helper()
 	e := newEnv(t)
 	e.bindQueue()
-	quiet, err := outbox.Open(e.table, outbox.Options{NotifyWhenIdle: true})
+	quiet, err := outbox.Open(e.table, outbox.Options{Notify: outbox.NotifyWhenIdle})
 	if err != nil {
 		t.Fatal(err)
 	}

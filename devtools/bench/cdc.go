@@ -82,13 +82,13 @@ func cdcLatencyScenario() scenario {
 		metrics: latencyMetrics(rate, 2, 20),
 		size:    latencySize(rate),
 		variants: []variant{
-			{name: "reference: producers alone, NOTIFY in every transaction", reference: true, run: measureLatency(rate, nil, outbox.Options{})},
-			{name: "reference: producers alone, NoNotify", reference: true, run: measureLatency(rate, nil, outbox.Options{NoNotify: true})},
-			{name: "warren: CDC relay, NOTIFY in every transaction", run: measureLatency(rate, runCDCRelay, outbox.Options{}),
+			{name: "reference: producers alone, NOTIFY in every transaction", reference: true, run: measureLatency(rate, nil, outbox.Options{Notify: outbox.NotifyEveryCommit})},
+			{name: "reference: producers alone, NoNotify", reference: true, run: measureLatency(rate, nil, outbox.Options{Notify: outbox.NotifyNever})},
+			{name: "warren: CDC relay, NOTIFY in every transaction", run: measureLatency(rate, runCDCRelay, outbox.Options{Notify: outbox.NotifyEveryCommit}),
 				why: "its producers still send outbox.Publish's NOTIFY in every transaction, which nobody listens to, and Postgres " +
 					"commits notifying transactions one WAL flush at a time: compare the producers alone, who may miss the schedule on " +
 					"this machine with no relay at all. " + cdcLatencyWhy},
-			{name: "warren: CDC relay, NoNotify", run: measureLatency(rate, runCDCRelay, outbox.Options{NoNotify: true}),
+			{name: "warren: CDC relay, NoNotify", run: measureLatency(rate, runCDCRelay, outbox.Options{Notify: outbox.NotifyNever}),
 				why: cdcLatencyWhy},
 		},
 	}
@@ -412,7 +412,7 @@ func publishThenDelete(ctx context.Context, tx pgx.Tx, ob *outboxBench, ev warre
 // rows by the end, or it was not running and the figure says nothing.
 func measureProducers(run runRelay, write producerWrite) runFunc {
 	return func(ctx context.Context, e *env) (figures, error) {
-		ob, err := latencyOutbox(ctx, e, outbox.Options{NoNotify: true})
+		ob, err := latencyOutbox(ctx, e, outbox.Options{Notify: outbox.NotifyNever})
 		if err != nil {
 			return nil, err
 		}

@@ -45,15 +45,16 @@ func latencyScenarios(rates []int) []scenario {
 const keptSchedule = 0.97
 
 func latencyScenario(rate int) scenario {
-	notifyWhenIdle := outbox.Options{NotifyWhenIdle: true}
+	notifyWhenIdle, everyCommit := outbox.Options{}, outbox.Options{Notify: outbox.NotifyEveryCommit}
 	return scenario{
 		name: fmt.Sprintf("commit → publish latency, %d events/s", rate),
 		about: fmt.Sprintf("Producers commit one event per transaction (`outbox.Publish`) on a steady schedule of %d events/s; a consumer on a queue bound "+
 			"to the exchange notes when each event arrives. The latency is from the producer's COMMIT returning to the event's delivery. "+
 			"The baseline is Plane's poller shape on bare pgx and amqp091-go: every %v it claims what is due (up to %d rows at a time, "+
 			"`FOR UPDATE SKIP LOCKED`), publishes with confirms and deletes; its producers write with `NotifyWhenIdle`, since Plane's send "+
-			"no NOTIFY and nothing listens. warren is `relay.Run` at its defaults, woken by LISTEN/NOTIFY, "+
-			"with the producers' outbox at its default (a NOTIFY in every transaction) and with `outbox.Options.NotifyWhenIdle`. "+
+			"no NOTIFY and nothing listens. warren is `relay.Run` at its defaults (PollMin 2ms, woken by LISTEN/NOTIFY), "+
+			"with the producers' outbox at its default (`NotifyWhenIdle`: a NOTIFY only when no other row is due) and with "+
+			"`NotifyEveryCommit` (a NOTIFY in every transaction, the default before). "+
 			"The references run the producers alone, with no relay: what the %d producers reach on this machine at all, so that a "+
 			"shortfall can be told apart from a slowdown the relay causes. The first %v of each measurement is not counted. "+
 			"Committed events/s says whether the producers kept their schedule (the target: at least %.2f× the rate). "+
@@ -67,12 +68,12 @@ func latencyScenario(rate int) scenario {
 			// outbox option, and with a 250 ms poller a due row is nearly
 			// always waiting, so the baseline's producers hardly notify.
 			{name: "raw: poll every 250 ms", baseline: true, run: measureLatency(rate, runPoller, notifyWhenIdle)},
-			{name: "reference: producers alone, NOTIFY in every transaction", reference: true, run: measureLatency(rate, nil, outbox.Options{})},
+			{name: "reference: producers alone, NotifyEveryCommit", reference: true, run: measureLatency(rate, nil, everyCommit)},
 			{name: "reference: producers alone, NotifyWhenIdle", reference: true, run: measureLatency(rate, nil, notifyWhenIdle)},
-			{name: "warren: relay.Run, NOTIFY in every transaction", run: measureLatency(rate, runWarrenRelay(nil), outbox.Options{}),
+			{name: "warren: relay.Run, NotifyEveryCommit", run: measureLatency(rate, runWarrenRelay(nil), everyCommit),
 				why: "every producer's transaction sends a NOTIFY, and Postgres commits notifying transactions one WAL flush at a time " +
 					"(see the reference without a relay); the relay's own work then takes CPU from the producers."},
-			{name: "warren: relay.Run PollMin 2ms, NotifyWhenIdle", run: measureLatency(rate, runWarrenRelay(func(c *relay.Config) { c.PollMin = 2 * time.Millisecond }), notifyWhenIdle),
+			{name: "warren: relay.Run and outbox at their defaults (NotifyWhenIdle, PollMin 2ms)", run: measureLatency(rate, runWarrenRelay(nil), notifyWhenIdle),
 				why: "on 2 cores shared by the producers, Postgres, RabbitMQ, the relay and (here) other engineers' runs, the relay's CPU and " +
 					"the scheduler's delays come out of the producers' schedule and the latency's tail; compare the producers alone."},
 		},

@@ -27,7 +27,7 @@ type Shared struct {
 	Format             warren.Format
 	MaxMessageBytes    int
 	RetryMin, RetryMax time.Duration
-	StatsInterval      time.Duration // negative: no Stats, so nothing to check
+	StatsInterval      time.Duration // negative: no Stats, nothing to check
 	Durations          map[string]time.Duration
 }
 
@@ -66,7 +66,7 @@ func (s Shared) Problems() []string {
 		durations = map[string]time.Duration{}
 	}
 	durations["RetryMin"], durations["RetryMax"] = s.RetryMin, s.RetryMax
-	if s.StatsInterval >= 0 { // negative: no Stats
+	if s.StatsInterval > 0 { // negative: no Stats; zero: unset, defaulted before
 		durations["StatsInterval"] = s.StatsInterval
 	}
 	if _, err := warren.ParseFormat(string(s.Format)); err != nil {
