@@ -16,20 +16,22 @@ import (
 )
 
 var relaysDim = &growthDimension{
-	name: "relays", title: "Relays on one table", axis: "relays (raw: loops)",
+	name: "relays", title: "Relays on one table", axis: "relays (raw: loops, as many as the relays' claim loops)",
 	about: fmt.Sprintf("The relay scenario's backlog of -messages rows in one table, drained by several relays at once: warren runs that "+
 		"many `relay.Run` instances at their defaults, each with a Name, an AMQP connection and (beyond the first) a Postgres pool "+
-		"of its own, as separate processes would have; raw runs that many of the relay scenario's claim %d / publish / confirm / delete "+
-		"loops, each on a connection of its own. `FOR UPDATE SKIP LOCKED` gives every claim rows no other holds, so what grows is "+
-		"contention: for the index's head, for Postgres's and the broker's CPU (two cores here), and the claims that come back "+
-		"with fewer rows as the table empties.", rawClaimBatch),
+		"of its own, as separate processes would have; each runs %[2]d claim–publish–settle loops (Workers). Raw runs as many of the "+
+		"relay scenario's claim %[1]d / publish / confirm / delete loops as the relays run in all (%[2]d per relay), each on a "+
+		"connection of its own, so that both sides put the same number of claimers on the table: compared with one raw loop per "+
+		"relay, the raw side's gain from a second loop is the overlap warren has at one relay already. `FOR UPDATE SKIP LOCKED` "+
+		"gives every claim rows no other holds, so what grows is contention: for the index's head, for Postgres's and the broker's "+
+		"CPU (two cores here), and the claims that come back with fewer rows as the table empties.", rawClaimBatch, relay.DefaultWorkers),
 }
 
 func relayCountScenarios() []scenario {
 	var out []scenario
 	for _, n := range []int{1, 2, 4} {
 		out = append(out, growthScenario(growthPoint{dim: relaysDim, x: fmt.Sprint(n)}, nil, nil,
-			variant{name: fmt.Sprintf("raw: %d loops", n), run: rawRelays(n)},
+			variant{name: fmt.Sprintf("raw: %d loops", n*relay.DefaultWorkers), run: rawRelays(n * relay.DefaultWorkers)},
 			variant{name: fmt.Sprintf("warren: %d relay.Run instances", n), run: warrenRelays(n, nil)}))
 	}
 	return out
