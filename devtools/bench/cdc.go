@@ -76,7 +76,7 @@ func cdcLatencyScenario() scenario {
 			"with the CDC relay at its defaults: it streams the inserts from the slot, so it needs no NOTIFY and no poll, and an "+
 			"event's latency is the walsender's decoding, the relay's batch and the broker's confirm. The relay makes its slot before "+
 			"the producers start. Producers are unchanged by the CDC relay, so they still send outbox.Publish's NOTIFY, which nobody "+
-			"listens to, unless the outbox is opened with `NoNotify` (the configuration for a table only CDC relays drain): both are "+
+			"listens to, unless the outbox is opened with `NotifyNever` (the configuration for a table only CDC relays drain; `NoNotify` in the variants): both are "+
 			"measured. The references run the producers alone, with no relay, with each option. Committed events/s says whether the producers kept their schedule.",
 			producers, rate, latencyWarmUp),
 		metrics: latencyMetrics(rate, 2, 20),
