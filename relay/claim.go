@@ -27,10 +27,16 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 	dbRetry := amqpx.NewBackOff(r.cfg.ReconnectMaxDelay)
 	for ctx.Err() == nil {
 		beat.Store(time.Now().UnixNano())
-		if lifted := r.health.block.Lifted(); lifted != nil {
-			// The broker refuses every publisher until its alarm clears: a
-			// claim now would only spend the rows' attempts. Come round
-			// every PollMax all the same, to show the loop is not stuck.
+		lifted := r.health.block.Lifted()
+		if lifted == nil {
+			lifted = r.health.held.Lifted()
+		}
+		if lifted != nil {
+			// The broker refuses every publisher until its alarm clears,
+			// or a consumer's queue is too deep (HoldBack): a claim now
+			// would only spend the rows' attempts, or deepen the queue.
+			// Come round every PollMax all the same, to show the loop is
+			// not stuck.
 			t := time.NewTimer(r.cfg.PollMax)
 			select {
 			case <-ctx.Done():

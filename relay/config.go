@@ -172,6 +172,12 @@ type Config struct {
 	// that work is done.
 	Observer Observer
 
+	// HoldBack, when set, stops the claims while a consumer's queue is
+	// too deep, so that a slow or stopped consumer's backlog waits in the
+	// outbox rather than in the broker's memory; see [HoldBack]. Default
+	// nil: the relay publishes whatever the queues hold.
+	HoldBack *HoldBack
+
 	// StatsInterval is how often the Observer gets the table's Stats,
 	// the first time when the relay starts. Default 15s; unused without
 	// an Observer. A negative StatsInterval reports no Stats: an
@@ -236,6 +242,13 @@ func (c Config) withDefaults() Config {
 	c.MaxMessageBytes = cmp.Or(c.MaxMessageBytes, DefaultMaxMessageBytes)
 	c.ReconnectMaxDelay = cmp.Or(c.ReconnectMaxDelay, DefaultReconnectMaxDelay)
 	c.StatsInterval = cmp.Or(c.StatsInterval, DefaultStatsInterval)
+	if c.HoldBack != nil {
+		h := *c.HoldBack // the caller's stays as given
+		h.Queues = slices.Clone(h.Queues)
+		h.LowWater = cmp.Or(h.LowWater, h.HighWater/2)
+		h.Interval = cmp.Or(h.Interval, DefaultHoldBackInterval)
+		c.HoldBack = &h
+	}
 	// Every line the relay logs goes through the one redaction step.
 	c.Logger = redact.Logger(c.Logger)
 	return c
@@ -274,6 +287,20 @@ func (c Config) validate() error {
 	}
 	if c.PollMax < c.PollMin {
 		add("PollMax (%v) must not be below PollMin (%v)", c.PollMax, c.PollMin)
+	}
+	if h := c.HoldBack; h != nil {
+		switch {
+		case len(h.Queues) == 0:
+			add("HoldBack: Queues is empty: no queue to hold the relay back")
+		case slices.Contains(h.Queues, ""):
+			add("HoldBack: a queue name is empty")
+		}
+		if h.HighWater < 1 || h.LowWater < 0 || h.LowWater >= h.HighWater {
+			add("HoldBack: want 0 <= LowWater < HighWater, got LowWater %d and HighWater %d", h.LowWater, h.HighWater)
+		}
+		if h.Interval < time.Millisecond {
+			add("HoldBack: Interval must be at least 1ms, got %v", h.Interval)
+		}
 	}
 	if len(problems) > 0 {
 		slices.Sort(problems)

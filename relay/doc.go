@@ -59,6 +59,13 @@
 // table. An Observer method that blocks is the exception: the stop waits
 // for it (see [Observer]).
 //
+// A slow or stopped consumer need not fill the broker: with
+// Config.HoldBack the relay reads its consumers' queues every second and
+// claims nothing while one of them is at its high-water mark, so the
+// backlog waits in the outbox, on Postgres's disk, until the queue drains
+// (docs/adr/028-backpressure.md). Every consumer of the exchange waits with
+// the slowest, and nothing is retried or duplicated.
+//
 // Several relays may run on one table. LISTEN/NOTIFY wakes them within
 // milliseconds of a commit; the adaptive poll (PollMin to PollMax) remains
 // the source of truth, since notifications are lost while a listener

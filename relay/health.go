@@ -28,6 +28,13 @@ type Health struct {
 	BrokerBlocked bool      `json:"broker_blocked,omitempty"`
 	BlockedReason string    `json:"blocked_reason,omitempty"`
 	BlockedSince  time.Time `json:"blocked_since,omitzero"`
+	// HeldBack: a consumer's queue (HeldBy) reached Config.HoldBack's
+	// HighWater, and the relay claims nothing until it is back at
+	// LowWater. It changes neither Alive nor Ready: the backlog waits in
+	// the outbox, as designed, and a restart would not move it.
+	HeldBack  bool      `json:"held_back,omitempty"`
+	HeldBy    string    `json:"held_by,omitempty"`
+	HeldSince time.Time `json:"held_since,omitzero"`
 	// DatabaseOK: the last claim query succeeded.
 	DatabaseOK bool `json:"database_ok"`
 	// LastClaim is when a claim query last succeeded (zero if none yet).
@@ -42,6 +49,7 @@ type healthState struct {
 	running    atomic.Bool
 	brokerUp   atomic.Bool
 	block      amqpx.BlockState // of the current broker connection
+	held       amqpx.BlockState // HoldBack's: the reason is the queue
 	claimOK    atomic.Bool
 	lastClaim  atomic.Int64   // unix nanoseconds of the last successful claim
 	beats      []atomic.Int64 // per worker: unix nanoseconds of its latest loop, 0 while it is not running
@@ -72,6 +80,7 @@ func (r *Relay) Health() Health {
 	h := r.health
 	out := Health{BrokerConnected: h.brokerUp.Load(), DatabaseOK: h.claimOK.Load()}
 	out.BrokerBlocked, out.BlockedReason, out.BlockedSince = h.block.Blocked()
+	out.HeldBack, out.HeldBy, out.HeldSince = h.held.Blocked()
 	if ns := h.lastClaim.Load(); ns != 0 {
 		out.LastClaim = time.Unix(0, ns)
 	}

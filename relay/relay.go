@@ -325,6 +325,13 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 	if r.hooks.connected != nil {
 		r.hooks.connected()
 	}
+	if r.cfg.HoldBack != nil {
+		// Read before the first claim: a relay that starts while a
+		// queue is deep must not deepen it first.
+		w := &queueWatch{r: r, conn: conn}
+		w.read()
+		wg.Go(func() { w.run(sessionCtx) })
+	}
 	for i := range r.cfg.Workers {
 		wg.Go(func() { r.work(sessionCtx, pool, pub, &r.health.beats[i]) })
 	}

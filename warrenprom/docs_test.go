@@ -44,6 +44,7 @@ func exported(t *testing.T) map[string]bool {
 		t.Fatal(err)
 	}
 	rm.OutboxStats("o", outbox.Stats{})
+	rm.QueueDepth("o", "q", 0, 0) // the watched queues' gauges, and held_back at 0
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,8 @@ type relayRunOptions struct {
 	mode, slot                           string
 	dropSlot                             bool
 	nackTimeout                          ageFlag
+	holdBackQueues                       listFlag
+	highWater, lowWater                  int
 }
 
 func (o *relayRunOptions) register(fs *flagSet) {
@@ -75,6 +77,9 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.String(&o.slot, "slot", "NAME", "with --mode cdc, the replication slot of this relay group, one streaming and the others standing by; default the table's name with _cdc appended", "")
 	fs.Bool(&o.dropSlot, "drop-slot", "with --mode cdc, retire the group: drop its slot and publication (while no relay streams it) and exit; pending rows stay in the table")
 	fs.Var(&o.nackTimeout, "nack-timeout", "DURATION", fmt.Sprintf("with --mode cdc, how long an event may go on being nacked by the broker before it is dead; the stream waits meanwhile (default %v)", cdc.DefaultNackTimeout))
+	fs.Var(&o.holdBackQueues, "hold-back-queue", "QUEUES", "consumers' queues whose depth holds the relay back: at --high-water ready messages in one of them it claims nothing, and the backlog waits in the outbox until every one is at --low-water (comma-separated or repeated; default none)")
+	fs.Int(&o.highWater, "high-water", "N", "with --hold-back-queue, the ready messages in one queue that stop the claims", 10000)
+	fs.Int(&o.lowWater, "low-water", "N", "with --hold-back-queue, the ready messages in every queue below which claims resume (default half --high-water)", 0)
 	fs.String(&o.healthAddr, "health-addr", "ADDR", "serve /healthz, /readyz and Prometheus /metrics on this address (e.g. 127.0.0.1:9464, or :9464 for every interface); default off", "")
 }
 
@@ -83,7 +88,12 @@ func (o *relayRunOptions) config(env *cliEnv) (relay.Config, error) {
 		return relay.Config{}, err
 	}
 	o.db.lease = time.Duration(o.lease)
+	var holdBack *relay.HoldBack
+	if len(o.holdBackQueues) > 0 {
+		holdBack = &relay.HoldBack{Queues: o.holdBackQueues, HighWater: o.highWater, LowWater: o.lowWater}
+	}
 	return relay.Config{
+		HoldBack:        holdBack,
 		DatabaseURL:     o.db.databaseURL,
 		Table:           o.db.table,
 		Schema:          outbox.Schema(o.db.schema),

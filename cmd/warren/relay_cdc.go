@@ -151,6 +151,8 @@ func (c *relayRun) cdcOnly(cfg relay.Config) error {
 		return usagef("--keep-delivered, --order-by-entity and --no-listen are the polling relay's; --mode cdc trims published rows and keeps commit order")
 	case c.fs.isSet("workers"), o.lease != 0, o.pollMin != 0, o.pollMax != 0:
 		return usagef("--workers, --lease, --poll-min and --poll-max are the polling relay's; --mode cdc has one stream per slot")
+	case len(o.holdBackQueues) > 0:
+		return usagef("--hold-back-queue is the polling relay's for now; --mode cdc does not hold its stream back")
 	}
 	return nil
 }

@@ -86,3 +86,32 @@ func TestShareSettingsCopiesEverySharedSetting(t *testing.T) {
 		t.Errorf("BatchSize %d, MaxAttempts %d: a setting the flags already set for this mode was overwritten", dst.BatchSize, dst.MaxAttempts)
 	}
 }
+
+// --hold-back-queue, repeated or comma-separated, with --high-water and
+// --low-water, reaches the polling relay as its HoldBack; without it the
+// relay holds nothing back.
+func TestRelayRunHoldBackFlags(t *testing.T) {
+	t.Parallel()
+	env := &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string {
+		return map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none"}[k]
+	}}
+	config := func(args string) relay.Config {
+		t.Helper()
+		p, err := relayVerbs.parse(env, strings.Fields("run "+args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := p.opts.config(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	if cfg := config(""); cfg.HoldBack != nil {
+		t.Errorf("no --hold-back-queue: HoldBack %+v, want none", *cfg.HoldBack)
+	}
+	cfg := config("--hold-back-queue a,b --hold-back-queue c --high-water 500 --low-water 100")
+	if h := cfg.HoldBack; h == nil || !slices.Equal(h.Queues, []string{"a", "b", "c"}) || h.HighWater != 500 || h.LowWater != 100 {
+		t.Errorf("HoldBack %+v, want queues a, b, c, high water 500, low water 100", h)
+	}
+}

@@ -21,6 +21,9 @@
 //	warren_relay_publish_confirm_seconds      histogram: publish to the broker's verdict
 //	warren_relay_outbox_latency_seconds       histogram: producer's transaction to confirm
 //	warren_relay_connection_blocked           1 while the broker blocks the relay's connection
+//	warren_relay_held_back                    1 while a queue (label) holds the relay back (HoldBack)
+//	warren_relay_queue_ready_messages         ready messages in each HoldBack queue: a consumer's lag
+//	warren_relay_queue_consumers              consumers of each HoldBack queue
 //	warren_outbox_pending_rows                pending rows (in flight and retrying included)
 //	warren_outbox_in_flight_rows              pending rows leased to a relay now
 //	warren_outbox_retrying_rows               pending rows waiting out a retry delay

@@ -44,6 +44,8 @@ type RelayMetrics struct {
 	delivered, oldest         *prometheus.GaugeVec
 	captureErrors             *prometheus.GaugeVec
 	blocked                   *prometheus.GaugeVec
+	heldBack, queueReady      *prometheus.GaugeVec
+	queueConsumers            *prometheus.GaugeVec
 
 	outboxes sync.Map // table → *relaySeries
 }
@@ -51,6 +53,8 @@ type RelayMetrics struct {
 var (
 	_ relay.Observer      = (*RelayMetrics)(nil)
 	_ relay.BlockObserver = (*RelayMetrics)(nil)
+	_ relay.HoldObserver  = (*RelayMetrics)(nil)
+	_ relay.QueueObserver = (*RelayMetrics)(nil)
 )
 
 // NewRelayMetrics creates the relay and outbox metrics and registers them
@@ -83,9 +87,15 @@ func NewRelayMetrics(reg prometheus.Registerer, opts RelayOptions) (*RelayMetric
 		captureErrors: promreg.GaugeVec("warren_outbox_capture_errors",
 			"Changes whose events a capture trigger with the record policy could not write (rows of the outbox's capture errors table); 0 without that table.", "outbox"),
 		blocked: promreg.GaugeVec("warren_relay_connection_blocked", "1 while the broker blocks the relay's connection (a memory or disk alarm: the relay claims nothing), else 0.", "outbox"),
+		heldBack: promreg.GaugeVec("warren_relay_held_back",
+			"1 while a consumer's queue (label queue) at its high-water mark holds the relay back (relay.Config.HoldBack: it claims nothing, the backlog waits in the outbox), else 0.", "outbox", "queue"),
+		queueReady: promreg.GaugeVec("warren_relay_queue_ready_messages",
+			"Messages waiting for a consumer in a queue the relay's HoldBack watches: the consumer's lag, in events.", "outbox", "queue"),
+		queueConsumers: promreg.GaugeVec("warren_relay_queue_consumers", "Consumers of a queue the relay's HoldBack watches.", "outbox", "queue"),
 	}
 	err := promreg.Register(reg, m.published, m.failures, m.dead, m.wakeups, m.confirm, m.latency,
-		m.pending, m.inFlight, m.retrying, m.deadRows, m.lapsed, m.delivered, m.oldest, m.captureErrors, m.blocked)
+		m.pending, m.inFlight, m.retrying, m.deadRows, m.lapsed, m.delivered, m.oldest, m.captureErrors, m.blocked,
+		m.heldBack, m.queueReady, m.queueConsumers)
 	if err != nil {
 		return nil, err
 	}
@@ -169,4 +179,24 @@ func (m *RelayMetrics) Blocked(outbox, _ string) {
 // Unblocked implements [relay.BlockObserver].
 func (m *RelayMetrics) Unblocked(outbox string) {
 	m.blocked.WithLabelValues(outbox).Set(0)
+}
+
+// HeldBack implements [relay.HoldObserver].
+func (m *RelayMetrics) HeldBack(outbox, queue string, _ int) {
+	m.series(outbox)
+	m.heldBack.WithLabelValues(outbox, queue).Set(1)
+}
+
+// Released implements [relay.HoldObserver]: every queue's series goes to 0.
+func (m *RelayMetrics) Released(outbox string) {
+	m.heldBack.DeletePartialMatch(prometheus.Labels{"outbox": outbox})
+}
+
+// QueueDepth implements [relay.QueueObserver]. A queue watched is exported
+// as not holding the relay back until it does.
+func (m *RelayMetrics) QueueDepth(outbox, queue string, ready, consumers int) {
+	m.series(outbox)
+	m.queueReady.WithLabelValues(outbox, queue).Set(float64(ready))
+	m.queueConsumers.WithLabelValues(outbox, queue).Set(float64(consumers))
+	m.heldBack.WithLabelValues(outbox, queue).Add(0)
 }

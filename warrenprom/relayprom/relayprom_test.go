@@ -112,3 +112,35 @@ warren_relay_connection_blocked{outbox="t1"} `+v+"\n"), "warren_relay_connection
 	rm.Unblocked("t1")
 	want("0")
 }
+
+// TestHeldBackGauges follows the relay.HoldObserver and QueueObserver
+// calls: each watched queue's depth and consumers, and which queue holds
+// the relay back.
+func TestHeldBackGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	rm, err := relayprom.NewRelayMetrics(reg, relayprom.RelayOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(held, ready string) {
+		t.Helper()
+		err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP warren_relay_held_back 1 while a consumer's queue (label queue) at its high-water mark holds the relay back (relay.Config.HoldBack: it claims nothing, the backlog waits in the outbox), else 0.
+# TYPE warren_relay_held_back gauge
+warren_relay_held_back{outbox="t1",queue="slow"} `+held+`
+# HELP warren_relay_queue_ready_messages Messages waiting for a consumer in a queue the relay's HoldBack watches: the consumer's lag, in events.
+# TYPE warren_relay_queue_ready_messages gauge
+warren_relay_queue_ready_messages{outbox="t1",queue="slow"} `+ready+"\n"), "warren_relay_held_back", "warren_relay_queue_ready_messages")
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	rm.QueueDepth("t1", "slow", 3, 0)
+	want("0", "3")
+	rm.QueueDepth("t1", "slow", 12, 0)
+	rm.HeldBack("t1", "slow", 12)
+	want("1", "12")
+	rm.Released("t1")
+	rm.QueueDepth("t1", "slow", 1, 1)
+	want("0", "1")
+}

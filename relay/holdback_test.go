@@ -1,0 +1,224 @@
+package relay_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/relay"
+	"github.com/warrenmq/warren/relay/internal/relaytest"
+)
+
+// holdRecorder is a Recorder that also records the hold and the queues'
+// depths.
+type holdRecorder struct {
+	relaytest.Recorder
+	mu       sync.Mutex
+	heldBy   []string
+	released int
+	readings map[string][]int
+}
+
+func (o *holdRecorder) HeldBack(_, queue string, _ int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.heldBy = append(o.heldBy, queue)
+}
+
+func (o *holdRecorder) Released(string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.released++
+}
+
+func (o *holdRecorder) QueueDepth(_, queue string, ready, _ int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.readings == nil {
+		o.readings = map[string][]int{}
+	}
+	o.readings[queue] = append(o.readings[queue], ready)
+}
+
+func (o *holdRecorder) snapshot() (heldBy []string, released int, readings map[string][]int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	readings = map[string][]int{}
+	for q, r := range o.readings {
+		readings[q] = slices.Clone(r)
+	}
+	return slices.Clone(o.heldBy), o.released, readings
+}
+
+var (
+	_ relay.HoldObserver  = (*holdRecorder)(nil)
+	_ relay.QueueObserver = (*holdRecorder)(nil)
+)
+
+// A consumer's queue at its high-water mark holds the relay back from the
+// start: the events wait in the outbox, every queue of the exchange waits
+// with the deepest (the other consumer gets nothing meanwhile), nothing is
+// claimed, dead or expired, and the Observer and Health name the queue.
+// Once the queue drains to its low-water mark the relay lets go, and both
+// queues get every event, in the order they were written (one claim loop
+// publishes in the outbox's order; several keep each entity's order with
+// OrderByEntity).
+func TestHoldBackKeepsTheBacklogInTheOutbox(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.bindQueue()
+	slow := testenv.Name(t, "slow")
+	testenv.CleanupQueues(t, slow)
+	if err := declareQueue(e.ch, slow, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ch.QueueBind(slow, "", e.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The slow consumer's backlog: at the high-water mark already.
+	const highWater = 5
+	for range highWater {
+		if err := e.ch.Publish("", slow, false, false, amqp.Publishing{MessageId: "earlier"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "the earlier messages to be in the slow queue", func() bool {
+		q, err := e.ch.QueueDeclarePassive(slow, true, false, false, false, nil)
+		return err == nil && q.Messages == highWater
+	})
+	fast := consume(t, e.queue)
+	ids := e.publishN("held", 100)
+
+	obs := &holdRecorder{}
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.Observer = obs
+	cfg.BatchSize = 10
+	cfg.Workers = 1 // one claim loop on one channel publishes in the outbox's order
+	cfg.HoldBack = &relay.HoldBack{Queues: []string{e.queue, slow}, HighWater: highWater, LowWater: 1, Interval: 20 * time.Millisecond}
+	run := e.start(cfg)
+
+	testenv.WaitFor(t, 60*time.Second, "the relay to hold back", func() bool {
+		h := run.relay.Health()
+		return h.HeldBack && h.HeldBy == slow
+	})
+	// Several readings later (a broken gate would have claimed by then),
+	// nothing has left the outbox.
+	_, _, before := obs.snapshot()
+	testenv.WaitFor(t, 60*time.Second, "three more readings of the slow queue", func() bool {
+		_, _, now := obs.snapshot()
+		return len(now[slow]) >= len(before[slow])+3
+	})
+	if c := obs.Counts(); c.Published != 0 || c.WokenByNotify+c.WokenByPoll != 0 {
+		t.Errorf("held back from the start, the relay published %d rows and woke %d times; want none", c.Published, c.WokenByNotify+c.WokenByPoll)
+	}
+	if n := e.count("state = 'pending'"); n != len(ids) {
+		t.Errorf("%d rows pending while held, want all %d in the outbox", n, len(ids))
+	}
+	if n := fast.distinct(); n != 0 {
+		t.Errorf("the fast consumer got %d events while the slow queue held the stream back, want 0", n)
+	}
+	if heldBy, _, _ := obs.snapshot(); !slices.Equal(heldBy, []string{slow}) {
+		t.Errorf("the Observer was told the relay is held back by %v, want [%s]", heldBy, slow)
+	}
+
+	// The slow consumer recovers: its queue drains, the relay lets go.
+	got := consume(t, slow)
+	got.waitDistinct(t, len(ids)+1, 60*time.Second) // the earlier messages share one id
+	fast.waitDistinct(t, len(ids), 60*time.Second)
+	testenv.WaitFor(t, 60*time.Second, "the relay to let go", func() bool {
+		_, released, _ := obs.snapshot()
+		return released >= 1 && !run.relay.Health().HeldBack
+	})
+	for name, c := range map[string]*collector{"slow": got, "fast": fast} {
+		var order []string
+		for _, d := range c.deliveries() {
+			if d.MessageId != "earlier" && !slices.Contains(order, d.MessageId) {
+				order = append(order, d.MessageId)
+			}
+		}
+		if !slices.Equal(order, ids) {
+			t.Errorf("the %s queue got the events in another order than written:\n got %v\nwant %v", name, order, ids)
+		}
+	}
+	testenv.WaitFor(t, 60*time.Second, "the outbox to empty", func() bool { return e.count("true") == 0 })
+	if c := obs.Counts(); c.Dead != 0 || c.Failures != 0 {
+		t.Errorf("dead %d, failures %d; want none", c.Dead, c.Failures)
+	}
+}
+
+// A HoldBack without queues, or whose low-water mark is not below its
+// high-water mark, is refused.
+func TestHoldBackConfigIsChecked(t *testing.T) {
+	e := newEnv(t)
+	for name, h := range map[string]relay.HoldBack{
+		"no queues":              {HighWater: 10},
+		"an empty queue name":    {Queues: []string{""}, HighWater: 10},
+		"no high water":          {Queues: []string{"q"}},
+		"low water at the high":  {Queues: []string{"q"}, HighWater: 10, LowWater: 10},
+		"an interval under 1 ms": {Queues: []string{"q"}, HighWater: 10, Interval: time.Microsecond},
+	} {
+		cfg := e.config("hold")
+		cfg.HoldBack = &h
+		if _, err := relay.New(cfg); err == nil {
+			t.Errorf("%s: relay.New accepted HoldBack %+v", name, h)
+		}
+	}
+}
+
+// Why the relay holds rows back rather than leaning on a queue length
+// limit with overflow reject-publish (docs/adr/028-backpressure.md, option
+// B): the broker nacks a publish that a full queue refuses, but the other
+// queues of a fanout got it, so every retry of the nacked event copies it
+// again to every healthy consumer.
+func TestRejectPublishCopiesRetriesToTheOtherQueues(t *testing.T) {
+	t.Parallel()
+	ch, err := testenv.AMQPConn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	ex, limited, other := testenv.Name(t, "x"), testenv.Name(t, "limited"), testenv.Name(t, "other")
+	testenv.CleanupExchanges(t, ex)
+	testenv.CleanupQueues(t, limited, other)
+	limit := amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"}
+	for _, err := range []error{
+		ch.ExchangeDeclare(ex, "fanout", true, false, false, false, nil),
+		declareQueue(ch, limited, limit),
+		declareQueue(ch, other, nil),
+		ch.QueueBind(limited, "", ex, false, nil),
+		ch.QueueBind(other, "", ex, false, nil),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish := func(id string) bool {
+		t.Helper()
+		dc, err := ch.PublishWithDeferredConfirm(ex, "", false, false, amqp.Publishing{MessageId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dc.Wait()
+	}
+	if !publish("first") {
+		t.Fatal("the first publish was nacked, with room in both queues")
+	}
+	for range 3 { // a relay retrying the refused event
+		if publish("second") {
+			t.Fatal("a publish to the full queue was confirmed")
+		}
+	}
+	q, err := ch.QueueDeclarePassive(other, true, false, false, false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Messages != 4 {
+		t.Errorf("the other queue holds %d messages, want 4: the first event and three copies of the refused one", q.Messages)
+	}
+}
