@@ -36,7 +36,9 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 			// or a consumer's queue is too deep (HoldBack): a claim now
 			// would only spend the rows' attempts, or deepen the queue.
 			// Come round every PollMax all the same, to show the loop is
-			// not stuck.
+			// not stuck, and ping the database, so that DatabaseOK (and
+			// readiness) follows it while nothing is claimed.
+			r.health.claimOK.Store(pool.Ping(ctx) == nil)
 			t := time.NewTimer(r.cfg.PollMax)
 			select {
 			case <-ctx.Done():

@@ -292,11 +292,13 @@ func (c Config) validate() error {
 		switch {
 		case len(h.Queues) == 0:
 			add("HoldBack: Queues is empty: no queue to hold the relay back")
-		case slices.Contains(h.Queues, ""):
-			add("HoldBack: a queue name is empty")
+		case slices.ContainsFunc(h.Queues, func(q string) bool { return q == "" || len(q) > 255 }):
+			// A longer name is not refused by the broker but by the
+			// client, which closes the whole connection over it.
+			add("HoldBack: a queue name is empty or longer than AMQP's 255 bytes")
 		}
 		if h.HighWater < 1 || h.LowWater < 0 || h.LowWater >= h.HighWater {
-			add("HoldBack: want 0 <= LowWater < HighWater, got LowWater %d and HighWater %d", h.LowWater, h.HighWater)
+			add("HoldBack: want a HighWater of at least 1 and a LowWater below it (0: HighWater/2), got HighWater %d and LowWater %d", h.HighWater, h.LowWater)
 		}
 		if h.Interval < time.Millisecond {
 			add("HoldBack: Interval must be at least 1ms, got %v", h.Interval)

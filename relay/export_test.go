@@ -23,6 +23,7 @@ func SetAfterClaimHook(r *Relay, f func(rows []outbox.Row)) {
 func SetAfterSettleHook(r *Relay, f func()) { r.hooks.afterSettle = f }
 func SetListeningHook(r *Relay, f func())   { r.hooks.listening = f }
 func SetConnectedHook(r *Relay, f func())   { r.hooks.connected = f }
+func SetReadingHook(r *Relay, f func())     { r.hooks.reading = f }
 
 var (
 	RetryDelay = retryDelay

@@ -35,7 +35,8 @@ type Health struct {
 	HeldBack  bool      `json:"held_back,omitempty"`
 	HeldBy    string    `json:"held_by,omitempty"`
 	HeldSince time.Time `json:"held_since,omitzero"`
-	// DatabaseOK: the last claim query succeeded.
+	// DatabaseOK: the last claim query succeeded (while the relay claims
+	// nothing, held back or blocked, the last ping of the database).
 	DatabaseOK bool `json:"database_ok"`
 	// LastClaim is when a claim query last succeeded (zero if none yet).
 	LastClaim time.Time `json:"last_claim,omitzero"`

@@ -6,9 +6,12 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // HoldBack is [Config.HoldBack]: the relay claims nothing while one of
@@ -24,7 +27,10 @@ import (
 // way (Workers × BatchSize per relay); a relay reads the queues before its
 // first claim. The outbox, which has the disk for it, holds the rest. A
 // queue that does not exist (not yet declared, or deleted) holds nothing
-// back; the relay logs it. A message that sits in a held queue still ages:
+// back, and one that cannot be read for another reason (an exclusive queue
+// of another connection, a permission refused) holds it back, as if full;
+// the relay logs both. A reading that takes longer than 30s (a broker that
+// stopped reading the connection) ends the session, which starts again. A message that sits in a held queue still ages:
 // a queue's message TTL shorter than a consumer's outage still expires
 // (dead-letters) what the queue holds, HighWater at most.
 type HoldBack struct {
@@ -33,8 +39,10 @@ type HoldBack struct {
 	Queues []string
 	// HighWater is the ready messages in one queue that stop the claims.
 	HighWater int
-	// LowWater is the ready messages in every queue below which claims
-	// resume; default HighWater / 2.
+	// LowWater is the ready messages in every queue at or below which
+	// claims resume; 0 means HighWater / 2 (so at least 1: a relay that
+	// waited for an empty queue would leave its consumer idle while it
+	// refills it).
 	LowWater int
 	// Interval is how often the queues are read; default 1s.
 	Interval time.Duration
@@ -48,7 +56,8 @@ const DefaultHoldBackInterval = time.Second
 // when its Observer implements them.
 type HoldObserver interface {
 	// HeldBack is called when the relay stops claiming because queue
-	// holds ready messages, HighWater or more.
+	// holds ready messages, HighWater or more, and again when another
+	// queue becomes the deepest while it is held.
 	HeldBack(outbox, queue string, ready int)
 	// Released is called when every queue is at LowWater or below again,
 	// or the session the hold was read on ended.
@@ -65,49 +74,84 @@ type QueueObserver interface {
 type queueWatch struct {
 	r    *Relay
 	conn *amqp.Connection
-	ch   *amqp.Channel
+	ch   *amqp.Channel // used by one reading at a time
 }
 
-// read reads every queue's depth once, holds the relay back or lets it
-// go, and tells the Observer.
-func (w *queueWatch) read() {
+// reading is one reading of the queues: the deepest, and how deep;
+// unknown when no channel could be opened to read them (the connection is
+// ending), which changes nothing.
+type reading struct {
+	queue   string
+	ready   int
+	unknown bool
+}
+
+// read reads every queue's depth once and tells the Observer. A queue that
+// does not exist (404) holds nothing back; one that exists but cannot be
+// read (an exclusive queue of another connection, a refused permission)
+// counts as full: holding back is the safe side, and Health names it.
+func (w *queueWatch) read() reading {
 	r, h := w.r, w.r.cfg.HoldBack
-	deepest, ready := "", -1
+	if r.hooks.reading != nil {
+		r.hooks.reading()
+	}
+	deepest := reading{ready: -1}
 	for _, q := range h.Queues {
 		if w.ch == nil || w.ch.IsClosed() {
 			var err error
 			if w.ch, err = w.conn.Channel(); err != nil {
 				w.ch = nil
 				r.log.Warn("hold back: no channel to read the queues on", "error", err)
-				return
+				return reading{unknown: true}
 			}
 		}
-		// A passive declare of a missing queue closes the channel (404):
-		// the next queue gets a new one.
+		// A refused passive declare closes the channel: the next queue
+		// gets a new one.
 		st, err := w.ch.QueueDeclarePassive(q, false, false, false, false, nil)
-		if err != nil {
-			r.log.Warn("hold back: cannot read a queue's depth; it holds nothing back", "queue", q, "error", err)
+		var amqpErr *amqp.Error
+		switch {
+		case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
+			r.log.Warn("hold back: a watched queue does not exist; it holds nothing back", "queue", q)
 			continue
+		case err != nil:
+			r.log.Warn("hold back: cannot read a watched queue's depth; it holds the relay back until it can be read", "queue", q, "error", err)
+			st.Messages = h.HighWater
 		}
-		if o, ok := r.cfg.Observer.(QueueObserver); ok {
+		if o, ok := r.cfg.Observer.(QueueObserver); ok && err == nil {
 			r.observe.Call("QueueDepth", func() { o.QueueDepth(r.cfg.Table, q, st.Messages, st.Consumers) })
 		}
-		if st.Messages > ready {
-			deepest, ready = q, st.Messages
+		if st.Messages > deepest.ready {
+			deepest = reading{queue: q, ready: st.Messages}
 		}
 	}
-	r.hold(deepest, ready, false)
+	return deepest
 }
 
-// run reads the queues every Interval until ctx ends, then lets the relay
-// go: a session without a watcher must not stay held.
-func (w *queueWatch) run(ctx context.Context) {
-	defer func() {
-		w.r.hold("", 0, true)
-		if w.ch != nil {
-			w.ch.Close()
+// readWithin reads the queues and applies the reading, unless ctx ends or
+// the reading takes longer than limit first: a broker that stops reading
+// the connection (an alarm) would hold a passive declare, and with it the
+// session's end, for as long as the alarm lasts. A reading given up on
+// ends when the connection is closed; it applies nothing then.
+func (w *queueWatch) readWithin(ctx context.Context, limit time.Duration) bool {
+	done := make(chan reading, 1)
+	go func() { done <- w.read() }()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case got := <-done:
+		if ctx.Err() == nil && !got.unknown {
+			w.r.hold(got.queue, got.ready)
 		}
-	}()
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
+// run reads the queues every Interval until ctx ends, or a reading takes
+// longer than the setup timeout (the session then ends and starts again).
+func (w *queueWatch) run(ctx context.Context, lose func(error)) {
 	tick := time.NewTicker(w.r.cfg.HoldBack.Interval)
 	defer tick.Stop()
 	for {
@@ -115,27 +159,39 @@ func (w *queueWatch) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			w.read()
+			if !w.readWithin(ctx, amqpx.SetupTimeout) && ctx.Err() == nil {
+				lose(errors.New("hold back: reading the watched queues took longer than " + amqpx.SetupTimeout.String()))
+				return
+			}
 		}
 	}
 }
 
-// hold holds the relay back when the deepest queue reached HighWater, and
-// lets it go when it is at LowWater or below, or when the watcher ends.
-func (r *Relay) hold(queue string, ready int, ending bool) {
+// hold holds the relay back when the deepest queue reached HighWater,
+// names the deepest while held, and lets go at LowWater or below.
+func (r *Relay) hold(queue string, ready int) {
 	h := r.cfg.HoldBack
-	held, _, _ := r.health.held.Blocked()
+	held, by, _ := r.health.held.Blocked()
 	switch {
-	case !held && !ending && ready >= h.HighWater:
+	case !held && ready >= h.HighWater, held && ready > h.LowWater && queue != by:
 		r.health.held.Set(amqp.Blocking{Active: true, Reason: queue})
-		r.log.Warn("holding back: a consumer's queue is too deep; claims stop and the backlog waits in the outbox",
-			"queue", queue, "ready", ready, "high_water", h.HighWater, "low_water", h.LowWater)
+		if !held {
+			r.log.Warn("holding back: a consumer's queue is too deep; claims stop and the backlog waits in the outbox",
+				"queue", queue, "ready", ready, "high_water", h.HighWater, "low_water", h.LowWater)
+		}
 		if o, ok := r.cfg.Observer.(HoldObserver); ok {
 			r.observe.Call("HeldBack", func() { o.HeldBack(r.cfg.Table, queue, ready) })
 		}
-	case held && (ending || ready <= h.LowWater):
-		r.health.held.Reset()
+	case held && ready <= h.LowWater:
+		r.release()
 		r.log.Info("no longer holding back; claims resume", "deepest_queue", queue, "ready", ready)
+	}
+}
+
+// release lets the relay go: the queues drained, or the session the hold
+// was read on ended (a session without a watcher must not stay held).
+func (r *Relay) release() {
+	if r.health.held.Reset() {
 		if o, ok := r.cfg.Observer.(HoldObserver); ok {
 			r.observe.Call("Released", func() { o.Released(r.cfg.Table) })
 		}

@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,5 +221,83 @@ func TestRejectPublishCopiesRetriesToTheOtherQueues(t *testing.T) {
 	}
 	if q.Messages != 4 {
 		t.Errorf("the other queue holds %d messages, want 4: the first event and three copies of the refused one", q.Messages)
+	}
+}
+
+// A reading of the queues that the broker never answers (it stopped
+// reading the connection: an alarm) does not hold up a stop: Run returns
+// within the bound a stop has whatever the broker does.
+func TestHoldBackStopWhileAReadingHangs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.bindQueue()
+	brokerURL := testenv.AMQPURL(t)
+	p := testenv.StartAMQPProxy(t, hostOf(t, brokerURL))
+	var readings counter
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.AMQPURL = p.URL(t, brokerURL)
+	cfg.HoldBack = &relay.HoldBack{Queues: []string{e.queue}, HighWater: 1000, Interval: 5 * time.Millisecond}
+	run := e.start(cfg, func(r *relay.Relay) { relay.SetReadingHook(r, readings.hook()) })
+	readings.waitAbove(t, 2, "the relay to read the queue")
+	p.StopReading(true)
+	// A reading that begins now is one the broker will not answer.
+	readings.waitAbove(t, readings.value(), "a reading after the broker stopped reading")
+	bound := cfg.PublishTimeout + 5*time.Second + 12*time.Second
+	stopped := make(chan error, 1)
+	go func() { stopped <- run.stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(bound):
+		p.SetUp(false) // drop the connection, so the relay can stop at all
+		t.Fatalf("the relay did not stop within %v while its reading of the queues hung", bound)
+	}
+}
+
+// A queue that exists but cannot be read (an exclusive queue of another
+// connection) holds the relay back, as if full, and Health names it; the
+// queue named tracks the deepest while held; a queue name AMQP cannot
+// carry is refused; and a relay held from its start is ready, since its
+// database answers.
+func TestHoldBackNamesTheQueueThatHoldsIt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.bindQueue()
+	locked := testenv.Name(t, "locked")
+	owner, err := testenv.AMQPConn(t).Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owner.QueueDeclare(locked, false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.HoldBack = &relay.HoldBack{Queues: []string{e.queue, locked}, HighWater: 3, Interval: 10 * time.Millisecond}
+	run := e.start(cfg)
+	testenv.WaitFor(t, 60*time.Second, "the unreadable queue to hold the relay back, the relay ready", func() bool {
+		h := run.relay.Health()
+		return h.HeldBack && h.HeldBy == locked && h.Ready
+	})
+	// The exclusive queue goes with its connection; the other queue is
+	// now the deepest, above the low-water mark: it holds the relay.
+	for range 3 {
+		if err := e.ch.Publish("", e.queue, false, false, amqp.Publishing{MessageId: "earlier"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := owner.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 60*time.Second, "Health to name the queue that holds the relay now", func() bool {
+		h := run.relay.Health()
+		return h.HeldBack && h.HeldBy == e.queue
+	})
+
+	long := cfg
+	long.HoldBack = &relay.HoldBack{Queues: []string{strings.Repeat("q", 256)}, HighWater: 3}
+	if _, err := relay.New(long); err == nil {
+		t.Error("relay.New accepted a queue name of 256 bytes, which the AMQP client closes the connection over")
 	}
 }

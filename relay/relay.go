@@ -63,6 +63,7 @@ type hooks struct {
 	afterSettle func()                  // after a claimed batch was settled (or given up on)
 	listening   func()                  // after each successful LISTEN
 	connected   func()                  // after each broker session is set up
+	reading     func()                  // as each reading of the HoldBack queues begins
 }
 
 // ErrAlreadyRunning is returned by Run when the relay is running or has
@@ -329,8 +330,12 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 		// Read before the first claim: a relay that starts while a
 		// queue is deep must not deepen it first.
 		w := &queueWatch{r: r, conn: conn}
-		w.read()
-		wg.Go(func() { w.run(sessionCtx) })
+		defer r.release()
+		if !w.readWithin(sessionCtx, amqpx.SetupTimeout) {
+			lose(errors.New("hold back: the first reading of the watched queues took longer than " + amqpx.SetupTimeout.String()))
+		} else {
+			wg.Go(func() { w.run(sessionCtx, lose) })
+		}
 	}
 	for i := range r.cfg.Workers {
 		wg.Go(func() { r.work(sessionCtx, pool, pub, &r.health.beats[i]) })

@@ -181,9 +181,11 @@ func (m *RelayMetrics) Unblocked(outbox string) {
 	m.blocked.WithLabelValues(outbox).Set(0)
 }
 
-// HeldBack implements [relay.HoldObserver].
+// HeldBack implements [relay.HoldObserver]: the queue that holds the
+// relay back is at 1, the one before it (the deepest changed) no longer.
 func (m *RelayMetrics) HeldBack(outbox, queue string, _ int) {
 	m.series(outbox)
+	m.heldBack.DeletePartialMatch(prometheus.Labels{"outbox": outbox})
 	m.heldBack.WithLabelValues(outbox, queue).Set(1)
 }
 

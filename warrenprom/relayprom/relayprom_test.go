@@ -140,6 +140,15 @@ warren_relay_queue_ready_messages{outbox="t1",queue="slow"} `+ready+"\n"), "warr
 	rm.QueueDepth("t1", "slow", 12, 0)
 	rm.HeldBack("t1", "slow", 12)
 	want("1", "12")
+	// Another queue became the deepest: it holds the relay now.
+	rm.HeldBack("t1", "slower", 20)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP warren_relay_held_back 1 while a consumer's queue (label queue) at its high-water mark holds the relay back (relay.Config.HoldBack: it claims nothing, the backlog waits in the outbox), else 0.
+# TYPE warren_relay_held_back gauge
+warren_relay_held_back{outbox="t1",queue="slower"} 1
+`), "warren_relay_held_back"); err != nil {
+		t.Error(err)
+	}
 	rm.Released("t1")
 	rm.QueueDepth("t1", "slow", 1, 1)
 	want("0", "1")
