@@ -95,4 +95,8 @@ type Settlement struct {
 	// HandlerDuration is how long the middleware chain and the handler
 	// ran; zero when they did not run (the body did not decode).
 	HandlerDuration time.Duration
+	// EventCreatedAt is the event's created_at (Plane's timestamp), on
+	// the producer's clock; zero when the body did not decode or had
+	// none. Its distance to the settlement is the consumer's lag in time.
+	EventCreatedAt time.Time
 }

@@ -124,6 +124,7 @@ func (c *BaseConsumer) evaluateIn(hctx context.Context, h warren.Handler, d amqp
 	err = redact.Error(err)
 	v := c.decide(d, queue, m.Attempt, outcome, delay, err, hctx.Err() != nil, time.Now())
 	v.EventType, v.eventID, v.eventType, v.HandlerDuration = m.Event.Type, m.Event.ID, m.Event.Type, took
+	v.EventCreatedAt = m.Event.CreatedAt
 	v.unrouted = unrouted
 	return v
 }

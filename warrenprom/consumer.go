@@ -2,6 +2,7 @@ package warrenprom
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -37,6 +38,7 @@ type ConsumerMetrics struct {
 	handler     *prometheus.HistogramVec
 	inFlight    *prometheus.GaugeVec
 	lastMessage *prometheus.GaugeVec
+	lag         *prometheus.GaugeVec
 	connected   *prometheus.GaugeVec
 	blocked     *prometheus.GaugeVec
 	reconnects  *prometheus.CounterVec
@@ -79,6 +81,8 @@ func NewConsumerMetrics(reg prometheus.Registerer, opts ConsumerOptions) (*Consu
 			"Deliveries being handled now.", "consumer"),
 		lastMessage: promreg.GaugeVec("warren_consumer_last_message_timestamp_seconds",
 			"Unix time the latest delivery arrived; time() minus it is the time since the last message.", "consumer"),
+		lag: promreg.GaugeVec("warren_consumer_lag_seconds",
+			"How old the latest settled event was when it was settled (its created_at, on the producer's clock, to now): the consumer's lag in time. Retry delays count; clock skew between the hosts too.", "consumer"),
 		connected: promreg.GaugeVec("warren_consumer_connected",
 			"1 while the consumer is connected and consuming, else 0.", "consumer"),
 		blocked: promreg.GaugeVec("warren_consumer_connection_blocked",
@@ -89,7 +93,7 @@ func NewConsumerMetrics(reg prometheus.Registerer, opts ConsumerOptions) (*Consu
 			"Deliveries deferred because a dependency (a dedup store) was unavailable before the handler ran; also counted as deferred. No attempt is spent.", "consumer"),
 		types: newEventTypes(maxTypes),
 	}
-	err := promreg.Register(reg, m.received, m.messages, m.deadLetters, m.handler, m.inFlight, m.lastMessage, m.connected, m.blocked, m.reconnects, m.unavailable)
+	err := promreg.Register(reg, m.received, m.messages, m.deadLetters, m.handler, m.inFlight, m.lastMessage, m.lag, m.connected, m.blocked, m.reconnects, m.unavailable)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +108,7 @@ type consumerSeries struct {
 	unavailable prometheus.Counter
 	inFlight    prometheus.Gauge
 	lastMessage prometheus.Gauge
+	lag         prometheus.Gauge
 	types       sync.Map // event type label → *typeSeries (bounded by MaxEventTypes + 2)
 }
 
@@ -125,6 +130,7 @@ func (m *ConsumerMetrics) series(name string) *consumerSeries {
 		unavailable: m.unavailable.WithLabelValues(name),
 		inFlight:    m.inFlight.WithLabelValues(name),
 		lastMessage: m.lastMessage.WithLabelValues(name),
+		lag:         m.lag.WithLabelValues(name),
 	}
 	m.connected.WithLabelValues(name) // exported as 0 until connected
 	m.blocked.WithLabelValues(name)
@@ -175,6 +181,10 @@ func (m *ConsumerMetrics) Settled(name string, st consumer.Settlement) {
 	}
 	if st.HandlerDuration > 0 {
 		t.duration.Observe(st.HandlerDuration.Seconds())
+	}
+	if !st.EventCreatedAt.IsZero() && st.Disposition != consumer.Requeued {
+		// A clock ahead of this host's is no lag at all.
+		s.lag.Set(max(time.Since(st.EventCreatedAt), 0).Seconds())
 	}
 }
 

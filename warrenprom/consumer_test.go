@@ -163,3 +163,45 @@ warren_consumer_connection_blocked{consumer="c"} `+v+"\n"), "warren_consumer_con
 	cm.Unblocked("c")
 	want("0")
 }
+
+// The lag gauge is the age of the latest settled event: a requeued
+// delivery (not handled) and one without a created_at leave it as it was,
+// and a producer's clock ahead of this host's is no lag.
+func TestLagGauge(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cm, err := warrenprom.NewConsumerMetrics(reg, warrenprom.ConsumerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lag := func() float64 {
+		t.Helper()
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "warren_consumer_lag_seconds" {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("warren_consumer_lag_seconds is not exported")
+		return 0
+	}
+	cm.Received("c")
+	cm.Settled("c", consumer.Settlement{Disposition: consumer.Done, EventCreatedAt: time.Now().Add(-time.Minute)})
+	if l := lag(); l < 60 || l > 120 {
+		t.Errorf("lag after an event a minute old: %v s, want about 60", l)
+	}
+	cm.Received("c")
+	cm.Settled("c", consumer.Settlement{Disposition: consumer.Requeued, EventCreatedAt: time.Now().Add(-time.Hour)})
+	cm.Received("c")
+	cm.Settled("c", consumer.Settlement{Disposition: consumer.DeadLettered, Class: "undecodable"})
+	if l := lag(); l < 60 || l > 120 {
+		t.Errorf("lag after a requeue and an undecodable body: %v s, want the minute before", l)
+	}
+	cm.Received("c")
+	cm.Settled("c", consumer.Settlement{Disposition: consumer.Done, EventCreatedAt: time.Now().Add(time.Hour)})
+	if l := lag(); l != 0 {
+		t.Errorf("lag after an event from a clock an hour ahead: %v s, want 0", l)
+	}
+}

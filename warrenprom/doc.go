@@ -31,6 +31,7 @@
 //	warren_consumer_handler_duration_seconds       histogram of the handler chain, by event_type
 //	warren_consumer_in_flight                      deliveries being handled now
 //	warren_consumer_last_message_timestamp_seconds when the latest delivery arrived
+//	warren_consumer_lag_seconds               the latest settled event's age: lag in time
 //	warren_consumer_connected                      1 while consuming, else 0
 //	warren_consumer_connection_blocked             1 while the broker blocks the connection
 //	                                               (a memory or disk alarm), else 0

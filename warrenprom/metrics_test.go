@@ -216,6 +216,11 @@ func TestScrapeAfterKnownWorkload(t *testing.T) {
 			t.Errorf("no wake-up series for source %s", source)
 		}
 	}
+	// The events were created by this test on this host: the consumer's
+	// lag in time is between 0 and the test's age.
+	if lag, ok := got["warren_consumer_lag_seconds{"+consumerLabel+"}"]; !ok || lag < 0 || lag > time.Since(started).Seconds() {
+		t.Errorf("warren_consumer_lag_seconds = %v (exported: %v), want between 0 and the test's %v", lag, ok, time.Since(started))
+	}
 	last := got.sum("warren_consumer_last_message_timestamp_seconds", consumerLabel)
 	if last < float64(started.Unix()) || last > float64(time.Now().Unix()+1) {
 		t.Errorf("last message timestamp %v is not between the test's start %v and now", last, started.Unix())
