@@ -61,6 +61,23 @@ type HandlerFunc func(ctx context.Context, m *Message) error
 // Handle calls f(ctx, m).
 func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
 
+// Typed returns a handler that decodes each event's payload.data into a new
+// T, as [Payload.DecodeData] does (Plane's text forms included), and calls
+// fn with it. Data that does not decode into T (a field of another type, a
+// part that is not an object) never reaches fn half-filled: the message is
+// dead-lettered at once as undecodable ([Undecodable]), its error a
+// [DataError] whose Path names the field. Fields T does not have are
+// ignored, so a producer may add fields before its consumers know them.
+func Typed[T any](fn func(ctx context.Context, m *Message, data T) error) Handler {
+	return HandlerFunc(func(ctx context.Context, m *Message) error {
+		var data T
+		if err := m.Event.Payload.DecodeData(&data); err != nil {
+			return Undecodable(err)
+		}
+		return fn(ctx, m, data)
+	})
+}
+
 // Middleware wraps a handler with behaviour that runs around it: filtering,
 // logging, deduplication, timeouts. The first middleware in a chain is the
 // outermost.

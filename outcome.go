@@ -46,6 +46,9 @@ var (
 	// deferrals too (they also match ErrDeferred).
 	ErrUnavailable = errors.New("dependency unavailable")
 	ErrPermanent   = errors.New("permanent failure")
+	// ErrUndecodable is matched by the errors of [Undecodable], which are
+	// permanent failures too (they also match ErrPermanent).
+	ErrUndecodable = errors.New("undecodable event")
 )
 
 // Skip returns an error that acknowledges the message as skipped: the event
@@ -90,6 +93,19 @@ func Permanent(err error) error {
 	return &outcomeError{outcome: OutcomePermanent, err: err}
 }
 
+// Undecodable marks err as saying that the message's event is not what
+// its handler takes (a payload field of another type, say): retrying
+// cannot help, and the consumer dead-letters the message at once in the
+// class a body that is no event gets, undecodable, so that `warren dlq
+// stats` counts it with them and not with the handlers' own failures.
+// [Typed] returns it. Undecodable(nil) returns nil.
+func Undecodable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &outcomeError{outcome: OutcomePermanent, err: err, undecodable: true}
+}
+
 // RetryAfter marks err as transient and hints how long to wait before the
 // next attempt (a webhook's Retry-After, a rate limit's reset). The consumer
 // rounds the hint up to its nearest retry tier. RetryAfter(d, nil) returns
@@ -121,6 +137,7 @@ type outcomeError struct {
 	delay       time.Duration
 	err         error
 	unavailable bool // made by Unavailable
+	undecodable bool // made by Undecodable
 }
 
 func (e *outcomeError) Error() string {
@@ -144,6 +161,8 @@ func (e *outcomeError) Is(target error) bool {
 		return e.outcome == OutcomeDeferred
 	case ErrUnavailable:
 		return e.unavailable
+	case ErrUndecodable:
+		return e.undecodable
 	case ErrPermanent:
 		return e.outcome == OutcomePermanent
 	}

@@ -32,10 +32,29 @@ func decodeRaw(field string, raw json.RawMessage, v any) error {
 		}
 	}
 	if err != nil {
-		return &invalidError{msg: fmt.Sprintf("%s: %v", field, err)}
+		path := field
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			path += "." + typeErr.Field
+		}
+		return &DataError{Path: path, msg: fmt.Sprintf("%s: %v", field, err), err: err}
 	}
 	return nil
 }
+
+// DataError is a payload part (payload.data, payload.previous_attributes)
+// that does not decode into the value asked for. It matches
+// [ErrInvalidEvent].
+type DataError struct {
+	// Path is the part and, when the decoder could tell, the JSON path
+	// of the field that failed in it: "payload.data.assignee_ids.1".
+	Path string
+	msg  string
+	err  error
+}
+
+func (e *DataError) Error() string        { return "invalid event: " + e.msg }
+func (e *DataError) Is(target error) bool { return target == ErrInvalidEvent }
+func (e *DataError) Unwrap() error        { return e.err }
 
 // membersFromText returns the object raw with each member that t (a
 // pointer to the decode's target) wants as other than a string, and that

@@ -64,6 +64,18 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 			unhandled: consumer.DeadLetterUnhandled,
 			class:     dlq.ClassUnhandled, attempts: 1, errContains: `no handler registered for event type "workitem.created"`,
 		},
+		{
+			// A typed handler whose type the data does not fit: never
+			// called, dead-lettered with the bodies that are no event.
+			name: "typed handler, data of another type",
+			msg:  good,
+			handler: warren.Typed(func(ctx context.Context, m *warren.Message, d struct {
+				Priority int `json:"priority"`
+			}) error {
+				panic("called with data that did not decode")
+			}).Handle,
+			class: dlq.ClassUndecodable, attempts: 1, errContains: "payload.data: json: cannot unmarshal string into Go struct field .priority of type int",
+		},
 		{name: "malformed json", msg: withBody(`{"event_id": "x", `), class: dlq.ClassUndecodable, attempts: 1, errContains: "not valid JSON"},
 		{name: "missing event_id", msg: withBody(`{"event_type":"workitem.created"}`), class: dlq.ClassUndecodable, attempts: 1, errContains: "event_id is missing"},
 		{name: "wrong field type", msg: withBody(`{"event_id":"a","event_type":["x"]}`), class: dlq.ClassUndecodable, attempts: 1, errContains: "event_type must be a string"},

@@ -194,6 +194,9 @@ func (c *BaseConsumer) decide(d amqp.Delivery, queue string, attempt int, outcom
 		if _, ok := errors.AsType[*UnhandledError](err); ok {
 			class = dlq.ClassUnhandled
 		}
+		if errors.Is(err, warren.ErrUndecodable) {
+			class = dlq.ClassUndecodable
+		}
 		return c.deadLetterDecision(d, queue, attempt, class, err, now)
 	}
 	return decision{Settlement: Settlement{Disposition: Done}, attempt: attempt}

@@ -1,0 +1,99 @@
+package warren_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/warrenmq/warren"
+)
+
+type workItem struct {
+	Name     string `json:"name"`
+	Priority string `json:"priority"`
+	State    struct {
+		ID    string `json:"id"`
+		Order int    `json:"order"`
+	} `json:"state"`
+	AssigneeIDs []string `json:"assignee_ids"`
+}
+
+func message(data string) *warren.Message {
+	return &warren.Message{Event: warren.Event{ID: "e1", Type: "workitem.updated", Payload: warren.Payload{Data: []byte(data)}}}
+}
+
+// Typed hands the handler data decoded as a T, Plane's text forms
+// included, and never a half-filled one: data of another shape is an
+// Undecodable permanent failure whose DataError names the field.
+func TestTyped(t *testing.T) {
+	var got []workItem
+	h := warren.Typed(func(_ context.Context, _ *warren.Message, w workItem) error {
+		got = append(got, w)
+		return nil
+	})
+	ctx := context.Background()
+	if err := h.Handle(ctx, message(`{"name": "Fix", "priority": "high", "state": {"id": "s1", "order": 2}, "assignee_ids": ["a"], "unknown": 1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Name != "Fix" || got[0].State.Order != 2 || len(got[0].AssigneeIDs) != 1 {
+		t.Fatalf("the handler got %+v", got)
+	}
+	for data, path := range map[string]string{
+		`{"name": 42}`:                          "payload.data.name",
+		`{"state": {"id": "s1", "order": "x"}}`: "payload.data.state.order",
+		`{"assignee_ids": "a"}`:                 "payload.data.assignee_ids",
+		`[1, 2]`:                                "payload.data",
+		`"{}"`:                                  "", // Plane's "{}": an empty object, no error
+	} {
+		err := h.Handle(ctx, message(data))
+		if path == "" {
+			if err != nil {
+				t.Errorf("%s: %v, want none", data, err)
+			}
+			continue
+		}
+		var de *warren.DataError
+		switch {
+		case !errors.As(err, &de) || de.Path != path:
+			t.Errorf("%s: %v (path %q), want a DataError at %s", data, err, pathOf(de), path)
+		case !errors.Is(err, warren.ErrUndecodable) || !errors.Is(err, warren.ErrPermanent) || !errors.Is(err, warren.ErrInvalidEvent):
+			t.Errorf("%s: %v does not match ErrUndecodable, ErrPermanent and ErrInvalidEvent", data, err)
+		}
+		if o, _ := warren.Classify(err); o != warren.OutcomePermanent {
+			t.Errorf("%s: outcome %v, want permanent", data, o)
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("the handler ran %d times, want 2: never for data that did not decode", len(got))
+	}
+	if warren.Undecodable(nil) != nil {
+		t.Error("Undecodable(nil) is not nil")
+	}
+}
+
+func pathOf(de *warren.DataError) string {
+	if de == nil {
+		return ""
+	}
+	return de.Path
+}
+
+func ExampleTyped() {
+	type issue struct {
+		Name        string   `json:"name"`
+		AssigneeIDs []string `json:"assignee_ids"`
+	}
+	h := warren.Typed(func(_ context.Context, m *warren.Message, data issue) error {
+		fmt.Printf("%s: %q, %d assignee(s)\n", m.Event.Type, data.Name, len(data.AssigneeIDs))
+		return nil
+	})
+	ctx := context.Background()
+	_ = h.Handle(ctx, message(`{"name": "Fix the relay", "assignee_ids": ["u1"]}`))
+	err := h.Handle(ctx, message(`{"name": ["not", "a", "name"]}`))
+	var de *warren.DataError
+	fmt.Println(errors.Is(err, warren.ErrUndecodable), errors.As(err, &de) && de.Path == "payload.data.name")
+	// Output:
+	// workitem.updated: "Fix the relay", 1 assignee(s)
+	// true true
+}
