@@ -260,3 +260,31 @@ func BenchmarkEncode(b *testing.B) {
 		})
 	}
 }
+
+// A decode that needs a second try (Plane's text forms) starts from the
+// value as it was: a custom decoder runs once on what is kept, and a map
+// keeps no member of the failed try.
+func TestDecodeDataRetriesFromTheStart(t *testing.T) {
+	var m map[string]int
+	p := warren.Payload{Data: []byte(`{"a": 1, "b": "2"}`)}
+	if err := p.DecodeData(&m); err != nil || len(m) != 2 || m["a"] != 1 || m["b"] != 2 {
+		t.Fatalf("DecodeData = %v, %v", m, err)
+	}
+	var acc struct {
+		Vals appendOnDecode `json:"a"`
+		N    int            `json:"n"`
+	}
+	p = warren.Payload{Data: []byte(`{"a": "x", "n": "5"}`)}
+	if err := p.DecodeData(&acc); err != nil || len(acc.Vals) != 1 || acc.N != 5 {
+		t.Errorf("DecodeData with a text member: %+v, %v; want one value decoded and n 5", acc, err)
+	}
+}
+
+// appendOnDecode appends what it decodes, as a decoder with side effects
+// would.
+type appendOnDecode []string
+
+func (a *appendOnDecode) UnmarshalJSON(b []byte) error {
+	*a = append(*a, string(b))
+	return nil
+}

@@ -64,12 +64,17 @@ func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ct
 // Typed returns a handler that decodes each event's payload.data into a new
 // T, as [Payload.DecodeData] does (Plane's text forms included), and calls
 // fn with it. Data that does not decode into T (a field of another type, a
-// part that is not an object) never reaches fn half-filled: the message is
+// part that is not an object, null or none) never reaches fn: the message is
 // dead-lettered at once as undecodable ([Undecodable]), its error a
 // [DataError] whose Path names the field. Fields T does not have are
 // ignored, so a producer may add fields before its consumers know them.
 func Typed[T any](fn func(ctx context.Context, m *Message, data T) error) Handler {
 	return HandlerFunc(func(ctx context.Context, m *Message) error {
+		// null, which DecodeData leaves v alone for, is no T: a pointer,
+		// map or slice T would reach fn nil, a struct empty.
+		if raw := m.Event.Payload.Data; isNullPart(raw) {
+			return Undecodable(&DataError{Path: "payload.data", msg: "payload.data is missing or null"})
+		}
 		var data T
 		if err := m.Event.Payload.DecodeData(&data); err != nil {
 			return Undecodable(err)

@@ -1,6 +1,7 @@
 package warren
 
 import (
+	"bytes"
 	"cmp"
 	"encoding"
 	"encoding/json"
@@ -17,18 +18,34 @@ import (
 // map values) wants a number, a boolean, an array or an object.
 func decodeRaw(field string, raw json.RawMessage, v any) error {
 	if len(raw) == 0 {
-		return &invalidError{msg: field + " is missing"}
+		return &DataError{Path: field, msg: field + " is missing"}
+	}
+	// A decode that failed may have filled part of v: each further one
+	// starts from v as it was, so that v is what one decode makes of
+	// what is read (a custom UnmarshalJSON runs once on it, a map holds
+	// no member of a failed try).
+	before := reflect.ValueOf(v)
+	var saved reflect.Value
+	if before.Kind() == reflect.Pointer && !before.IsNil() {
+		saved = reflect.New(before.Elem().Type()).Elem()
+		saved.Set(before.Elem())
+	}
+	retry := func(raw json.RawMessage) error {
+		if saved.IsValid() {
+			before.Elem().Set(saved)
+		}
+		return json.Unmarshal(raw, v)
 	}
 	err := json.Unmarshal(raw, v)
 	if err != nil {
 		if inner, ok := textJSON(raw); ok {
-			raw, err = inner, json.Unmarshal(inner, v)
+			raw, err = inner, retry(inner)
 		}
 	}
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Value == "string" {
 		if members, ok := membersFromText(raw, reflect.TypeOf(v)); ok {
-			err = json.Unmarshal(members, v)
+			err = retry(members)
 		}
 	}
 	if err != nil {
@@ -41,12 +58,19 @@ func decodeRaw(field string, raw json.RawMessage, v any) error {
 	return nil
 }
 
+// isNullPart is true for a payload part that is absent or JSON null.
+func isNullPart(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(bytes.TrimSpace(raw)) == "null"
+}
+
 // DataError is a payload part (payload.data, payload.previous_attributes)
 // that does not decode into the value asked for. It matches
 // [ErrInvalidEvent].
 type DataError struct {
-	// Path is the part and, when the decoder could tell, the JSON path
-	// of the field that failed in it: "payload.data.assignee_ids.1".
+	// Path is the part and, when the decoder could tell, the path of
+	// the object member that failed in it: "payload.data.state.order"
+	// (array indices and map keys are not named; a custom
+	// UnmarshalJSON's failure is the part's).
 	Path string
 	msg  string
 	err  error

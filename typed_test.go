@@ -45,6 +45,7 @@ func TestTyped(t *testing.T) {
 		`{"assignee_ids": "a"}`:                 "payload.data.assignee_ids",
 		`[1, 2]`:                                "payload.data",
 		`"{}"`:                                  "", // Plane's "{}": an empty object, no error
+		`null`:                                  "payload.data",
 	} {
 		err := h.Handle(ctx, message(data))
 		if path == "" {
@@ -66,6 +67,14 @@ func TestTyped(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Errorf("the handler ran %d times, want 2: never for data that did not decode", len(got))
+	}
+	// A pointer T never reaches the handler nil: null data is undecodable.
+	ptr := warren.Typed(func(_ context.Context, _ *warren.Message, w *workItem) error {
+		_ = w.Name
+		return nil
+	})
+	if err := ptr.Handle(ctx, message(`null`)); !errors.Is(err, warren.ErrUndecodable) {
+		t.Errorf("a pointer T and null data: %v, want undecodable", err)
 	}
 	if warren.Undecodable(nil) != nil {
 		t.Error("Undecodable(nil) is not nil")
