@@ -242,18 +242,7 @@ func TestHoldBackStopWhileAReadingHangs(t *testing.T) {
 	p.StopReading(true)
 	// A reading that begins now is one the broker will not answer.
 	readings.waitAbove(t, readings.value(), "a reading after the broker stopped reading")
-	bound := cfg.PublishTimeout + 5*time.Second + 12*time.Second
-	stopped := make(chan error, 1)
-	go func() { stopped <- run.stop() }()
-	select {
-	case err := <-stopped:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(bound):
-		p.SetUp(false) // drop the connection, so the relay can stop at all
-		t.Fatalf("the relay did not stop within %v while its reading of the queues hung", bound)
-	}
+	stopsInTime(t, run, cfg, p, "while its reading of the queues hung")
 }
 
 // A queue that exists but cannot be read (an exclusive queue of another

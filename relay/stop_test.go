@@ -33,9 +33,19 @@ func TestStopWhileTheBrokerStopsReading(t *testing.T) {
 	testenv.WaitFor(t, 20*time.Second, "the relay to claim the new rows", func() bool {
 		return e.count("event_id LIKE 'during-%' AND attempts >= 1") > 0
 	})
-	// relay/doc.go: a stop returns within PublishTimeout plus a few
-	// seconds (5s for the broker to answer the close), whatever the broker
-	// does. The slack is for a busy machine; a stop of 30s fails.
+	stopsInTime(t, run, cfg, p, "while the broker was not reading")
+	if n := e.count("event_id LIKE 'during-%' AND state = 'pending'"); n != len(during) {
+		t.Errorf("%d of %d rows the broker never read are pending", n, len(during))
+	}
+}
+
+// stopsInTime stops run and fails the test unless Run returns within the
+// bound relay/doc.go gives a stop whatever the broker does: PublishTimeout
+// plus 5s for the broker to answer the close, with slack for a busy
+// machine (a stop of 30s fails). Past it, p drops the connection, so that
+// the relay can stop at all.
+func stopsInTime(t *testing.T, run *running, cfg relay.Config, p *testenv.Proxy, while string) {
+	t.Helper()
 	bound := cfg.PublishTimeout + 5*time.Second + 12*time.Second
 	begin := time.Now()
 	stopped := make(chan error, 1)
@@ -46,11 +56,8 @@ func TestStopWhileTheBrokerStopsReading(t *testing.T) {
 			t.Fatal(err)
 		}
 	case <-time.After(bound):
-		p.SetUp(false) // drop the connection, so the relay can stop at all
-		t.Fatalf("the relay did not stop within %v while the broker was not reading", bound)
+		p.SetUp(false)
+		t.Fatalf("the relay did not stop within %v %s", bound, while)
 	}
 	t.Logf("stopped in %v", time.Since(begin).Round(time.Millisecond))
-	if n := e.count("event_id LIKE 'during-%' AND state = 'pending'"); n != len(during) {
-		t.Errorf("%d of %d rows the broker never read are pending", n, len(during))
-	}
 }
