@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/dlq"
 )
 
 type workItem struct {
@@ -105,4 +107,28 @@ func ExampleTyped() {
 	// Output:
 	// workitem.updated: "Fix the relay", 1 assignee(s)
 	// true true
+}
+
+// `warren dlq stats` groups dead letters by class and error text with a
+// message's particulars taken out (dlq.Signature): the contract failures
+// of one field fall in one group whatever the values, and two fields'
+// failures in two.
+func TestTypedFailuresGroupByField(t *testing.T) {
+	h := warren.Typed(func(context.Context, *warren.Message, workItem) error { return nil })
+	signature := func(data string) string {
+		t.Helper()
+		err := h.Handle(context.Background(), message(data))
+		if err == nil {
+			t.Fatalf("%s decoded", data)
+		}
+		return dlq.Signature(dlq.ClassUndecodable, err.Error())
+	}
+	name1, name2 := signature(`{"name": 42}`), signature(`{"name": 7, "priority": "low"}`)
+	order := signature(`{"state": {"order": "first"}}`)
+	if name1 != name2 || name1 == order {
+		t.Errorf("signatures: %q and %q for the name, %q for state.order; want one group per field", name1, name2, order)
+	}
+	if !strings.Contains(name1, "name") || !strings.Contains(order, "order") {
+		t.Errorf("signatures %q and %q do not name their fields", name1, order)
+	}
 }
