@@ -24,6 +24,7 @@ type consoleOptions struct {
 	db                             outboxDBFlags
 	token, basicAuth, archiveDir   string
 	allowHosts                     listFlag
+	relays                         listFlag
 	tlsCert, tlsKey                string
 	readOnly, behindTLSProxy       bool
 	refresh                        ageFlag
@@ -37,6 +38,7 @@ func (o *consoleOptions) register(fs *flagSet) {
 	fs.String(&o.tlsKey, "tls-key", "FILE", "the PEM private key of --tls-cert", "")
 	fs.Bool(&o.behindTLSProxy, "behind-tls-proxy", "a proxy in front terminates TLS: mark cookies Secure, require --token or --basic-auth and --allow-host; the proxy must pass the original Host header on (X-Forwarded-* headers are not trusted)")
 	fs.String(&o.amqpURL, "amqp-url", "URL", "the broker, or a cluster's nodes separated by commas; default $AMQP_URL, else "+redact.URL(amqpx.DefaultURL), "")
+	fs.Var(&o.relays, "relay", "URL,...", "the relays' health addresses (warren relay run --health-addr), as http://HOST:PORT: the overview shows whether each one holds the stream back, and for which consumer's queue")
 	fs.String(&o.managementURL, "management-url", "URL", "RabbitMQ's management API, for the overview; default http://HOST:15672 of the broker, same user", "")
 	fs.String(&o.db.databaseURL, "database-url", "URL", "the Postgres database of the outbox table; default $DATABASE_URL, else no outbox section", "")
 	fs.String(&o.db.table, "table", "NAME", fmt.Sprintf("the outbox table; default $WARREN_OUTBOX_TABLE, else %s (%s with --schema plane)", outbox.DefaultTable, outbox.DefaultPlaneTable), "")
@@ -75,6 +77,7 @@ func runConsole(ctx context.Context, env *cliEnv, args []string) error {
 		Token:          cmp.Or(o.token, env.getenv("WARREN_CONSOLE_TOKEN")),
 		BasicAuth:      cmp.Or(o.basicAuth, env.getenv("WARREN_CONSOLE_BASIC_AUTH")),
 		AllowedHosts:   o.allowHosts,
+		Relays:         o.relays,
 		TLSCertFile:    o.tlsCert,
 		TLSKeyFile:     o.tlsKey,
 		BehindTLSProxy: o.behindTLSProxy,
@@ -115,4 +118,5 @@ func printConsoleUsage(w io.Writer, fs *flagSet) {
 	fmt.Fprintln(w, "  warren console")
 	fmt.Fprintln(w, "  WARREN_CONSOLE_TOKEN=$(openssl rand -hex 16) warren console --listen :8443 --allow-host console.example.com --tls-cert cert.pem --tls-key key.pem --archive-dir /var/lib/warren/archive")
 	fmt.Fprintln(w, "  warren console --read-only --database-url postgres://app@db/app")
+	fmt.Fprintln(w, "  warren console --relay http://relay-1:9464,http://relay-2:9464")
 }

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strings"
 	"time"
 
 	"github.com/warrenmq/warren/internal/amqpx"
+	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
 )
 
@@ -73,6 +75,13 @@ type Config struct {
 	BasicAuth string
 	// ReadOnly hides every action and refuses its POST with 403.
 	ReadOnly bool
+	// Relays are the relays' health addresses (`warren relay run
+	// --health-addr`), as http://HOST:PORT. The overview reads each one's
+	// /healthz and shows whether it holds the stream back (relay.Config's
+	// HoldBack) and for which consumer's queue, or is blocked by the
+	// broker. Empty: no relays section.
+	Relays []string
+
 	// ArchiveDir is where a purge writes (and syncs) the messages it is
 	// about to delete. Empty: purging is not offered.
 	ArchiveDir string
@@ -109,6 +118,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BasicAuth != "" {
 		if user, pass, ok := strings.Cut(c.BasicAuth, ":"); !ok || user == "" || pass == "" {
 			return c, fmt.Errorf("console: basic auth must be user:password")
+		}
+	}
+	for _, r := range c.Relays {
+		if u, err := url.Parse(r); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return c, fmt.Errorf("console: relay %q: want the relay's health address as http://HOST:PORT", redact.URL(r))
 		}
 	}
 	if c.Logger == nil {

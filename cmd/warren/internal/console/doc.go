@@ -8,8 +8,13 @@
 // refresh).
 //
 //   - The overview lists every warren consumer on the broker (queue depth,
-//     unacknowledged, DLQ and retry-tier depths, consumers, rates), from an
-//     [Inventory], and the outbox table's counts when a database is given.
+//     how long its oldest waiting event has waited, unacknowledged, DLQ and
+//     retry-tier depths, consumers, rates), from an [Inventory], and the
+//     outbox table's counts when a database is given. With Config.Relays
+//     it reads each relay's /healthz and shows whether it holds the stream
+//     back (relay.Config's HoldBack), for which consumer's queue and since
+//     when, or is blocked by the broker; that consumer's row says it holds
+//     the relays back.
 //   - A dead-letter queue's page groups its messages by failure signature
 //     ([dlq.Signature]: class plus error text with ids, numbers and hosts
 //     normalised), so 4,000 copies of one timeout are one row. A group opens

@@ -2,13 +2,19 @@ package console
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/warrenmq/warren/cmd/warren/internal/inventory"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
+	"github.com/warrenmq/warren/relay"
 )
 
 // Inventory lists the warren consumers on the broker with their queues'
@@ -32,7 +38,17 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		OutboxOldest string
 		Database     string
 		OutboxErr    string
+		Relays       []relayState
+		// Holding: the consumers' queues that hold a relay back.
+		Holding map[string]bool
 	}{Broker: amqpx.RedactURLs(s.cfg.AMQPURL), NoInventory: s.inventoryErr, Database: s.dbShown}
+	data.Relays = readRelays(ctx, s.cfg.Relays)
+	data.Holding = map[string]bool{}
+	for _, r := range data.Relays {
+		if r.Health.HeldBack {
+			data.Holding[r.Health.HeldBy] = true
+		}
+	}
 	if s.inventory != nil {
 		cs, err := s.inventory.Consumers(ctx)
 		data.Consumers = cs
@@ -50,4 +66,52 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.render(w, r, http.StatusOK, "overview", "Overview", data)
+}
+
+// relayState is one relay's /healthz as the overview shows it.
+type relayState struct {
+	Addr   string // password masked
+	Health relay.Health
+	Err    string
+}
+
+// readRelays reads every relay's /healthz at once, each within 3s: a relay
+// that does not answer is shown as such, and never holds the page up.
+func readRelays(ctx context.Context, addrs []string) []relayState {
+	out := make([]relayState, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Go(func() {
+			out[i] = relayState{Addr: redact.URL(addr)}
+			h, err := readRelay(ctx, addr)
+			if err != nil {
+				out[i].Err = redact.Secrets(err.Error())
+				return
+			}
+			out[i].Health = h
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// readRelay reads one relay's /healthz. It answers 503 with the same body
+// when the relay is not alive, so the body is read whatever the status.
+func readRelay(ctx context.Context, addr string) (relay.Health, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var h relay.Health
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(addr, "/")+"/healthz", nil)
+	if err != nil {
+		return h, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return h, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&h); err != nil {
+		return h, fmt.Errorf("/healthz answered %s, not a relay's health: %w", resp.Status, err)
+	}
+	return h, nil
 }

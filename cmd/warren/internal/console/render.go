@@ -46,7 +46,15 @@ type page struct {
 }
 
 var funcs = template.FuncMap{
-	"ago":  ago,
+	"ago": ago,
+	// age is how long ago t was, "–" for none (a queue's oldest message
+	// without a timestamp, or a quorum queue, which reports none).
+	"age": func(t time.Time) string {
+		if t.IsZero() {
+			return "–"
+		}
+		return duration(time.Since(t))
+	},
 	"ts":   func(t time.Time) string { return formatTime(t) },
 	"path": url.PathEscape,
 	"rate": func(f float64) string { return fmt.Sprintf("%.1f/s", f) },

@@ -28,6 +28,13 @@ type Queue struct {
 	Ready     int
 	Unacked   int // delivered to a consumer, not yet settled: in flight
 	Consumers int
+	// OldestAt is the timestamp property of the message at the queue's
+	// head: warren's relays set it to the event's creation time, so now
+	// minus OldestAt is how far behind the queue's consumers are in time.
+	// Zero when the broker reports none: an empty queue, a message
+	// without a timestamp, or a quorum queue (RabbitMQ reports it for
+	// classic queues only).
+	OldestAt time.Time
 	// Rates in messages a second, averaged by the broker over its last
 	// sampling window; zero when it has no sample yet.
 	PublishRate, DeliverRate, AckRate float64
@@ -127,7 +134,10 @@ type queueJSON struct {
 	Ready     int    `json:"messages_ready"`
 	Unacked   int    `json:"messages_unacknowledged"`
 	Consumers int    `json:"consumers"`
-	Stats     struct {
+	// HeadTimestamp is in seconds since the epoch; RabbitMQ sends "" or
+	// leaves it out when there is none.
+	HeadTimestamp any `json:"head_message_timestamp"`
+	Stats         struct {
 		Publish struct {
 			Rate float64 `json:"rate"`
 		} `json:"publish_details"`
@@ -144,7 +154,7 @@ type queueJSON struct {
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	var raw []queueJSON
 	if err := c.get(ctx, "api/queues/"+url.PathEscape(c.vhost), url.Values{
-		"columns": {"name,type,messages,messages_ready,messages_unacknowledged,consumers,message_stats"},
+		"columns": {"name,type,messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,message_stats"},
 	}, &raw); err != nil {
 		return nil, err
 	}
@@ -154,6 +164,9 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 			Name: q.Name, Type: q.Type,
 			Messages: q.Messages, Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers,
 			PublishRate: q.Stats.Publish.Rate, DeliverRate: q.Stats.Deliver.Rate, AckRate: q.Stats.Ack.Rate,
+		}
+		if ts, ok := q.HeadTimestamp.(float64); ok && ts > 0 {
+			qs[i].OldestAt = time.Unix(int64(ts), 0)
 		}
 	}
 	slices.SortFunc(qs, func(a, b Queue) int { return strings.Compare(a.Name, b.Name) })

@@ -52,12 +52,19 @@ func TestConsumersFromTheBroker(t *testing.T) {
 	queues := []string{name, name + ".dlq", name + ".retry.5s"}
 	testenv.CleanupQueues(t, queues...)
 	ch := testenv.Channel(t)
+	// The queue's one message was created 90s ago (the relays stamp the
+	// event's creation time); the others carry no timestamp.
+	created := time.Now().Add(-90 * time.Second).Truncate(time.Second)
 	for i, q := range queues {
 		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
 			t.Fatal(err)
 		}
 		for range i + 1 { // 1 in the queue, 2 in the DLQ, 3 in the tier
-			if err := ch.PublishWithContext(context.Background(), "", q, false, false, amqp.Publishing{Body: []byte("x")}); err != nil {
+			msg := amqp.Publishing{Body: []byte("x")}
+			if i == 0 {
+				msg.Timestamp = created
+			}
+			if err := ch.PublishWithContext(context.Background(), "", q, false, false, msg); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -79,7 +86,7 @@ func TestConsumersFromTheBroker(t *testing.T) {
 				c = found
 			}
 		}
-		if c.Queue.Messages == 1 && c.DLQ.Messages == 2 && len(c.Retry) == 1 && c.Retry[0].Messages == 3 {
+		if c.Queue.Messages == 1 && c.DLQ.Messages == 2 && len(c.Retry) == 1 && c.Retry[0].Messages == 3 && !c.Queue.OldestAt.IsZero() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -89,6 +96,9 @@ func TestConsumersFromTheBroker(t *testing.T) {
 	}
 	if c.Queue.Name != name || c.DLQ.Name != name+".dlq" || c.Retry[0].Name != name+".retry.5s" {
 		t.Fatalf("names: %+v", c)
+	}
+	if !c.Queue.OldestAt.Equal(created) || !c.DLQ.OldestAt.IsZero() {
+		t.Errorf("the oldest message's time: queue %v (want %v), DLQ %v (want none: no timestamp)", c.Queue.OldestAt, created, c.DLQ.OldestAt)
 	}
 }
 

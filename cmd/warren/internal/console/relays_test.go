@@ -1,0 +1,86 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/warrenmq/warren/cmd/warren/internal/console"
+	"github.com/warrenmq/warren/internal/testenv"
+	"github.com/warrenmq/warren/relay"
+)
+
+// A real relay held back by a consumer's queue (relay.Config's HoldBack)
+// shows on the overview: the relays section names the queue, the
+// consumer's row says it holds the relays back, and the queue's oldest
+// waiting event shows how long it has waited. A relay that does not answer
+// is shown as such, and the page still renders.
+func TestOverviewShowsTheRelayHeldBackAndTheConsumersLag(t *testing.T) {
+	t.Parallel()
+	testenv.RequireManagement(t)
+	var health atomic.Pointer[http.Handler]
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if h := health.Load(); h != nil {
+			(*h).ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "the relay is not built yet", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(hs.Close)
+	f := newFixture(t, console.Config{Relays: []string{hs.URL, "http://127.0.0.1:1"}})
+
+	// The consumer is behind: three events created three minutes ago wait
+	// in its queue, which is the relay's high-water mark.
+	created := time.Now().Add(-3 * time.Minute)
+	for range 3 {
+		if err := f.ch.PublishWithContext(context.Background(), "", f.top.Consumer, false, false, amqp.Publishing{MessageId: "behind", Timestamp: created, Body: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ob := testenv.NewOutboxTable(t)
+	ob.Publish(testenv.OutboxEvent(testenv.Name(t, "held")))
+	r, err := relay.New(relay.Config{
+		Pool: ob.Pool, Table: ob.Table.Name(), AMQPURL: testenv.AMQPURL(t), Exchange: f.top.Exchange, Name: testenv.Name(t, "relay"),
+		HoldBack: &relay.HoldBack{Queues: []string{f.top.Consumer}, HighWater: 3, Interval: 50 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := r.HealthHandler()
+	health.Store(&h)
+	testenv.RunInBackground(t, r.Run)
+
+	consumerRow := regexp.MustCompile(`(?s)<tr class="consumer" id="consumer-` + regexp.QuoteMeta(f.top.Consumer) + `".*?</tr>`)
+	held := regexp.MustCompile(`held back by queue <a href="#consumer-` + regexp.QuoteMeta(f.top.Consumer) + `">`)
+	lag := regexp.MustCompile(`<td class="num queue-lag">3m</td>`)
+	var body, row string
+	testenv.WaitFor(t, 60*time.Second, "the overview to show the hold and the lag", func() bool {
+		body = f.get("/").body
+		row = consumerRow.FindString(body)
+		return held.MatchString(body) && strings.Contains(row, "holds the relays back") && lag.MatchString(row)
+	})
+	if !strings.Contains(body, "not answering") {
+		t.Errorf("the relay that does not answer is not shown as such:\n%s", body)
+	}
+	if n := ob.Count("state = 'pending'"); n != 1 {
+		t.Errorf("%d outbox rows pending while held back, want the 1 written", n)
+	}
+}
+
+// A relay address that is not http(s)://HOST is refused when the console
+// is made, not at the first page.
+func TestRelayAddressesAreChecked(t *testing.T) {
+	for _, bad := range []string{"127.0.0.1:9464", "ftp://x", "http://", "http://u:secret@[::1"} {
+		_, err := console.New(console.Config{Relays: []string{bad}})
+		if err == nil || !strings.Contains(err.Error(), "http://HOST:PORT") || strings.Contains(err.Error(), "secret") {
+			t.Errorf("Relays %q: %v", bad, err)
+		}
+	}
+}
