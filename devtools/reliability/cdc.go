@@ -33,6 +33,9 @@ func (h *harness) cdc() bool { return h.relays == relayCDC }
 // cdcCounts are the mode's fault counts with the CDC mode's own.
 func cdcCounts(m mode) map[faultKind]int {
 	out := maps.Clone(m.counts)
+	// The CDC relay does not hold back (ADR 028): its slot keeps the
+	// backlog in the WAL.
+	delete(out, faultBackpressure)
 	maps.Copy(out, m.cdcCounts)
 	return out
 }
@@ -42,6 +45,9 @@ func checkRelayFaults(rm relayMode, counts map[faultKind]int) error {
 	for k := range counts {
 		if k == faultLargeTx && rm != relayCDC {
 			return fmt.Errorf("%s needs -relay-mode cdc", k)
+		}
+		if k == faultBackpressure && rm == relayCDC {
+			return fmt.Errorf("%s needs the polling relays: the CDC relay does not hold back", k)
 		}
 	}
 	return nil

@@ -583,6 +583,9 @@ func (h *harness) check(ctx context.Context) (*result, error) {
 		for _, p := range f.problems {
 			res.fail("%s at %s: %s", f.kind, f.start.Format("15:04:05"), p)
 		}
+		if f.pressure != nil {
+			h.pressureLatencies(f)
+		}
 	}
 	res.hostileSent = len(h.hostile)
 	return res, nil

@@ -65,6 +65,7 @@ var leftOutOnCluster = map[faultKind]string{
 	faultBrokerRestart: "the single node's stop_app / start_app is, on a cluster, the stop_app and start_app of one node (the cluster faults), aimed at a node that leads no consumer queue; the leader's loss is the kill -9",
 	faultBrokerOutage: "every node down at once is a full-cluster restart: quorum queues serve nothing without a majority, and RabbitMQ itself orders the nodes' return (the last one down must start first), so it tests RabbitMQ's recovery more than warren's; " +
 		"warren's reconnect through a whole-broker outage is the single-node mode's fault",
+	faultBackpressure: "the relays read a quorum queue's depth as they read a classic one's (a passive queue.declare, answered by the leader), so the episode would prove nothing on a cluster the single node's does not, and it would add its length to CI's longest run; the cluster's relays still run with --hold-back-queue",
 }
 
 // adaptedOnCluster are the single node's faults that act differently on

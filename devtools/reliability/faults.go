@@ -46,6 +46,7 @@ var faultIDs = map[string]faultKind{
 	"memory-alarm": faultMemoryAlarm, "dlq-import": faultDLQImport, "dlq-shovel": faultDLQShovel,
 	"pg-stall": faultPGStall, "redis-stall": faultRedisStall, "redis-down": faultRedisDown,
 	"broker-outage": faultBrokerOutage, "pg-restart": faultPGRestart, "capture-schema": faultCaptureSchema,
+	"backpressure": faultBackpressure,
 	// -broker cluster only; each brings its node back right after.
 	"node-kill": faultNodeKill, "node-stop-app": faultNodeStopApp,
 	// -relay-mode cdc only.
@@ -58,7 +59,7 @@ var faultOrder = []faultKind{
 	faultCloseConns, faultBrokerRestart, faultPGTerminate, faultRedisRestart,
 	faultReceiver5xx, faultReceiverSlow, faultHostile,
 	faultMemoryAlarm, faultDLQImport, faultDLQShovel, faultPGStall, faultRedisStall, faultRedisDown,
-	faultBrokerOutage, faultPGRestart, faultCaptureSchema, faultLargeTx,
+	faultBrokerOutage, faultPGRestart, faultCaptureSchema, faultBackpressure, faultLargeTx,
 	faultNodeKill, faultNodeRestart, faultNodeStopApp, faultNodeStartApp,
 }
 
@@ -104,6 +105,8 @@ type faultRecord struct {
 	slot *slotRecord
 	// large: what the large-transaction fault saw (cdc mode).
 	large *largeTxRecord
+	// pressure: what the backpressure episode saw.
+	pressure *backpressureRecord
 	// problems: the fault's own checks that failed (each fails the run).
 	problems []string
 }
@@ -260,6 +263,8 @@ func (h *harness) inject(ctx context.Context, kind faultKind) *faultRecord {
 		f.target, f.note, err = h.captureSchemaChange(ctx, pause)
 	case faultNodeKill, faultNodeRestart, faultNodeStopApp, faultNodeStartApp:
 		err = h.injectNodeFault(ctx, f)
+	case faultBackpressure:
+		err = h.backpressure(ctx, f)
 	case faultLargeTx:
 		err = h.largeTx(ctx, f)
 		if r := f.large; r != nil {

@@ -80,6 +80,10 @@ type mode struct {
 	pgStall         time.Duration
 	redisStall      time.Duration
 	redisOutage     time.Duration
+	// backpressureStop is how long the backpressure episode keeps the
+	// automation consumers down; highWater the relays' --high-water.
+	backpressureStop time.Duration
+	highWater        int
 }
 
 var modes = map[string]mode{
@@ -95,7 +99,7 @@ var modes = map[string]mode{
 			faultCloseConns: 2, faultBrokerRestart: 2, faultPGTerminate: 3, faultRedisRestart: 2,
 			faultReceiver5xx: 2, faultReceiverSlow: 2, faultHostile: 2,
 			faultMemoryAlarm: 1, faultDLQImport: 1, faultDLQShovel: 1, faultPGStall: 1, faultRedisStall: 1, faultRedisDown: 1,
-			faultBrokerOutage: 1, faultPGRestart: 2, faultCaptureSchema: 1,
+			faultBrokerOutage: 1, faultPGRestart: 2, faultCaptureSchema: 1, faultBackpressure: 1,
 		},
 		clusterCounts: map[faultKind]int{faultNodeKill: 2, faultNodeStopApp: 1},
 		cdcCounts:     map[faultKind]int{faultLargeTx: 1},
@@ -120,6 +124,9 @@ var modes = map[string]mode{
 		// webhook's (1m) or the automation's (5m); its outage outlasts
 		// the first two retry tiers, not all four (3m11s).
 		alarmHold: 4 * time.Second, pgStall: 8 * time.Second, redisStall: 8 * time.Second, redisOutage: 15 * time.Second,
+		// Long enough for the automation queue to pass the mark and the
+		// relays to hold for a while.
+		backpressureStop: 30 * time.Second, highWater: 200,
 	},
 	"long": {
 		name: "long", rate: 20, captureRate: 2, workers: 4, rollbackPct: 8,
@@ -129,7 +136,7 @@ var modes = map[string]mode{
 			faultCloseConns: 6, faultBrokerRestart: 5, faultPGTerminate: 8, faultRedisRestart: 5,
 			faultReceiver5xx: 4, faultReceiverSlow: 4, faultHostile: 4,
 			faultMemoryAlarm: 3, faultDLQImport: 2, faultDLQShovel: 2, faultPGStall: 2, faultRedisStall: 2, faultRedisDown: 1,
-			faultBrokerOutage: 2, faultPGRestart: 4, faultCaptureSchema: 3,
+			faultBrokerOutage: 2, faultPGRestart: 4, faultCaptureSchema: 3, faultBackpressure: 1,
 		},
 		clusterCounts:   map[faultKind]int{faultNodeKill: 6, faultNodeStopApp: 4},
 		cdcCounts:       map[faultKind]int{faultLargeTx: 2},
@@ -141,6 +148,8 @@ var modes = map[string]mode{
 		// the outage outlasts every retry tier together.
 		alarmHold: 10 * time.Second, pgStall: automationLease + 15*time.Second, redisStall: webhookLease + 15*time.Second,
 		redisOutage: sum(consumer.DefaultRetryDelays) + 20*time.Second,
+		// The ten minutes; the mark is reached within the first.
+		backpressureStop: 10 * time.Minute, highWater: 1000,
 	},
 }
 
@@ -697,7 +706,7 @@ func (h *harness) relayArgs(name string) []string {
 		// transaction and its bound on duplicates (largetx.go).
 		return append(args, "--mode", "cdc", "--batch-size", strconv.Itoa(cdcBatchSize))
 	}
-	return append(args, "--lease", h.mode.relayLease.String())
+	return append(append(args, "--lease", h.mode.relayLease.String()), h.holdBackArgs()...)
 }
 
 // withAdmin runs f on the admin connection, reconnecting it if needed.

@@ -270,6 +270,7 @@ func (r *result) markdown() string {
 		fmtDur(percentile(r.webhookLatency, 0.5)), fmtDur(percentile(r.webhookLatency, 0.99)), fmtDur(percentile(r.webhookLatency, 1)),
 		fmtDur(percentile(r.autoLatency, 0.5)), fmtDur(percentile(r.autoLatency, 0.99)), fmtDur(percentile(r.autoLatency, 1)))
 
+	r.backpressureMarkdown(w)
 	if r.broker == brokerCluster {
 		r.clusterMarkdown(w)
 	}

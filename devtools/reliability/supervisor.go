@@ -90,6 +90,9 @@ type proc struct {
 	expectExit bool // the next exit is the harness's doing
 	paused     bool
 	stopping   bool
+	// down, while not nil, keeps the supervisor from restarting the
+	// process after it exits (holdDown); up closes it.
+	down       chan struct{}
 	lastStats  consumerStats // of the current incarnation
 	statsTotal consumerStats // of the incarnations that exited
 	startedAt  time.Time
@@ -123,10 +126,18 @@ func (p *proc) run(ctx context.Context) {
 			<-exited
 		}
 		p.mu.Lock()
-		stopping := p.stopping
+		stopping, down := p.stopping, p.down
 		p.mu.Unlock()
 		if stopping || ctx.Err() != nil {
 			return
+		}
+		if down != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-down:
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -242,11 +253,37 @@ func (p *proc) term(limit time.Duration) (took time.Duration, killed bool, exitE
 	return took, killed, exitErr, nil
 }
 
+// holdDown stops the process with SIGTERM, as an operator stopping a
+// service does (SIGKILL after limit), and keeps it stopped until up.
+func (p *proc) holdDown(limit time.Duration) stopRecord {
+	p.mu.Lock()
+	if p.down == nil {
+		p.down = make(chan struct{})
+	}
+	p.mu.Unlock()
+	took, killed, exitErr, err := p.term(limit)
+	return stopRecord{proc: p.spec.name, took: took, limit: limit, killed: killed, exitErr: exitErr, err: errText(err)}
+}
+
+// up lets the supervisor start the process again after holdDown.
+func (p *proc) up() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down != nil {
+		close(p.down)
+		p.down = nil
+	}
+}
+
 // stop ends supervision: SIGTERM, then SIGKILL after grace. It reports
 // whether the process exited cleanly on SIGTERM.
 func (p *proc) stop(grace time.Duration) (clean bool, detail string) {
 	p.mu.Lock()
 	p.stopping = true
+	if p.down != nil { // held down: the supervisor wakes and returns
+		close(p.down)
+		p.down = nil
+	}
 	exited := p.exited
 	cmd := p.cmd
 	paused := p.paused
