@@ -49,6 +49,10 @@ var normalizers = []struct {
 	// people write them (30 seconds).
 	{regexp.MustCompile(`\b(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+\b`), "<duration>"},
 	{regexp.MustCompile(`\b\d+(\.\d+)? ?(milliseconds?|seconds?|minutes?|hours?)\b`), "<duration>"},
+	// The JSON type a value had, as schema validators say it ("got
+	// boolean, want string"): one message's particular, where the field
+	// and what it wants are the failure (contract.Violation).
+	{regexp.MustCompile(`\bgot (null|boolean|number|integer|string|array|object)\b`), "got <type>"},
 	// Long hex strings: hashes, trace ids, ObjectIDs.
 	{regexp.MustCompile(`\b[0-9a-fA-F]*[0-9][0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b|\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*[0-9][0-9a-fA-F]*\b`), "<hex>"},
 	// Any number left, alone or ending a word (order-1234, id=42), but

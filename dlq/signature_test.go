@@ -26,6 +26,9 @@ func TestSignatureGroupsWhatVaries(t *testing.T) {
 		// A number that is not followed by its status's reason phrase is
 		// a number.
 		{`failed after 503 tries`, `failed after 400 tries`},
+		// A contract violation: the field and what it wants, whatever
+		// JSON type the value had.
+		{`contract item@1.0: payload.data.name: got number, want string`, `contract item@1.0: payload.data.name: got boolean, want string`},
 	}
 	for _, pair := range same {
 		a, b := dlq.Signature(dlq.ClassExhausted, pair[0]), dlq.Signature(dlq.ClassExhausted, pair[1])
