@@ -129,6 +129,33 @@ func (e *Event) IsSystemInitiated() bool {
 	return strings.HasPrefix(e.InitiatorType, InitiatorSystemPrefix)
 }
 
+// PayloadOf returns the payload of an event whose data is data (a struct or
+// map a handler's [Typed] takes) and whose previous attributes are
+// previous (nil: none), each encoded with encoding/json. Each must encode
+// as a JSON object, as every consumer expects, or it is an error wrapping
+// [ErrInvalidEvent].
+func PayloadOf(data, previous any) (Payload, error) {
+	var p Payload
+	for _, part := range []struct {
+		name string
+		v    any
+		to   *json.RawMessage
+	}{{"payload.data", data, &p.Data}, {"payload.previous_attributes", previous, &p.PreviousAttributes}} {
+		if part.v == nil && part.to == &p.PreviousAttributes {
+			continue
+		}
+		b, err := json.Marshal(part.v)
+		if err != nil {
+			return Payload{}, &invalidError{fmt.Sprintf("%s: %v", part.name, err)}
+		}
+		if k := jsonKind(b); k != "an object" {
+			return Payload{}, &invalidError{fmt.Sprintf("%s must be a JSON object, %T encodes as %s", part.name, part.v, k)}
+		}
+		*part.to = b
+	}
+	return p, nil
+}
+
 // DecodeData unmarshals payload.data into v. It takes Plane's payloads as
 // its triggers write them: see [Payload.DecodePreviousAttributes].
 func (p Payload) DecodeData(v any) error {

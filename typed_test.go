@@ -132,3 +132,28 @@ func TestTypedFailuresGroupByField(t *testing.T) {
 		t.Errorf("signatures %q and %q do not name their fields", name1, order)
 	}
 }
+
+// PayloadOf builds a payload from Go values that a Typed handler reads
+// back as they were, and refuses values that are not JSON objects.
+func TestPayloadOf(t *testing.T) {
+	in := workItem{Name: "Fix the relay", Priority: "high"}
+	p, err := warren.PayloadOf(in, map[string]string{"priority": "low"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out workItem
+	if err := p.DecodeData(&out); err != nil || out.Name != in.Name || out.Priority != in.Priority {
+		t.Fatalf("read back %+v, %v", out, err)
+	}
+	if string(p.PreviousAttributes) != `{"priority":"low"}` {
+		t.Errorf("previous attributes %s", p.PreviousAttributes)
+	}
+	if p, err := warren.PayloadOf(in, nil); err != nil || p.PreviousAttributes != nil {
+		t.Errorf("no previous attributes: %s, %v", p.PreviousAttributes, err)
+	}
+	for name, v := range map[string]any{"a string": "x", "a list": []int{1}, "nil": nil, "a channel": make(chan int)} {
+		if _, err := warren.PayloadOf(v, nil); !errors.Is(err, warren.ErrInvalidEvent) || !strings.Contains(err.Error(), "payload.data") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
