@@ -13,6 +13,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/contract"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/testenv"
@@ -75,6 +76,18 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 				panic("called with data that did not decode")
 			}).Handle,
 			class: dlq.ClassUndecodable, attempts: 1, errContains: "payload.data: json: cannot unmarshal string into Go struct field .priority of type int",
+		},
+		{
+			// A contract the data breaks: never handed to the handler,
+			// dead-lettered with the contract and the field.
+			name: "contract broken",
+			msg:  good,
+			handler: contract.Middleware(contractSet(t, contract.MustOf[struct {
+				Priority int `json:"priority"`
+			}]("workitem.created", "1.0")).Check)(warren.HandlerFunc(func(context.Context, *warren.Message) error {
+				panic("called with data that breaks its contract")
+			})).Handle,
+			class: dlq.ClassUndecodable, attempts: 1, errContains: "contract workitem.created@1.0: payload.data.priority: got string, want integer",
 		},
 		{name: "malformed json", msg: withBody(`{"event_id": "x", `), class: dlq.ClassUndecodable, attempts: 1, errContains: "not valid JSON"},
 		{name: "missing event_id", msg: withBody(`{"event_type":"workitem.created"}`), class: dlq.ClassUndecodable, attempts: 1, errContains: "event_id is missing"},
@@ -456,4 +469,14 @@ func TestOverlongEventIDIsDeadAtOnce(t *testing.T) {
 	if n := rec.distinct(); n != 0 {
 		t.Errorf("the handler ran for it (%d events)", n)
 	}
+}
+
+// contractSet compiles cs or fails t.
+func contractSet(t *testing.T, cs ...contract.Contract) *contract.Set {
+	t.Helper()
+	s, err := contract.NewSet(cs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/warrenmq/warren"
 )
 
 // DB is what the outbox operations need from Postgres. *pgxpool.Pool,
@@ -32,6 +34,7 @@ type Table struct {
 	lockTimeout time.Duration // SchemaPlane: how long Migrate waits for the table's lock
 	sql         statements    // SchemaWarren
 	plane       [2]planeStatements
+	check       func(warren.Event) error // Options.Check
 }
 
 // DefaultTable is the outbox table's name when none is given.
@@ -90,6 +93,13 @@ type Options struct {
 	// every other read and write of the table queues behind it. Default
 	// DefaultLockTimeout. Unused with SchemaWarren.
 	LockTimeout time.Duration
+
+	// Check, if set, is called with every event [Table.Publish] and
+	// [Table.PublishBatch] are given, before anything is written: an
+	// error refuses the whole batch, in the producer's transaction, so an
+	// event that breaks its contract never enters the stream. Pass a
+	// contract.Set's Check (or CheckKnown).
+	Check func(warren.Event) error
 
 	// Notify is when [Table.Publish] and [Table.PublishBatch] send the
 	// NOTIFY that wakes relays: NotifyWhenIdle (the default),
@@ -183,7 +193,7 @@ func Open(table string, opts Options) (*Table, error) {
 	if opts.LockTimeout < 0 {
 		return nil, fmt.Errorf("%w: LockTimeout must not be negative, got %v", ErrInvalidConfig, opts.LockTimeout)
 	}
-	o := &Table{table: table, channel: "warren." + table, schema: schema, lease: lease, lockTimeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout)}
+	o := &Table{table: table, channel: "warren." + table, schema: schema, lease: lease, lockTimeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout), check: opts.Check}
 	switch schema {
 	case SchemaWarren:
 		o.sql = renderStatements(table, notifyMode(opts))

@@ -71,7 +71,11 @@ func (o *Table) PublishBatch(ctx context.Context, tx pgx.Tx, evs []warren.Event)
 	}
 	var cols insertColumns
 	for i, ev := range evs {
-		if err := cols.add(ev); err != nil {
+		err := cols.add(ev)
+		if err == nil && o.check != nil {
+			err = o.check(ev)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("outbox: event %d of %d (event_id %.80q): %w", i+1, len(evs), ev.ID, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/contract"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 )
@@ -165,5 +166,50 @@ func TestPublishToAnUnmigratedTableSaysMigrate(t *testing.T) {
 	_, err = ob.Publish(ctx, tx, event("first"))
 	if !errors.Is(err, outbox.ErrSchema) || !strings.Contains(err.Error(), "warren outbox migrate") {
 		t.Errorf("Publish to an unmigrated table: %v; want ErrSchema, naming warren outbox migrate", err)
+	}
+}
+
+// With Options.Check (a contract set's), Publish refuses an event that
+// breaks its contract before anything is written: the batch it came in
+// writes nothing, the error names the contract and the field, and the
+// producer's transaction stays usable.
+func TestPublishRefusesAnEventThatBreaksItsContract(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	contracts, err := contract.NewSet(contract.MustOf[struct {
+		Name string `json:"name"`
+	}]("workitem.updated", "1.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := outbox.Open(e.table, outbox.Options{Check: contracts.Check})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	good, bad := event("good"), event("bad")
+	bad.Payload.Data = json.RawMessage(`{"name": 42}`)
+	n, err := ob.PublishBatch(ctx, tx, []warren.Event{good, bad})
+	var v *contract.Violation
+	if n != 0 || !errors.As(err, &v) || v.Path != "payload.data.name" || !errors.Is(err, warren.ErrInvalidEvent) || !strings.Contains(err.Error(), `event 2 of 2 (event_id "bad")`) {
+		t.Fatalf("a batch with an event that breaks its contract: %d written, %v", n, err)
+	}
+	unknown := event("unknown")
+	unknown.Type = "workitem.archived"
+	if _, err := ob.Publish(ctx, tx, unknown); !errors.Is(err, contract.ErrNoContract) {
+		t.Fatalf("an event without a contract, under Check: %v", err)
+	}
+	if ok, err := ob.Publish(ctx, tx, good); err != nil || !ok {
+		t.Fatalf("after the refusals: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.count("true"); got != 1 {
+		t.Fatalf("table holds %d rows, want the 1 valid event", got)
 	}
 }

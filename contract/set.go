@@ -1,0 +1,245 @@
+package contract
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/warrenmq/warren"
+)
+
+// Set is a compiled set of contracts, at most one per event type and
+// version. It is safe for concurrent use.
+type Set struct {
+	contracts map[string]Contract
+	schemas   map[string]*jsonschema.Schema
+}
+
+// NewSet compiles cs. A schema that is not valid JSON Schema, that refers
+// to another document ($ref beyond itself: nothing is fetched), or a type
+// and version given twice, is an error.
+func NewSet(cs ...Contract) (*Set, error) {
+	s := &Set{contracts: map[string]Contract{}, schemas: map[string]*jsonschema.Schema{}}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	c.UseLoader(noFetching{})
+	for _, ct := range cs {
+		if err := checkName(ct.Type, ct.Version); err != nil {
+			return nil, err
+		}
+		k := ct.Key()
+		if _, dup := s.contracts[k]; dup {
+			return nil, fmt.Errorf("contract %s: given twice", k)
+		}
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(ct.Schema))
+		if err != nil {
+			return nil, fmt.Errorf("contract %s: the schema is not JSON: %w", k, err)
+		}
+		loc := schemaURL(ct)
+		if err := c.AddResource(loc, doc); err != nil {
+			return nil, fmt.Errorf("contract %s: %w", k, err)
+		}
+		sch, err := c.Compile(loc)
+		if err != nil {
+			return nil, fmt.Errorf("contract %s: %w", k, err)
+		}
+		s.contracts[k], s.schemas[k] = ct, sch
+	}
+	return s, nil
+}
+
+// schemaURL names a contract's schema for the compiler: a URL under a
+// reserved domain (RFC 2606), never fetched.
+func schemaURL(c Contract) string {
+	return "https://contracts.warren.invalid/" + url.PathEscape(c.Type) + "/" + url.PathEscape(c.Version) + ".json"
+}
+
+// noFetching refuses every document the compiler asks for: a contract
+// stands alone, and checking one must not reach the network.
+type noFetching struct{}
+
+func (noFetching) Load(u string) (any, error) {
+	return nil, fmt.Errorf("a contract refers to %s: contracts must stand alone ($ref within the schema only)", u)
+}
+
+// Contracts returns the set's contracts, by type then version.
+func (s *Set) Contracts() []Contract {
+	out := make([]Contract, 0, len(s.contracts))
+	for _, c := range s.contracts {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b Contract) int {
+		return cmp.Or(strings.Compare(a.Type, b.Type), strings.Compare(a.Version, b.Version))
+	})
+	return out
+}
+
+// Has reports whether the set has a contract for eventType at version.
+func (s *Set) Has(eventType, version string) bool {
+	_, ok := s.schemas[key(eventType, version)]
+	return ok
+}
+
+// Violation is an event that breaks its contract.
+type Violation struct {
+	// Contract is the contract broken: "workitem.updated@1.0".
+	Contract string
+	// Path is where in the event: "payload.data.state.name" (array
+	// elements by index: "payload.data.labels.2").
+	Path string
+	// Reason says what is wrong there: "got number, want string".
+	Reason string
+}
+
+func (v *Violation) Error() string {
+	return fmt.Sprintf("contract %s: %s: %s", v.Contract, v.Path, v.Reason)
+}
+
+// Is makes a Violation match warren.ErrInvalidEvent: an event that breaks
+// its contract is not one its consumers can handle.
+func (v *Violation) Is(target error) bool { return target == warren.ErrInvalidEvent }
+
+var printer = message.NewPrinter(language.English)
+
+// Check checks ev's payload data against the contract of its type and
+// version. It returns nil, a *Violation (the first failure, at the
+// deepest place the schema names), or, for a type and version the set has
+// no contract for, an error matching [ErrNoContract].
+func (s *Set) Check(ev warren.Event) error {
+	k := key(ev.Type, ev.Version)
+	sch, ok := s.schemas[k]
+	if !ok {
+		return fmt.Errorf("contract: event %.80q is %.120s: %w", ev.ID, k, ErrNoContract)
+	}
+	data := []byte(ev.Payload.Data)
+	if len(bytes.TrimSpace(data)) == 0 {
+		data = []byte("null")
+	}
+	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	if err != nil {
+		return &Violation{Contract: k, Path: "payload.data", Reason: "not JSON: " + err.Error()}
+	}
+	err = sch.Validate(v)
+	if err == nil {
+		return nil
+	}
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return &Violation{Contract: k, Path: "payload.data", Reason: err.Error()}
+	}
+	leaf := deepest(ve)
+	path := "payload.data"
+	for _, p := range leaf.InstanceLocation {
+		path += "." + p
+	}
+	return &Violation{Contract: k, Path: path, Reason: leaf.ErrorKind.LocalizedString(printer)}
+}
+
+// CheckKnown is Check for a stream where not every event type has a
+// contract yet: an event without one passes.
+func (s *Set) CheckKnown(ev warren.Event) error {
+	if err := s.Check(ev); err != nil && !errors.Is(err, ErrNoContract) {
+		return err
+	}
+	return nil
+}
+
+// deepest returns the first failure at the deepest instance location: the
+// most specific thing a reader can fix.
+func deepest(e *jsonschema.ValidationError) *jsonschema.ValidationError {
+	best := e
+	var walk func(*jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			if len(e.InstanceLocation) > len(best.InstanceLocation) || len(best.Causes) > 0 {
+				best = e
+			}
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(e)
+	return best
+}
+
+// Middleware checks every event with check (a Set's Check, or CheckKnown
+// where not every event type has a contract yet) before next sees it. An
+// event that fails is dead-lettered at once as undecodable
+// (warren.Undecodable), its error the *Violation naming the contract and
+// the field: no retry can make it valid.
+func Middleware(check func(warren.Event) error) warren.Middleware {
+	return func(next warren.Handler) warren.Handler {
+		return warren.HandlerFunc(func(ctx context.Context, m *warren.Message) error {
+			if err := check(m.Event); err != nil {
+				return warren.Undecodable(err)
+			}
+			return next.Handle(ctx, m)
+		})
+	}
+}
+
+// fileExt is a contract file's extension: DIR/TYPE/VERSION.json.
+const fileExt = ".json"
+
+// LoadDir reads the contracts WriteDir wrote: dir/TYPE/VERSION.json, one
+// JSON Schema each.
+func LoadDir(dir string) (*Set, error) {
+	var cs []Contract
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if d.IsDir() {
+			if strings.Count(rel, string(filepath.Separator)) > 0 {
+				return fmt.Errorf("contract: %s: contracts are DIR/TYPE/VERSION.json, not deeper", path)
+			}
+			return nil
+		}
+		eventType, file, ok := strings.Cut(filepath.ToSlash(rel), "/")
+		if !ok || !strings.HasSuffix(file, fileExt) {
+			return fmt.Errorf("contract: %s: contracts are DIR/TYPE/VERSION.json", path)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		cs = append(cs, Contract{Type: eventType, Version: strings.TrimSuffix(file, fileExt), Schema: b})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return NewSet(cs...)
+}
+
+// WriteDir writes each contract of the set to dir/TYPE/VERSION.json, the
+// layout LoadDir and `warren contracts check` read. Files of contracts
+// the set does not have are left alone.
+func (s *Set) WriteDir(dir string) error {
+	for _, c := range s.Contracts() {
+		d := filepath.Join(dir, c.Type)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+		b := bytes.TrimSpace(c.Schema)
+		if err := os.WriteFile(filepath.Join(d, c.Version+fileExt), append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
