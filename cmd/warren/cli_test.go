@@ -26,6 +26,9 @@ func TestCommandsWithVerbsBehaveAlike(t *testing.T) {
 	for _, v := range relayVerbs.verbs {
 		verbs["relay"] = append(verbs["relay"], v.name)
 	}
+	for _, v := range contractsVerbs.verbs {
+		verbs["contracts"] = append(verbs["contracts"], v.name)
+	}
 	call := func(args ...string) (code int, stdout, stderr string) {
 		var out, errOut bytes.Buffer
 		env := &cliEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}

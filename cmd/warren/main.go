@@ -29,6 +29,7 @@ var commands = []command{
 	relayCommand,
 	outboxCommand,
 	consoleCommand,
+	contractsCommand,
 }
 
 // cliEnv is what every command reads and writes, so tests can run commands
