@@ -38,7 +38,12 @@ func (r *Relay) work(ctx context.Context, pool *pgxpool.Pool, pub *amqpx.Publish
 			// Come round every PollMax all the same, to show the loop is
 			// not stuck, and ping the database, so that DatabaseOK (and
 			// readiness) follows it while nothing is claimed.
-			r.health.claimOK.Store(pool.Ping(ctx) == nil)
+			// The ping is bounded as a claim is: a database that stops
+			// answering makes the relay not ready, never a stuck loop
+			// that a liveness probe would restart.
+			pctx, cancel := context.WithTimeout(ctx, r.cfg.Lease/2)
+			r.health.claimOK.Store(pool.Ping(pctx) == nil)
+			cancel()
 			t := time.NewTimer(r.cfg.PollMax)
 			select {
 			case <-ctx.Done():

@@ -40,9 +40,9 @@ type HoldBack struct {
 	// HighWater is the ready messages in one queue that stop the claims.
 	HighWater int
 	// LowWater is the ready messages in every queue at or below which
-	// claims resume; 0 means HighWater / 2 (so at least 1: a relay that
-	// waited for an empty queue would leave its consumer idle while it
-	// refills it).
+	// claims resume; 0 means HighWater / 2 (a relay that waited for an
+	// empty queue would leave its consumer idle while it refills it; with
+	// HighWater 1 it is 0, an empty queue).
 	LowWater int
 	// Interval is how often the queues are read; default 1s.
 	Interval time.Duration
@@ -60,7 +60,8 @@ type HoldObserver interface {
 	// queue becomes the deepest while it is held.
 	HeldBack(outbox, queue string, ready int)
 	// Released is called when every queue is at LowWater or below again,
-	// or the session the hold was read on ended.
+	// or Run returns. A hold outlives a lost broker connection: the next
+	// session reads the queues before it claims.
 	Released(outbox string)
 }
 
@@ -75,6 +76,9 @@ type queueWatch struct {
 	r    *Relay
 	conn *amqp.Connection
 	ch   *amqp.Channel // used by one reading at a time
+	// missing are the queues found not to exist at the last reading: each
+	// is logged when it goes missing, not at every reading.
+	missing map[string]bool
 }
 
 // reading is one reading of the queues: the deepest, and how deep;
@@ -111,11 +115,21 @@ func (w *queueWatch) read() reading {
 		var amqpErr *amqp.Error
 		switch {
 		case errors.As(err, &amqpErr) && amqpErr.Code == amqp.NotFound:
-			r.log.Warn("hold back: a watched queue does not exist; it holds nothing back", "queue", q)
+			if !w.missing[q] {
+				r.log.Warn("hold back: a watched queue does not exist; it holds nothing back until it does", "queue", q)
+				if w.missing == nil {
+					w.missing = map[string]bool{}
+				}
+				w.missing[q] = true
+			}
 			continue
 		case err != nil:
 			r.log.Warn("hold back: cannot read a watched queue's depth; it holds the relay back until it can be read", "queue", q, "error", err)
 			st.Messages = h.HighWater
+		}
+		if err == nil && w.missing[q] {
+			delete(w.missing, q)
+			r.log.Info("hold back: a watched queue exists again", "queue", q)
 		}
 		if o, ok := r.cfg.Observer.(QueueObserver); ok && err == nil {
 			r.observe.Call("QueueDepth", func() { o.QueueDepth(r.cfg.Table, q, st.Messages, st.Consumers) })
@@ -188,8 +202,7 @@ func (r *Relay) hold(queue string, ready int) {
 	}
 }
 
-// release lets the relay go: the queues drained, or the session the hold
-// was read on ended (a session without a watcher must not stay held).
+// release lets the relay go: the queues drained, or Run returns.
 func (r *Relay) release() {
 	if r.health.held.Reset() {
 		if o, ok := r.cfg.Observer.(HoldObserver); ok {

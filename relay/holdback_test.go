@@ -151,6 +151,99 @@ func TestHoldBackKeepsTheBacklogInTheOutbox(t *testing.T) {
 	}
 }
 
+// A hold outlives a lost broker connection: the new session reads the
+// queues before it claims, publishes nothing while the queue is still
+// deep, and the hold keeps its start (Health's HeldSince, which the
+// alert's five minutes count from) and is never reported released.
+func TestHoldBackOutlivesALostConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	slow := testenv.Name(t, "slow")
+	testenv.CleanupQueues(t, slow)
+	if err := declareQueue(e.ch, slow, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ch.QueueBind(slow, "", e.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	const highWater = 3
+	for range highWater {
+		if err := e.ch.Publish("", slow, false, false, amqp.Publishing{MessageId: "earlier"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "the earlier messages to be in the slow queue", func() bool {
+		q, err := e.ch.QueueDeclarePassive(slow, true, false, false, false, nil)
+		return err == nil && q.Messages == highWater
+	})
+	ids := e.publishN("held", 20)
+	obs := &holdRecorder{}
+	name := testenv.Name(t, "relay")
+	cfg := e.config(name)
+	cfg.Observer = obs
+	cfg.HoldBack = &relay.HoldBack{Queues: []string{slow}, HighWater: highWater, Interval: 20 * time.Millisecond}
+	var connected counter
+	run := e.start(cfg, func(r *relay.Relay) { relay.SetConnectedHook(r, connected.hook()) })
+	testenv.WaitFor(t, 60*time.Second, "the relay to hold back", func() bool { return run.relay.Health().HeldBack })
+	since := run.relay.Health().HeldSince
+	for range 2 {
+		was := connected.value()
+		if n := testenv.CloseConnections(t, name); n == 0 {
+			t.Fatalf("found no connection named %s to drop", name)
+		}
+		connected.waitAbove(t, was, "the relay to reconnect")
+	}
+	// Several readings on the new session.
+	_, _, before := obs.snapshot()
+	testenv.WaitFor(t, 60*time.Second, "three readings after the reconnects", func() bool {
+		_, _, now := obs.snapshot()
+		return len(now[slow]) >= len(before[slow])+3
+	})
+	h := run.relay.Health()
+	if !h.HeldBack || !h.HeldSince.Equal(since) {
+		t.Errorf("after two lost connections: held %v since %v, want held since %v", h.HeldBack, h.HeldSince, since)
+	}
+	if _, released, _ := obs.snapshot(); released != 0 {
+		t.Errorf("the Observer heard %d releases, want none: the queue never drained", released)
+	}
+	if c := obs.Counts(); c.Published != 0 {
+		t.Errorf("%d rows published while the queue was at its mark", c.Published)
+	}
+	if n := e.count("state = 'pending'"); n != len(ids) {
+		t.Errorf("%d rows pending, want all %d", n, len(ids))
+	}
+}
+
+// While held, a database that stops answering (packets dropped, nothing
+// refused) makes the relay not ready, and it stays alive: the ping is
+// bounded as a claim is, so the loop comes round and a liveness probe has
+// no reason to restart a relay that waits as designed.
+func TestHoldBackWithADatabaseThatStopsAnswering(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.bindQueue()
+	if err := e.ch.Publish("", e.queue, false, false, amqp.Publishing{MessageId: "earlier"}); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := testenv.DatabaseURL(t)
+	p := testenv.StartProxy(t, hostOf(t, dbURL))
+	cfg := e.config(testenv.Name(t, "relay"))
+	cfg.DatabaseURL = p.URL(t, dbURL)
+	cfg.Lease, cfg.PublishTimeout = 2*time.Second, time.Second
+	cfg.HoldBack = &relay.HoldBack{Queues: []string{e.queue}, HighWater: 1, Interval: 20 * time.Millisecond}
+	run := e.start(cfg)
+	testenv.WaitFor(t, 60*time.Second, "the relay to hold back, ready", func() bool {
+		h := run.relay.Health()
+		return h.HeldBack && h.Ready && h.DatabaseOK
+	})
+	p.Stall(true)
+	defer p.Stall(false)
+	testenv.WaitFor(t, 60*time.Second, "the held relay to see the database gone", func() bool { return !run.relay.Health().DatabaseOK })
+	if h := run.relay.Health(); !h.Alive || h.StuckWorkers != 0 || h.Ready {
+		t.Errorf("held, with the database gone: alive %v, stuck workers %d, ready %v; want alive, none stuck, not ready", h.Alive, h.StuckWorkers, h.Ready)
+	}
+}
+
 // A HoldBack without queues, or whose low-water mark is not below its
 // high-water mark, is refused.
 func TestHoldBackConfigIsChecked(t *testing.T) {

@@ -139,6 +139,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.health.running.Store(true)
 	defer r.health.running.Store(false)
+	defer r.release()
 	pool := r.cfg.Pool
 	if pool == nil {
 		p, err := pgxpool.NewWithConfig(ctx, r.poolCfg)
@@ -329,8 +330,12 @@ func (r *Relay) session(ctx context.Context, conn *amqp.Connection, pool *pgxpoo
 	if r.cfg.HoldBack != nil {
 		// Read before the first claim: a relay that starts while a
 		// queue is deep must not deepen it first.
+		// A hold outlives the session it was read on: the next one reads
+		// the queues before it claims, and lets go only at LowWater, so a
+		// lost connection neither deepens a queue nor restarts the
+		// hold's clock (HeldSince, the alert's five minutes). Run lets
+		// go when it returns.
 		w := &queueWatch{r: r, conn: conn}
-		defer r.release()
 		if !w.readWithin(sessionCtx, amqpx.SetupTimeout) {
 			lose(errors.New("hold back: the first reading of the watched queues took longer than " + amqpx.SetupTimeout.String()))
 		} else {

@@ -112,6 +112,15 @@ func TestRelayCDCFlagsNeedCDCMode(t *testing.T) {
 			t.Errorf("warren %s: exit %d, stderr %q; want 2 saying it needs --mode cdc", strings.Join(args, " "), code, errOut.String())
 		}
 	}
+	// The hold's marks without a queue to hold on would be ignored.
+	for _, flag := range [][]string{{"--high-water", "5"}, {"--low-water", "3"}} {
+		var out, errOut bytes.Buffer
+		env := &cliEnv{stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }}
+		args := append([]string{"relay", "run", "--database-url", "postgres://127.0.0.1:1/x"}, flag...)
+		if code := run(context.Background(), env, args); code != 2 || !strings.Contains(errOut.String(), "need --hold-back-queue") {
+			t.Errorf("warren %s: exit %d, stderr %q; want 2 saying it needs --hold-back-queue", strings.Join(args, " "), code, errOut.String())
+		}
+	}
 }
 
 // 'warren --version' and 'warren version' print the module version (or

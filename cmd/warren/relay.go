@@ -172,6 +172,9 @@ func runRelayRun(ctx context.Context, c *relayRun) error {
 	if c.fs.isSet("slot") || o.dropSlot || c.fs.isSet("nack-timeout") { // typed, even empty or zero
 		return usagef("--slot, --drop-slot and --nack-timeout need --mode cdc")
 	}
+	if (c.fs.isSet("high-water") || c.fs.isSet("low-water")) && len(o.holdBackQueues) == 0 {
+		return usagef("--high-water and --low-water need --hold-back-queue: they say when the queues it names hold the relay back")
+	}
 	cfg, err := o.config(env)
 	if err != nil {
 		return err
