@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,8 +122,8 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	for _, r := range c.Relays {
-		if u, err := url.Parse(r); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return c, fmt.Errorf("console: relay %q: want the relay's health address as http://HOST:PORT", redact.URL(r))
+		if err := checkRelayAddress(r); err != nil {
+			return c, fmt.Errorf("console: relay %q: %v: want the relay's health address as http://HOST:PORT", redact.URL(r), err)
 		}
 	}
 	if c.Logger == nil {
@@ -164,6 +165,29 @@ func (c Config) checkExposure() error {
 	}
 	if c.TLSCertFile == "" && !c.BehindTLSProxy {
 		return fmt.Errorf("%w: %s is reachable from other machines over plain HTTP, which shows the token to the network; serve TLS (--tls-cert and --tls-key) or say a proxy in front does (--behind-tls-proxy)", ErrExposed, c.Listen)
+	}
+	return nil
+}
+
+// checkRelayAddress refuses a relay address the overview would read
+// wrongly: /healthz is added to it, so it has no path, query or fragment
+// of its own, and it names a host and a port that can exist.
+func checkRelayAddress(addr string) error {
+	u, err := url.Parse(addr)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("not http or https")
+	case u.Hostname() == "":
+		return errors.New("no host")
+	case u.Path != "" && u.Path != "/", u.RawQuery != "" || u.ForceQuery, u.Fragment != "" || strings.Contains(addr, "#"):
+		return errors.New("a path, query or fragment, where /healthz is added")
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return errors.New("no such port")
+		}
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"net/url"
 	"sync"
 	"time"
 
@@ -39,14 +39,14 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		Database     string
 		OutboxErr    string
 		Relays       []relayState
-		// Holding: the consumers' queues that hold a relay back.
-		Holding map[string]bool
+		// HeldBy: how many relays each queue holds back.
+		HeldBy map[string]int
 	}{Broker: amqpx.RedactURLs(s.cfg.AMQPURL), NoInventory: s.inventoryErr, Database: s.dbShown}
 	data.Relays = readRelays(ctx, s.cfg.Relays)
-	data.Holding = map[string]bool{}
+	data.HeldBy = map[string]int{}
 	for _, r := range data.Relays {
-		if r.Health.HeldBack {
-			data.Holding[r.Health.HeldBy] = true
+		if r.Err == "" && r.Health.HeldBack && r.Health.HeldBy != "" {
+			data.HeldBy[r.Health.HeldBy]++
 		}
 	}
 	if s.inventory != nil {
@@ -95,23 +95,41 @@ func readRelays(ctx context.Context, addrs []string) []relayState {
 	return out
 }
 
-// readRelay reads one relay's /healthz. It answers 503 with the same body
-// when the relay is not alive, so the body is read whatever the status.
+// relayClient reads the relays. It follows no redirect: a relay answers
+// /healthz itself, and following one would let an address read, and show
+// as a relay's state, whatever another address answers (the console's own
+// pages, a metadata service).
+var relayClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+// readRelay reads one relay's /healthz. A relay answers 200, or 503 with
+// the same body when it is not alive; any other answer is not a relay's.
 func readRelay(ctx context.Context, addr string) (relay.Health, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var h relay.Health
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(addr, "/")+"/healthz", nil)
+	u, err := url.JoinPath(addr, "healthz")
 	if err != nil {
 		return h, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return h, err
+	}
+	resp, err := relayClient.Do(req)
 	if err != nil {
 		return h, err
 	}
 	defer resp.Body.Close()
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&h); err != nil {
-		return h, fmt.Errorf("/healthz answered %s, not a relay's health: %w", resp.Status, err)
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		return h, fmt.Errorf("/healthz answered %s, not a relay's health", resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if err != nil {
+		return h, err
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil || fields["alive"] == nil || json.Unmarshal(body, &h) != nil {
+		return h, fmt.Errorf("/healthz answered %s with no relay's health in it", resp.Status)
 	}
 	return h, nil
 }

@@ -18,6 +18,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/warrenmq/warren/cmd/warren/internal/inventory"
+
 	"github.com/warrenmq/warren/dlqtool"
 	"github.com/warrenmq/warren/internal/redact"
 )
@@ -47,6 +49,18 @@ type page struct {
 
 var funcs = template.FuncMap{
 	"ago": ago,
+	// heldBy is how many relays the consumer's queue, or one of its
+	// partitions, holds back (Config.Relays).
+	"heldBy": func(held map[string]int, c inventory.Consumer) int {
+		n := 0
+		if c.Queue.Name != "" {
+			n = held[c.Queue.Name]
+		}
+		for _, p := range c.Partitions {
+			n += held[p.Name]
+		}
+		return n
+	},
 	// age is how long ago t was, "–" for none (a queue's oldest message
 	// without a timestamp, or a quorum queue, which reports none).
 	"age": func(t time.Time) string {

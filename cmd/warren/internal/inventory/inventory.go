@@ -165,7 +165,9 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 			Messages: q.Messages, Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers,
 			PublishRate: q.Stats.Publish.Rate, DeliverRate: q.Stats.Deliver.Rate, AckRate: q.Stats.Ack.Rate,
 		}
-		if ts, ok := q.HeadTimestamp.(float64); ok && ts > 0 {
+		// Seconds since the epoch, up to the year 9999: anything else (a
+		// producer's milliseconds, a value past int64) is not a time.
+		if ts, ok := q.HeadTimestamp.(float64); ok && ts > 0 && ts < 253402300800 {
 			qs[i].OldestAt = time.Unix(int64(ts), 0)
 		}
 	}
