@@ -131,9 +131,9 @@ func (e *Event) IsSystemInitiated() bool {
 
 // PayloadOf returns the payload of an event whose data is data (a struct or
 // map a handler's [Typed] takes) and whose previous attributes are
-// previous (nil: none), each encoded with encoding/json. Each must encode
-// as a JSON object, as every consumer expects, or it is an error wrapping
-// [ErrInvalidEvent].
+// previous (nil, or anything that encodes as null: none), each encoded
+// with encoding/json. Each must encode as a JSON object, as every consumer
+// expects, or it is an error wrapping [ErrInvalidEvent].
 func PayloadOf(data, previous any) (Payload, error) {
 	var p Payload
 	for _, part := range []struct {
@@ -147,6 +147,9 @@ func PayloadOf(data, previous any) (Payload, error) {
 		b, err := json.Marshal(part.v)
 		if err != nil {
 			return Payload{}, &invalidError{fmt.Sprintf("%s: %v", part.name, err)}
+		}
+		if part.to == &p.PreviousAttributes && isNull(b) {
+			continue
 		}
 		if k := jsonKind(b); k != "an object" {
 			return Payload{}, &invalidError{fmt.Sprintf("%s must be a JSON object, %T encodes as %s", part.name, part.v, k)}

@@ -148,8 +148,11 @@ func TestPayloadOf(t *testing.T) {
 	if string(p.PreviousAttributes) != `{"priority":"low"}` {
 		t.Errorf("previous attributes %s", p.PreviousAttributes)
 	}
-	if p, err := warren.PayloadOf(in, nil); err != nil || p.PreviousAttributes != nil {
-		t.Errorf("no previous attributes: %s, %v", p.PreviousAttributes, err)
+	var none map[string]any
+	for _, prev := range []any{nil, none, (*workItem)(nil)} {
+		if p, err := warren.PayloadOf(in, prev); err != nil || p.PreviousAttributes != nil {
+			t.Errorf("previous attributes %#v: %s, %v; want none", prev, p.PreviousAttributes, err)
+		}
 	}
 	for name, v := range map[string]any{"a string": "x", "a list": []int{1}, "nil": nil, "a channel": make(chan int)} {
 		if _, err := warren.PayloadOf(v, nil); !errors.Is(err, warren.ErrInvalidEvent) || !strings.Contains(err.Error(), "payload.data") {

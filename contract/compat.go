@@ -113,13 +113,20 @@ var known = map[string]bool{
 // compare adds the breaks of a reader schema r reading what a writer
 // schema w allows, at path.
 func (c *comparison) compare(path string, r, w any) {
+	r, rnull := nullable(r)
+	w, wnull := nullable(w)
+	if wnull && !rnull {
+		c.add(path, "the writer may write null, the reader does not take it")
+	}
 	rref, wref := refOf(r), refOf(w)
 	if rref != "" || wref != "" {
+		// Each pair of definitions is compared once, wherever it is met:
+		// a recursive type ends, and a schema whose definitions refer to
+		// each other many ways costs no more than its definitions.
 		if c.seen[[2]string{rref, wref}] {
 			return
 		}
 		c.seen[[2]string{rref, wref}] = true
-		defer delete(c.seen, [2]string{rref, wref})
 		var ok bool
 		if r, ok = resolve(c.rRoot, r); !ok {
 			c.add(path, "the reader's $ref %s is not a local definition, and is not checked", rref)
@@ -142,7 +149,7 @@ func (c *comparison) compare(path string, r, w any) {
 		return
 	}
 	for k := range rm {
-		if !known[k] && !reflect.DeepEqual(rm[k], wm[k]) {
+		if !known[k] && !reflect.DeepEqual(expand(c.rRoot, rm[k], nil), expand(c.wRoot, wm[k], nil)) {
 			c.add(path, "%s differs, and compatibility under %s is not checked", k, k)
 		}
 	}
@@ -173,6 +180,48 @@ func (c *comparison) compare(path string, r, w any) {
 		}
 		c.compare(path+".[]", ri, wi)
 	}
+}
+
+// expand returns v with the local $refs in it replaced by what they name,
+// a $ref met again inside itself left as it is: two schemas that refer to
+// changed definitions under the same names do not compare equal.
+func expand(root, v any, open []string) any {
+	switch v := v.(type) {
+	case map[string]any:
+		if ref := refOf(v); ref != "" && !slices.Contains(open, ref) {
+			if r, ok := resolve(root, v); ok {
+				return expand(root, r, append(open, ref))
+			}
+		}
+		out := make(map[string]any, len(v))
+		for k, x := range v {
+			out[k] = expand(root, x, open)
+		}
+		return out
+	case []any:
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = expand(root, x, open)
+		}
+		return out
+	}
+	return v
+}
+
+// nullable reads the form Of gives a nullable reference, anyOf the
+// schema and null, as that schema and whether null is allowed.
+func nullable(s any) (any, bool) {
+	m, _ := s.(map[string]any)
+	any2, _ := m["anyOf"].([]any)
+	if len(m) != 1 || len(any2) != 2 {
+		return s, false
+	}
+	for i, alt := range any2 {
+		if a, _ := alt.(map[string]any); len(a) == 1 && a["type"] == "null" {
+			return any2[1-i], true
+		}
+	}
+	return s, false
 }
 
 // refOf returns a schema's $ref, if it has one.
@@ -319,7 +368,15 @@ func (c *comparison) compareObject(path string, rm, wm map[string]any) {
 			c.compare(path+"."+name, rp[name], ws)
 		}
 	}
-	if ra, ok := rm["additionalProperties"]; ok && ra != true {
+	ra, ok := rm["additionalProperties"]
+	if !ok {
+		ra = true
+	}
+	wa, ok := wm["additionalProperties"]
+	if !ok {
+		wa = true
+	}
+	if ra != true {
 		for _, name := range slices.Sorted(maps.Keys(wp)) {
 			if _, ok := rp[name]; !ok {
 				if ra == false {
@@ -329,11 +386,11 @@ func (c *comparison) compareObject(path string, rm, wm map[string]any) {
 				}
 			}
 		}
-		if wa, ok := wm["additionalProperties"]; !ok || wa != false {
-			if ra == false {
-				c.add(path, "the reader takes no property it does not name, the writer allows others")
-			}
-		}
+	}
+	// The members neither names (a map's values): the reader's
+	// additionalProperties reads the writer's.
+	if rm["type"] == "object" || wm["type"] == "object" || rm["additionalProperties"] != nil || wm["additionalProperties"] != nil {
+		c.compare(path+".*", ra, wa)
 	}
 }
 

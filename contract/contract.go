@@ -1,11 +1,17 @@
 package contract
 
 import (
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/invopop/jsonschema"
 )
@@ -50,7 +56,13 @@ func Of[T any](eventType, version string) (Contract, error) {
 	// that a type that contains itself (a tree) has a finite schema. The
 	// root is written out in place, and kept in $defs too for the
 	// references a recursive type makes to itself.
-	r := &jsonschema.Reflector{AllowAdditionalProperties: true, ExpandedStruct: t.Name() == ""}
+	r := &jsonschema.Reflector{
+		AllowAdditionalProperties: true,
+		ExpandedStruct:            t.Name() == "",
+		// Two packages' State types are two definitions.
+		Namer:  defName,
+		Mapper: asEncoded,
+	}
 	s := r.ReflectFromType(t)
 	if name, ok := strings.CutPrefix(s.Ref, "#/$defs/"); ok && s.Definitions[name] != nil {
 		root := *s.Definitions[name]
@@ -60,11 +72,138 @@ func Of[T any](eventType, version string) (Contract, error) {
 	s.Version = Draft2020
 	s.ID = ""
 	s.Title = key(eventType, version)
-	b, err := json.MarshalIndent(s, "", "  ")
+	b, err := json.Marshal(s)
+	if err != nil {
+		return Contract{}, fmt.Errorf("contract %s: %w", key(eventType, version), err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return Contract{}, fmt.Errorf("contract %s: %w", key(eventType, version), err)
+	}
+	allowNulls(doc, doc, t, r.Namer)
+	if defs, ok := doc["$defs"].(map[string]any); ok {
+		for _, dt := range namedTypes(t) {
+			if def, ok := defs[r.Namer(dt)].(map[string]any); ok {
+				allowNulls(doc, def, dt, r.Namer)
+			}
+		}
+	}
+	b, err = json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return Contract{}, fmt.Errorf("contract %s: %w", key(eventType, version), err)
 	}
 	return Contract{Type: eventType, Version: version, Schema: b}, nil
+}
+
+// defName names a named type's definition by its package path too: two
+// packages' State types are two definitions. An unnamed type has none
+// (it is written out where it is used).
+func defName(t reflect.Type) string {
+	if t.Name() == "" {
+		return ""
+	}
+	return strings.ReplaceAll(t.PkgPath(), "/", ".") + "." + t.Name()
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// asEncoded gives the schema of what encoding/json writes for the types
+// whose encoding is not their fields': a json.Number is a number, a type
+// with its own MarshalText a string, one with its own MarshalJSON
+// anything (its encoding is its own), a sized integer its range. Other
+// types are left to the reflector (time.Time is its date-time string).
+func asEncoded(t reflect.Type) *jsonschema.Schema {
+	switch {
+	case t == reflect.TypeFor[json.Number]():
+		return &jsonschema.Schema{Type: "number"}
+	case t == reflect.TypeFor[time.Time]():
+		return nil
+	case t.Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(jsonMarshaler):
+		return &jsonschema.Schema{}
+	case t.Implements(textMarshaler) || reflect.PointerTo(t).Implements(textMarshaler):
+		return &jsonschema.Schema{Type: "string"}
+	}
+	bounds := map[reflect.Kind][2]float64{
+		reflect.Int8: {math.MinInt8, math.MaxInt8}, reflect.Int16: {math.MinInt16, math.MaxInt16}, reflect.Int32: {math.MinInt32, math.MaxInt32},
+		reflect.Uint8: {0, math.MaxUint8}, reflect.Uint16: {0, math.MaxUint16}, reflect.Uint32: {0, math.MaxUint32},
+	}
+	if b, ok := bounds[t.Kind()]; ok && t.Name() == t.Kind().String() {
+		return &jsonschema.Schema{Type: "integer", Minimum: json.Number(strconv.FormatFloat(b[0], 'f', -1, 64)), Maximum: json.Number(strconv.FormatFloat(b[1], 'f', -1, 64))}
+	}
+	return nil
+}
+
+// allowNulls lets each property of schema (t's) take null where
+// encoding/json writes null for t's field: a nil pointer, slice, map or
+// interface without omitempty. A property that refers to a definition
+// becomes anyOf that and null, which Compare reads as nullable.
+func allowNulls(root, schema map[string]any, t reflect.Type, namer func(reflect.Type) string) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	props, _ := schema["properties"].(map[string]any)
+	if t.Kind() != reflect.Struct || props == nil {
+		return
+	}
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || f.Anonymous && f.Type.Kind() == reflect.Struct {
+			continue
+		}
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" && opts == "" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		p, ok := props[name].(map[string]any)
+		if !ok {
+			continue
+		}
+		switch f.Type.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Interface:
+		default:
+			continue
+		}
+		if f.Type.Kind() == reflect.Interface {
+			continue // any value already
+		}
+		if typ, ok := p["type"].(string); ok {
+			p["type"] = []any{typ, "null"}
+		} else if _, ok := p["$ref"]; ok {
+			props[name] = map[string]any{"anyOf": []any{p, map[string]any{"type": "null"}}}
+		}
+	}
+}
+
+// namedTypes returns the named struct types t refers to, t's own
+// included: those the reflector puts in $defs.
+func namedTypes(t reflect.Type) []reflect.Type {
+	var out []reflect.Type
+	seen := map[reflect.Type]bool{}
+	var walk func(reflect.Type)
+	walk = func(t reflect.Type) {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct || seen[t] {
+			return
+		}
+		seen[t] = true
+		if t.Name() != "" {
+			out = append(out, t)
+		}
+		for _, f := range reflect.VisibleFields(t) {
+			if f.IsExported() {
+				walk(f.Type)
+			}
+		}
+	}
+	walk(t)
+	return out
 }
 
 // MustOf is Of for package-level declarations: it panics on an error.
@@ -82,8 +221,9 @@ func checkName(eventType, version string) error {
 		switch {
 		case f.value == "":
 			return fmt.Errorf("contract: the %s is empty", f.name)
-		case f.value == "." || f.value == ".." || strings.ContainsAny(f.value, "/\\@\x00") || strings.TrimSpace(f.value) != f.value:
-			return fmt.Errorf("contract: the %s %q cannot name a contract (no /, \\, @, NUL, surrounding spaces, . or ..)", f.name, f.value)
+		case f.value == "." || f.value == ".." || strings.ContainsAny(f.value, "/\\@:*?\"<>|") || strings.TrimSpace(f.value) != f.value ||
+			strings.ContainsFunc(f.value, unicode.IsControl) || !utf8.ValidString(f.value):
+			return fmt.Errorf("contract: the %s %q cannot name a contract file (no /, \\, @, :, *, ?, \", <, >, |, control characters, surrounding spaces, . or ..)", f.name, f.value)
 		}
 	}
 	return nil

@@ -55,9 +55,9 @@ func TestCheckNamesTheContractAndTheField(t *testing.T) {
 		}
 	}
 	for data, want := range map[string]struct{ path, reason string }{
-		`{"id":"1","priority":"high"}`:                                                {"payload.data", "missing property 'name'"},
+		`{"id":"1","priority":"high"}`:                                                {"payload.data.name", "missing, and required"},
 		`{"id":"1","name":7,"priority":"high"}`:                                       {"payload.data.name", "got number, want string"},
-		`{"id":"1","name":"x","priority":"soon"}`:                                     {"payload.data.priority", "value must be one of"},
+		`{"id":"1","name":"x","priority":"soon"}`:                                     {"payload.data.priority", `not one of the values the contract allows, ["urgent","high","medium","low","none"]`},
 		`{"id":"1","name":"x","priority":"low","label_ids":["a",3]}`:                  {"payload.data.label_ids.1", "got number, want string"},
 		`{"id":"1","name":"x","priority":"low","state":{"name":"D","order":"first"}}`: {"payload.data.state.order", "got string, want integer"},
 		`["not","an","object"]`:                                                       {"payload.data", "got array, want object"},
@@ -76,7 +76,7 @@ func TestCheckNamesTheContractAndTheField(t *testing.T) {
 		if !errors.Is(err, warren.ErrInvalidEvent) {
 			t.Errorf("%s: a violation does not match warren.ErrInvalidEvent", data)
 		}
-		if !strings.HasPrefix(err.Error(), "contract workitem.updated@1.0: "+want.path+": ") {
+		if err.Error() != "contract workitem.updated@1.0: "+want.path+": "+v.Reason {
 			t.Errorf("error text %q", err)
 		}
 	}
@@ -126,6 +126,14 @@ func TestWriteDirAndLoadDir(t *testing.T) {
 	}
 	if err := loaded.Check(ev("workitem.updated", "1.1", `{"id":"1","name":7,"priority":"low"}`)); err == nil || !strings.Contains(err.Error(), "payload.data.name") {
 		t.Errorf("loaded contract: %v", err)
+	}
+	// What is not a contract is skipped; a .json file outside the layout
+	// is an error.
+	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# contracts"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".gitkeep"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "workitem.updated", "notes.txt"), nil, 0o644)
+	if again, err := contract.LoadDir(dir); err != nil || len(again.Contracts()) != 3 {
+		t.Fatalf("with a README, a .gitkeep and notes: %v", err)
 	}
 	os.WriteFile(filepath.Join(dir, "stray.json"), []byte("{}"), 0o644)
 	if _, err := contract.LoadDir(dir); err == nil || !strings.Contains(err.Error(), "DIR/TYPE/VERSION.json") {

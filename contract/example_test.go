@@ -24,7 +24,7 @@ func ExampleOf() {
 	ev := warren.Event{ID: "e1", Type: "workitem.state.updated", Version: "1.0",
 		Payload: warren.Payload{Data: json.RawMessage(`{"name":"Fix the relay","state":"blocked"}`)}}
 	fmt.Println(contracts.Check(ev))
-	// Output: contract workitem.state.updated@1.0: payload.data.state: value must be one of 'todo', 'doing', 'done'
+	// Output: contract workitem.state.updated@1.0: payload.data.state: not one of the values the contract allows, ["todo","doing","done"]
 }
 
 // A consumer that reads version 2.0 of an event declares how 1.0 reaches

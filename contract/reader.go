@@ -129,11 +129,24 @@ func (s *Set) read(p *readPlan, ev warren.Event) (warren.Event, error) {
 			return ev, err
 		}
 		u := p.from[ev.Version]
-		data, err := u.Func(ev.Payload.Data)
+		data, err := upcast(u, ev.Payload.Data)
 		if err != nil {
 			return ev, fmt.Errorf("contract: upcast of %s from %s to %s: %w: %w", p.typ, u.From, u.To, err, warren.ErrInvalidEvent)
 		}
 		ev.Version, ev.Payload.Data = u.To, data
 	}
 	return ev, s.CheckKnown(ev)
+}
+
+// upcast runs u on a copy of data: payload.data shares the message body's
+// array, and an upcast that appended to its input would write over the
+// body that retries and dead letters carry. A panic is the upcast's
+// failure on this event, which no retry changes.
+func upcast(u Upcast, data json.RawMessage) (out json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panicked: %v", p)
+		}
+	}()
+	return u.Func(slices.Clip(slices.Clone(data)))
 }

@@ -87,7 +87,7 @@ func TestReaderUpcastsOlderVersions(t *testing.T) {
 	for data, want := range map[[2]string]string{
 		{"0.9", `{"name":"x"}`}:              "this consumer reads 2.0, 1.0, 1.1",
 		{"1.0", `{"name":7}`}:                "contract item.updated@1.0: payload.data.name",
-		{"2.0", `{"title":"x"}`}:             "contract item.updated@2.0: payload.data: missing property 'priority'",
+		{"2.0", `{"title":"x"}`}:             "contract item.updated@2.0: payload.data.priority: missing, and required",
 		{"1.0", `{"name":"x","priority":3}`}: "contract item.updated@2.0: payload.data.priority",
 	} {
 		err := h.Handle(context.Background(), &warren.Message{Event: ev("item.updated", data[0], data[1])})

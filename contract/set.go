@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
@@ -34,6 +36,9 @@ func NewSet(cs ...Contract) (*Set, error) {
 	s := &Set{contracts: map[string]Contract{}, schemas: map[string]*jsonschema.Schema{}}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
+	// format is an assertion, as contract.Of's users write it
+	// (format=email): a value the format refuses breaks the contract.
+	c.AssertFormat()
 	c.UseLoader(noFetching{})
 	for _, ct := range cs {
 		if err := checkName(ct.Type, ct.Version); err != nil {
@@ -46,6 +51,9 @@ func NewSet(cs ...Contract) (*Set, error) {
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(ct.Schema))
 		if err != nil {
 			return nil, fmt.Errorf("contract %s: the schema is not JSON: %w", k, err)
+		}
+		if m, ok := doc.(map[string]any); ok && m["$schema"] != nil && strings.TrimSuffix(fmt.Sprint(m["$schema"]), "#") != Draft2020 {
+			return nil, fmt.Errorf("contract %s: $schema is %v; contracts are JSON Schema draft 2020-12 (%s), which Compare understands", k, m["$schema"], Draft2020)
 		}
 		loc := schemaURL(ct)
 		if err := c.AddResource(loc, doc); err != nil {
@@ -129,7 +137,19 @@ func (s *Set) Check(ev warren.Event) error {
 	}
 	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
 	if err != nil {
-		return &Violation{Contract: k, Path: "payload.data", Reason: "not JSON: " + err.Error()}
+		return &Violation{Contract: k, Path: "payload.data", Reason: "not JSON"}
+	}
+	// Plane's triggers write some data as a JSON string holding the
+	// object ("{}" on every soft delete), which warren.Typed and
+	// DecodeData read as that object: the contract is checked on what
+	// they read.
+	if text, ok := v.(string); ok {
+		if inner, err := jsonschema.UnmarshalJSON(strings.NewReader(text)); err == nil {
+			switch inner.(type) {
+			case map[string]any, []any:
+				v = inner
+			}
+		}
 	}
 	err = sch.Validate(v)
 	if err == nil {
@@ -142,9 +162,48 @@ func (s *Set) Check(ev warren.Event) error {
 	leaf := deepest(ve)
 	path := "payload.data"
 	for _, p := range leaf.InstanceLocation {
-		path += "." + p
+		path += "." + clip(p)
 	}
-	return &Violation{Contract: k, Path: path, Reason: leaf.ErrorKind.LocalizedString(printer)}
+	field, reason := explain(leaf.ErrorKind)
+	if field != "" {
+		path += "." + clip(field)
+	}
+	return &Violation{Contract: k, Path: path, Reason: reason}
+}
+
+// explain says what is wrong without quoting the event's values: a
+// violation's text goes into logs, dead-letter headers and the DLQ's
+// signatures, where a value could be large, secret, or split one failure
+// into as many groups as there are values. It names a member the failure
+// is about (a missing or unexpected one) apart, for the path.
+func explain(k jsonschema.ErrorKind) (field, reason string) {
+	switch k := k.(type) {
+	case *kind.Type:
+		return "", fmt.Sprintf("got %s, want %s", k.Got, strings.Join(k.Want, " or "))
+	case *kind.Required:
+		return k.Missing[0], "missing, and required"
+	case *kind.AdditionalProperties:
+		return k.Properties[0], "a member the contract does not allow"
+	case *kind.Enum:
+		want, _ := json.Marshal(k.Want)
+		return "", "not one of the values the contract allows, " + clip(string(want))
+	case *kind.Const:
+		return "", "not the value the contract requires"
+	case *kind.Pattern:
+		return "", fmt.Sprintf("does not match the pattern %s", clip(k.Want))
+	case *kind.Format:
+		return "", "not a valid " + clip(k.Want)
+	}
+	return "", "breaks the contract's " + strings.Join(k.KeywordPath(), "/")
+}
+
+// clip shortens what a violation quotes from a schema or an event's keys.
+func clip(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return s
+	}
+	return strings.ToValidUTF8(s[:most], "") + "…"
 }
 
 // CheckKnown is Check for a stream where not every event type has a
@@ -196,7 +255,8 @@ func Middleware(check func(warren.Event) error) warren.Middleware {
 const fileExt = ".json"
 
 // LoadDir reads the contracts WriteDir wrote: dir/TYPE/VERSION.json, one
-// JSON Schema each.
+// JSON Schema each. Files not ending in .json, and names starting with a
+// dot, are not contracts and are skipped.
 func LoadDir(dir string) (*Set, error) {
 	var cs []Contract
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
@@ -204,6 +264,13 @@ func LoadDir(dir string) (*Set, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
+		// A README, a .gitkeep, an editor's backup: not contracts.
+		if rel != "." && (strings.HasPrefix(d.Name(), ".") || !d.IsDir() && filepath.Ext(d.Name()) != fileExt) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
 		if d.IsDir() {
 			if strings.Count(rel, string(filepath.Separator)) > 0 {
 				return fmt.Errorf("contract: %s: contracts are DIR/TYPE/VERSION.json, not deeper", path)

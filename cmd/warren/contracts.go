@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/warrenmq/warren/contract"
 )
@@ -52,7 +55,13 @@ func runContractsCheck(_ context.Context, c *contractsCall) error {
 	if err != nil {
 		return usagef("--mode: %v", err)
 	}
-	old, err := contract.LoadDir(c.args[0])
+	// The change that adds the first contracts has none before it.
+	old, err := contract.NewSet()
+	if _, statErr := os.Stat(c.args[0]); !errors.Is(statErr, fs.ErrNotExist) {
+		old, err = contract.LoadDir(c.args[0])
+	} else {
+		fmt.Fprintf(c.env.stdout, "%s does not exist: no contracts before this change\n", c.args[0])
+	}
 	if err != nil {
 		return fmt.Errorf("the old contracts (%s): %w", c.args[0], err)
 	}

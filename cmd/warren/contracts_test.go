@@ -64,4 +64,8 @@ func TestContractsCheck(t *testing.T) {
 	if code, _, errOut := call(main, t.TempDir()+"/missing"); code != 1 || !strings.Contains(errOut, "the changed contracts") {
 		t.Errorf("a missing directory: exit %d, %s", code, errOut)
 	}
+	// The change that adds the first contracts: main has no directory.
+	if code, out, errOut := call(t.TempDir()+"/none-yet", required); code != 0 || !strings.Contains(out, "no contracts before this change") {
+		t.Errorf("no contracts before: exit %d\n%s%s", code, out, errOut)
+	}
 }
