@@ -309,6 +309,19 @@ func main() {
 	os.Exit(code)
 }
 
+// extraFlags are the flags given that change what a run does beyond its
+// modes, as they were given: a report says how to run it again.
+func extraFlags() string {
+	var out []string
+	flag.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "faults", "fault-phase":
+			out = append(out, " -"+f.Name+" "+f.Value.String())
+		}
+	})
+	return strings.Join(out, "")
+}
+
 func (h *harness) logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "reliability %6.1fs: %s\n", time.Since(h.started).Seconds(), fmt.Sprintf(format, args...))
 }
@@ -351,6 +364,7 @@ func run(ctx context.Context, m mode, rm relayMode, bm brokerMode, seed uint64, 
 		return 1
 	}
 	res.seed, res.total = seed, time.Since(h.started)
+	res.flags = extraFlags()
 	report := res.markdown()
 	if out == "" {
 		out = filepath.Join(dir, "RELIABILITY.md")
