@@ -3,6 +3,7 @@ package capture_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
@@ -817,14 +819,23 @@ func TestShapingRefusesWhatTheTriggerCouldNotRun(t *testing.T) {
 	}
 	base.Outbox = e.outbox
 	// A json column, which has no ordering; a type whose = is not
-	// pg_catalog's (as citext's is not).
+	// pg_catalog's (as citext's is not). citext is an extension, one per
+	// database: installed here if missing (a fresh database has it
+	// available, not created), and left for the next run.
+	if _, err := e.conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS citext SCHEMA public`); err != nil {
+		var pgErr *pgconn.PgError
+		// Another run creating it at the same moment.
+		if !errors.As(err, &pgErr) || pgErr.Code != "23505" && pgErr.Code != "42710" {
+			t.Fatalf("create the citext extension (PostgreSQL's contrib modules): %v", err)
+		}
+	}
 	e.exec(`ALTER TABLE issue_assignees ADD COLUMN meta json;
 		CREATE DOMAIN odd_id AS text;
 		CREATE FUNCTION odd_eq(a odd_id, b odd_id) RETURNS boolean LANGUAGE sql AS 'SELECT lower(a) = lower(b)';
 		CREATE OPERATOR = (LEFTARG = odd_id, RIGHTARG = odd_id, FUNCTION = odd_eq);
 		CREATE TABLE odd_items (id odd_id PRIMARY KEY);
 		CREATE TABLE odd_links (item_id odd_id NOT NULL, v int);
-		CREATE DOMAIN ci_id AS citext;
+		CREATE DOMAIN ci_id AS public.citext;
 		CREATE TABLE ci_items (id ci_id PRIMARY KEY);
 		CREATE TABLE ci_links (item_id ci_id NOT NULL, v int);
 		CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
