@@ -16,14 +16,14 @@ import (
 
 // result is what a run found.
 type result struct {
-	mode    mode
-	relays  relayMode
-	broker  brokerMode
-	seed    uint64
+	mode   mode
+	relays relayMode
+	broker brokerMode
+	seed   uint64
 	// flags: the run's command-line flags beyond the mode and the
 	// broker and relay modes (" -faults x -fault-phase 10s"), for the
 	// report's first line.
-	flags string
+	flags   string
 	total   time.Duration
 	drained bool
 	timings map[string]time.Duration
