@@ -16,8 +16,6 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
 	"github.com/warrenmq/warren"
 )
@@ -118,8 +116,6 @@ func (v *Violation) Error() string {
 // Is makes a Violation match warren.ErrInvalidEvent: an event that breaks
 // its contract is not one its consumers can handle.
 func (v *Violation) Is(target error) bool { return target == warren.ErrInvalidEvent }
-
-var printer = message.NewPrinter(language.English)
 
 // Check checks ev's payload data against the contract of its type and
 // version. It returns nil, a *Violation (the first failure, at the
