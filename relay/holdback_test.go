@@ -72,25 +72,9 @@ func TestHoldBackKeepsTheBacklogInTheOutbox(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.bindQueue()
-	slow := testenv.Name(t, "slow")
-	testenv.CleanupQueues(t, slow)
-	if err := declareQueue(e.ch, slow, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.ch.QueueBind(slow, "", e.exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
 	// The slow consumer's backlog: at the high-water mark already.
 	const highWater = 5
-	for range highWater {
-		if err := e.ch.Publish("", slow, false, false, amqp.Publishing{MessageId: "earlier"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.WaitFor(t, 30*time.Second, "the earlier messages to be in the slow queue", func() bool {
-		q, err := e.ch.QueueDeclarePassive(slow, true, false, false, false, nil)
-		return err == nil && q.Messages == highWater
-	})
+	slow := e.slowQueue(t, highWater)
 	fast := consume(t, e.queue)
 	ids := e.publishN("held", 100)
 
@@ -158,24 +142,8 @@ func TestHoldBackKeepsTheBacklogInTheOutbox(t *testing.T) {
 func TestHoldBackOutlivesALostConnection(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	slow := testenv.Name(t, "slow")
-	testenv.CleanupQueues(t, slow)
-	if err := declareQueue(e.ch, slow, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.ch.QueueBind(slow, "", e.exchange, false, nil); err != nil {
-		t.Fatal(err)
-	}
 	const highWater = 3
-	for range highWater {
-		if err := e.ch.Publish("", slow, false, false, amqp.Publishing{MessageId: "earlier"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.WaitFor(t, 30*time.Second, "the earlier messages to be in the slow queue", func() bool {
-		q, err := e.ch.QueueDeclarePassive(slow, true, false, false, false, nil)
-		return err == nil && q.Messages == highWater
-	})
+	slow := e.slowQueue(t, highWater)
 	ids := e.publishN("held", 20)
 	obs := &holdRecorder{}
 	name := testenv.Name(t, "relay")
@@ -242,6 +210,30 @@ func TestHoldBackWithADatabaseThatStopsAnswering(t *testing.T) {
 	if h := run.relay.Health(); !h.Alive || h.StuckWorkers != 0 || h.Ready {
 		t.Errorf("held, with the database gone: alive %v, stuck workers %d, ready %v; want alive, none stuck, not ready", h.Alive, h.StuckWorkers, h.Ready)
 	}
+}
+
+// slowQueue declares a queue bound to the exchange that already holds
+// backlog messages (id "earlier"): a slow consumer's, for the hold to read.
+func (e *env) slowQueue(t *testing.T, backlog int) string {
+	t.Helper()
+	slow := testenv.Name(t, "slow")
+	testenv.CleanupQueues(t, slow)
+	if err := declareQueue(e.ch, slow, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ch.QueueBind(slow, "", e.exchange, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range backlog {
+		if err := e.ch.Publish("", slow, false, false, amqp.Publishing{MessageId: "earlier"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, 30*time.Second, "the earlier messages to be in the slow queue", func() bool {
+		q, err := e.ch.QueueDeclarePassive(slow, true, false, false, false, nil)
+		return err == nil && q.Messages == backlog
+	})
+	return slow
 }
 
 // A HoldBack without queues, or whose low-water mark is not below its
