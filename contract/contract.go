@@ -88,11 +88,54 @@ func Of[T any](eventType, version string) (Contract, error) {
 			}
 		}
 	}
+	pruneDefs(doc)
 	b, err = json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return Contract{}, fmt.Errorf("contract %s: %w", key(eventType, version), err)
 	}
 	return Contract{Type: eventType, Version: version, Schema: b}, nil
+}
+
+// pruneDefs drops the definitions nothing refers to: the reflector defines
+// the root type in $defs as well as inlining it, and a contract committed
+// to a repository should read as what it checks. A recursive type keeps
+// its definition, which the root's properties refer to.
+func pruneDefs(doc map[string]any) {
+	defs, _ := doc["$defs"].(map[string]any)
+	if defs == nil {
+		return
+	}
+	used := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				if ref, ok := x.(string); ok && k == "$ref" {
+					if name, ok := strings.CutPrefix(ref, "#/$defs/"); ok && !used[name] {
+						used[name] = true
+						walk(defs[name])
+					}
+					continue
+				}
+				walk(x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x)
+			}
+		}
+	}
+	delete(doc, "$defs")
+	walk(doc)
+	for name := range defs {
+		if !used[name] {
+			delete(defs, name)
+		}
+	}
+	if len(defs) > 0 {
+		doc["$defs"] = defs
+	}
 }
 
 // defName names a named type's definition by its package path too: two

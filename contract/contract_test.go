@@ -252,3 +252,39 @@ func TestRecursiveTypes(t *testing.T) {
 		t.Fatal("a recursive type: Of, Check or Compare does not return")
 	}
 }
+
+// A contract reads as what it checks: the reflector's copy of the root
+// type in $defs, which nothing refers to, is left out; a nested type's
+// definition stays where a property refers to it.
+func TestOfWritesNoUnusedDefinitions(t *testing.T) {
+	type flat struct {
+		ID string `json:"id"`
+	}
+	type inner struct {
+		N int `json:"n"`
+	}
+	type outer struct {
+		In inner `json:"in"`
+	}
+	var doc struct {
+		Defs map[string]json.RawMessage `json:"$defs"`
+	}
+	if err := json.Unmarshal(contract.MustOf[flat]("flat", "1").Schema, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Defs) != 0 {
+		t.Errorf("a flat type's contract defines %d types, want none", len(doc.Defs))
+	}
+	doc.Defs = nil
+	if err := json.Unmarshal(contract.MustOf[outer]("outer", "1").Schema, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Defs) != 1 {
+		t.Errorf("a type with one nested type defines %d types, want 1 (the nested one): %v", len(doc.Defs), doc.Defs)
+	}
+	for name := range doc.Defs {
+		if !strings.HasSuffix(name, ".inner") {
+			t.Errorf("defines %s, want only the nested inner", name)
+		}
+	}
+}

@@ -38,7 +38,8 @@ func (r *receipts) count(order string) int {
 
 // The handler test a service writes, with the test kit and no broker: a
 // placed order gets one receipt, its redelivery is a duplicate, an event
-// without an order id goes to the DLQ, and another order event is skipped.
+// that breaks its contract or is of a version the service does not read
+// goes to the DLQ, and another order event is skipped.
 func TestHandlers(t *testing.T) {
 	t.Parallel()
 	var got receipts
@@ -51,14 +52,21 @@ func TestHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	placed := warren.Event{ID: "ev-1", Type: "order.placed", Payload: warren.Payload{Data: []byte(`{"id":"o-1","cents":100}`)}}
+	placed := warren.Event{ID: "ev-1", Type: "order.placed", Version: "1", Payload: warren.Payload{Data: []byte(`{"id":"o-1","cents":100}`)}}
+	broken := func(id, version, data string) warren.Event {
+		return warren.Event{ID: id, Type: "order.placed", Version: version, Payload: warren.Payload{Data: []byte(data)}}
+	}
 	for _, tc := range []struct {
 		ev   warren.Event
 		want consumer.Disposition
 	}{
 		{placed, consumer.Done},
 		{placed, consumer.Duplicate},
-		{warren.Event{ID: "ev-2", Type: "order.placed", Payload: warren.Payload{Data: []byte(`{}`)}}, consumer.DeadLettered},
+		{broken("ev-2", "1", `{}`), consumer.DeadLettered},                         // no id: breaks the contract
+		{broken("ev-4", "1", `{"id":"o-2","cents":-1}`), consumer.DeadLettered},    // below the contract's minimum
+		{broken("ev-5", "2", `{"id":"o-3","cents":100}`), consumer.DeadLettered},   // a version it does not read
+		{broken("ev-6", "", `{"id":"o-4","cents":100}`), consumer.DeadLettered},    // no version at all
+		{broken("ev-7", "1", `{"id":"o-5","cents":"100"}`), consumer.DeadLettered}, // cents as text
 		{warren.Event{ID: "ev-3", Type: "order.shipped"}, consumer.Skipped},
 	} {
 		if r := consumertest.Deliver(ctx, c, consumertest.Delivery{Event: tc.ev}); r.Disposition != tc.want {
@@ -67,6 +75,11 @@ func TestHandlers(t *testing.T) {
 	}
 	if n := got.count("o-1"); n != 1 {
 		t.Errorf("%d receipts for o-1, want 1", n)
+	}
+	for _, order := range []string{"", "o-2", "o-3", "o-4", "o-5"} {
+		if n := got.count(order); n != 0 {
+			t.Errorf("%d receipts for %q, whose event the handler must not see", n, order)
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/contract"
 	"github.com/warrenmq/warren/dedup"
 	dedupredis "github.com/warrenmq/warren/dedup/redis"
 	"github.com/warrenmq/warren/middleware"
@@ -34,7 +35,8 @@ func (s service) run(ctx context.Context, order string, cents int) error {
 		return err
 	}
 	defer pool.Close()
-	ob, err := outbox.New(s.Outbox)
+	// The outbox refuses, before commit, an event that breaks its contract.
+	ob, err := outbox.Open(s.Outbox, outbox.Options{Check: Contracts.Check})
 	if err != nil {
 		return err
 	}
@@ -95,10 +97,13 @@ func placeOrder(ctx context.Context, pool *pgxpool.Pool, ob *outbox.Table, order
 	if _, err := tx.Exec(ctx, `INSERT INTO `+orders+` (id, cents) VALUES ($1, $2)`, id, cents); err != nil {
 		return err
 	}
-	data := fmt.Sprintf(`{"id":%q,"cents":%d}`, id, cents)
-	ev := warren.Event{ID: "order.placed:" + id, Type: "order.placed", EntityType: "order", EntityID: id,
-		Payload: warren.Payload{Data: []byte(data)}}
-	if _, err := ob.Publish(ctx, tx, ev); err != nil {
+	payload, err := warren.PayloadOf(OrderPlaced{ID: id, Cents: cents}, nil)
+	if err != nil {
+		return err
+	}
+	ev := warren.Event{ID: "order.placed:" + id, Type: "order.placed", Version: "1",
+		EntityType: "order", EntityID: id, Payload: payload}
+	if _, err := ob.Publish(ctx, tx, ev); err != nil { // checked against its contract
 		return err
 	}
 	return tx.Commit(ctx)
@@ -112,14 +117,17 @@ func (s service) consumer(store dedup.Store) (*consumer.BaseConsumer, error) {
 		return nil, err
 	}
 	c.Use(middleware.Dedup(store, middleware.DedupOptions{}))
-	c.HandleFunc("order.placed", func(ctx context.Context, m *warren.Message) error { // a prefix, as every route
-		var order struct{ ID string }
-		if err := m.Event.Payload.DecodeData(&order); err != nil || order.ID == "" {
-			return warren.Permanent(fmt.Errorf("order.placed without an order id: %v", err)) // to the DLQ
-		}
+	// An order.placed of another version, or one that breaks its
+	// contract, goes to the DLQ naming the field, never to the handler.
+	read, err := Contracts.Reader(contract.Reads{Type: "order.placed", Version: "1"})
+	if err != nil {
+		return nil, err
+	}
+	c.Use(read)
+	c.Handle("order.placed", warren.Typed(func(ctx context.Context, m *warren.Message, order OrderPlaced) error {
 		s.Sent(order.ID) // an error here would be retried
 		return nil
-	})
+	})) // a route is a prefix
 	c.HandleFunc("order.", func(context.Context, *warren.Message) error { return warren.Skip("not ours") })
 	return c, nil
 }
