@@ -58,6 +58,13 @@ type Rule struct {
 // workitem.updated.
 var StateChangeTypes = []string{app.TypeStateUpdated, "issue.state.updated"}
 
+// StateChange is what a rule reads of a state change's data (and of its
+// previous_attributes): the work item's state, null when it has none.
+// contract/plane's WorkItem is the whole of what Plane writes.
+type StateChange struct {
+	StateID *string `json:"state_id"`
+}
+
 // Service is the automation consumer.
 type Service struct {
 	*consumer.BaseConsumer
@@ -116,7 +123,7 @@ func New(cfg Config, pool *pgxpool.Pool, a *app.App) (*Service, error) {
 		middleware.Dedup(used, middleware.DedupOptions{Transactional: true, Lease: 2 * timeout, Health: storeUp}),
 		middleware.Timeout(timeout),
 	)
-	s.HandleFunc("", s.apply)
+	s.Handle("", warren.Typed(s.apply))
 	return s, nil
 }
 
@@ -173,19 +180,15 @@ func (s *Service) Runs(ctx context.Context) (byEvent map[string]int, followUps [
 // It reads the payload as Plane's trigger writes it: data is the whole
 // row (to_jsonb, with assignee_ids and label_ids added), and
 // previous_attributes holds the changed columns' old values cast to text.
-// Nothing but state_id is read, so a row with more or other columns, or
-// with values of other types, is never refused for its shape.
-func (s *Service) apply(ctx context.Context, m *warren.Message) error {
+// Nothing but state_id is read (StateChange), so a row with more or other
+// columns is never refused for its shape; data whose state_id is not a
+// string or null is dead-lettered by warren.Typed, naming the field.
+func (s *Service) apply(ctx context.Context, m *warren.Message, now StateChange) error {
 	tx, ok := dedupstore.Tx(ctx)
 	if !ok {
 		return warren.Permanent(errors.New("automation: no transaction in the context; Dedup must run in transactional mode"))
 	}
-	var now, before struct {
-		StateID *string `json:"state_id"`
-	}
-	if err := m.Event.Payload.DecodeData(&now); err != nil {
-		return warren.Permanent(err)
-	}
+	var before StateChange
 	if len(m.Event.Payload.PreviousAttributes) > 0 {
 		if err := m.Event.Payload.DecodePreviousAttributes(&before); err != nil {
 			return warren.Permanent(err)

@@ -13,6 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/contract"
+	planecontract "github.com/warrenmq/warren/contract/plane"
 	"github.com/warrenmq/warren/internal/testenv"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/outbox/capture"
@@ -396,6 +399,25 @@ type planeEvent struct {
 	Payload string
 }
 
+// planeContracts are the contracts every event of these tests keeps.
+var planeContracts = func() *contract.Set {
+	s, err := planecontract.Contracts()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// decoded is the payload as a consumer decodes it.
+func (ev planeEvent) decoded(t *testing.T) warren.Payload {
+	t.Helper()
+	var p warren.Payload
+	if err := json.Unmarshal([]byte(ev.Payload), &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // payload is the decoded payload.
 func (ev planeEvent) payload(t *testing.T) map[string]any {
 	t.Helper()
@@ -441,14 +463,21 @@ func (e *planeEnv) written(table string, after *int64) []planeEvent {
 func (e *planeEnv) step(name, sql string, args ...any) []planeEvent {
 	e.t.Helper()
 	e.exec(sql, args...)
-	plane, warren := e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
+	plane, ours := e.written("plane_outbox", &e.seen.plane), e.written(e.outbox, &e.seen.warren)
 	byEntity := func(a, b planeEvent) int { return strings.Compare(a.EntityID, b.EntityID) }
 	slices.SortStableFunc(plane, byEntity)
-	slices.SortStableFunc(warren, byEntity)
-	if !reflect.DeepEqual(plane, warren) {
-		e.t.Errorf("%s: the events differ\nPlane's:\n%s\nwarren's:\n%s", name, lines(plane), lines(warren))
+	slices.SortStableFunc(ours, byEntity)
+	// Every event either side writes keeps its contract (contract/plane),
+	// as a consumer reading Plane's envelope (version 1.0) checks it.
+	for _, ev := range slices.Concat(plane, ours) {
+		if err := planeContracts.Check(warren.Event{ID: "e", Type: ev.Type, Version: planecontract.Version, Payload: ev.decoded(e.t)}); err != nil {
+			e.t.Errorf("%s: %s breaks its contract: %v", name, ev.Type, err)
+		}
 	}
-	return warren
+	if !reflect.DeepEqual(plane, ours) {
+		e.t.Errorf("%s: the events differ\nPlane's:\n%s\nwarren's:\n%s", name, lines(plane), lines(ours))
+	}
+	return ours
 }
 
 // The workspace, project and users of the comparison tests' rows.
