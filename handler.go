@@ -83,6 +83,17 @@ func Typed[T any](fn func(ctx context.Context, m *Message, data T) error) Handle
 	})
 }
 
+// FieldFailure is implemented by an error that names the field of an
+// event that failed, and the contract it broke when a contract's check
+// failed: [DataError] and contract.Violation. When such an error
+// dead-letters a message, the consumer writes both into its headers
+// (dlq.HeaderErrorContract, dlq.HeaderErrorField), where the dead-letter
+// tools show them apart from the error's text.
+type FieldFailure interface {
+	error
+	FailedField() (contract, path string)
+}
+
 // Middleware wraps a handler with behaviour that runs around it: filtering,
 // logging, deduplication, timeouts. The first middleware in a chain is the
 // outermost.

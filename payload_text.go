@@ -76,9 +76,12 @@ type DataError struct {
 	err  error
 }
 
-func (e *DataError) Error() string        { return "invalid event: " + e.msg }
-func (e *DataError) Is(target error) bool { return target == ErrInvalidEvent }
-func (e *DataError) Unwrap() error        { return e.err }
+func (e *DataError) Error() string { return "invalid event: " + e.msg }
+
+// FailedField returns the field that failed; a decode names no contract.
+func (e *DataError) FailedField() (contract, path string) { return "", e.Path }
+func (e *DataError) Is(target error) bool                 { return target == ErrInvalidEvent }
+func (e *DataError) Unwrap() error                        { return e.err }
 
 // membersFromText returns the object raw with each member that t (a
 // pointer to the decode's target) wants as other than a string, and that

@@ -40,6 +40,9 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 		class       dlq.Class
 		attempts    int
 		errContains string
+		// contract and field are the headers naming what broke: only
+		// for an error that named a field.
+		contract, field string
 	}{
 		{
 			name:    "exhausted",
@@ -76,6 +79,7 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 				panic("called with data that did not decode")
 			}).Handle,
 			class: dlq.ClassUndecodable, attempts: 1, errContains: "payload.data: json: cannot unmarshal string into Go struct field .priority of type int",
+			field: "payload.data.priority",
 		},
 		{
 			// A contract the data breaks: never handed to the handler,
@@ -88,6 +92,7 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 				panic("called with data that breaks its contract")
 			})).Handle,
 			class: dlq.ClassUndecodable, attempts: 1, errContains: "contract workitem.created@1.0: payload.data.priority: got string, want integer",
+			contract: "workitem.created@1.0", field: "payload.data.priority",
 		},
 		{name: "malformed json", msg: withBody(`{"event_id": "x", `), class: dlq.ClassUndecodable, attempts: 1, errContains: "not valid JSON"},
 		{name: "missing event_id", msg: withBody(`{"event_type":"workitem.created"}`), class: dlq.ClassUndecodable, attempts: 1, errContains: "event_id is missing"},
@@ -154,6 +159,9 @@ func TestDeadLetterClassesAndMetadata(t *testing.T) {
 			}
 			if len(meta.Problems) > 0 {
 				t.Errorf("header problems: %v", meta.Problems)
+			}
+			if meta.Contract != tc.contract || meta.Field != tc.field {
+				t.Errorf("contract %q, field %q; want %q, %q", meta.Contract, meta.Field, tc.contract, tc.field)
 			}
 
 			pub.events(topo.Exchange, "", event("after", "after.check"))

@@ -332,8 +332,14 @@ func plainEncoding(enc string) bool {
 }
 
 func (c *BaseConsumer) failure(d amqp.Delivery, queue string, err error, at time.Time) dlq.Failure {
+	var contract, field string
+	if ff, ok := errors.AsType[warren.FieldFailure](err); ok {
+		contract, field = ff.FailedField()
+	}
 	return dlq.Failure{
 		Err:        err.Error(),
+		Contract:   contract,
+		Field:      field,
 		At:         at,
 		Queue:      queue,
 		Exchange:   d.Exchange,

@@ -113,6 +113,10 @@ func (v *Violation) Error() string {
 	return fmt.Sprintf("contract %s: %s: %s", v.Contract, v.Path, v.Reason)
 }
 
+// FailedField returns the contract and the field (warren.FieldFailure),
+// which a dead letter's headers carry.
+func (v *Violation) FailedField() (contract, path string) { return v.Contract, v.Path }
+
 // Is makes a Violation match warren.ErrInvalidEvent: an event that breaks
 // its contract is not one its consumers can handle.
 func (v *Violation) Is(target error) bool { return target == warren.ErrInvalidEvent }

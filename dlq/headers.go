@@ -18,6 +18,8 @@ import (
 const (
 	HeaderError            = "x-warren-error"              // last error text
 	HeaderErrorClass       = "x-warren-error-class"        // a Class; only on dead messages
+	HeaderErrorContract    = "x-warren-error-contract"     // the contract the event broke ("TYPE@VERSION"), if one did
+	HeaderErrorField       = "x-warren-error-field"        // the event's field that failed ("payload.data.state"), if known
 	HeaderAttempts         = "x-warren-attempts"           // attempts made so far
 	HeaderFirstFailure     = "x-warren-first-failure"      // RFC 3339 time of the first failure
 	HeaderLastFailure      = "x-warren-last-failure"       // RFC 3339 time of the latest failure
@@ -80,6 +82,9 @@ var brokerClasses = map[string]Class{
 // returns a huge error (a whole HTTP response) cannot bloat every message.
 const MaxErrorLen = 2048
 
+// maxFieldLen bounds a contract's or a field's name in a header.
+const maxFieldLen = 256
+
 // queueSuffix ends the name of every consumer's dead-letter queue.
 const queueSuffix = ".dlq"
 
@@ -98,13 +103,16 @@ func ExchangeName(consumer string) string { return consumer + ".dlx" }
 
 // Failure is one failed attempt, as the consumer records it.
 type Failure struct {
-	Err        string
-	At         time.Time
-	Queue      string // the queue the attempt consumed from
-	Exchange   string // the delivery's exchange
-	RoutingKey string // the delivery's routing key
-	Consumer   string
-	Host       string
+	Err string
+	// Contract and Field name the contract the event broke and the field
+	// that failed, when the error said (warren.FieldFailure).
+	Contract, Field string
+	At              time.Time
+	Queue           string // the queue the attempt consumed from
+	Exchange        string // the delivery's exchange
+	RoutingKey      string // the delivery's routing key
+	Consumer        string
+	Host            string
 }
 
 // Stamp returns a copy of headers that records f as the latest failure and
@@ -128,6 +136,15 @@ func Stamp(headers amqp.Table, f Failure, attempts int, class Class) amqp.Table 
 	setOnce(HeaderOriginRoutingKey, f.RoutingKey)
 	out[HeaderLastFailure] = at
 	out[HeaderError] = truncate(f.Err, MaxErrorLen)
+	// The latest failure's, never an earlier one's: a retry that failed
+	// on another field, or not on a field, must not keep the old name.
+	for name, value := range map[string]string{HeaderErrorContract: f.Contract, HeaderErrorField: f.Field} {
+		if value != "" {
+			out[name] = truncate(value, maxFieldLen)
+		} else {
+			delete(out, name)
+		}
+	}
 	out[HeaderAttempts] = int32(max(0, min(attempts, math.MaxInt32)))
 	out[HeaderOriginQueue] = f.Queue
 	out[HeaderConsumer] = f.Consumer
@@ -217,7 +234,7 @@ func StripDeaths(headers amqp.Table, origin string) amqp.Table {
 // them. The root package's x-warren-initiator-type is not among them: a
 // producer sets it by design.
 var historyHeaders = []string{
-	HeaderError, HeaderErrorClass, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure,
+	HeaderError, HeaderErrorClass, HeaderErrorContract, HeaderErrorField, HeaderAttempts, HeaderFirstFailure, HeaderLastFailure,
 	HeaderOriginQueue, HeaderOriginExchange, HeaderOriginRoutingKey, HeaderConsumer, HeaderHost,
 	HeaderReplays, HeaderFirstDeathReason, HeaderFirstDeathQueue, HeaderFirstDeathTime,
 }
@@ -276,6 +293,8 @@ type Death struct {
 type Metadata struct {
 	Error            string
 	Class            Class
+	Contract         string // the contract the event broke, when one did
+	Field            string // the event's field that failed, when known
 	Attempts         int
 	FirstFailure     time.Time
 	LastFailure      time.Time
@@ -306,6 +325,8 @@ func ParseMetadata(headers amqp.Table) Metadata {
 	r := reader{h: headers, m: &m}
 	m.Error = r.str(HeaderError)
 	m.Class = Class(r.str(HeaderErrorClass))
+	m.Contract = r.str(HeaderErrorContract)
+	m.Field = r.str(HeaderErrorField)
 	m.Attempts = r.int(HeaderAttempts)
 	m.FirstFailure = r.time(HeaderFirstFailure)
 	m.LastFailure = r.time(HeaderLastFailure)

@@ -328,3 +328,23 @@ func TestStripHistory(t *testing.T) {
 		t.Errorf("StripHistory of headers without a record allocated %v times, want 0", allocs)
 	}
 }
+
+// The contract and field an error named are the latest failure's: a
+// retry that failed on no field leaves neither behind, and a name too long
+// for a header is cut.
+func TestStampRecordsTheFieldThatFailed(t *testing.T) {
+	f := failure("contract a@1: payload.data.x: got string, want integer", t0, "events")
+	f.Contract, f.Field = "a@1", "payload.data.x"
+	h := Stamp(nil, f, 1, ClassUndecodable)
+	if m := ParseMetadata(h); m.Contract != "a@1" || m.Field != "payload.data.x" || len(m.Problems) > 0 {
+		t.Fatalf("contract %q, field %q, problems %v; want a@1, payload.data.x", m.Contract, m.Field, m.Problems)
+	}
+	h = Stamp(h, failure("boom", t0.Add(time.Second), "events"), 2, "")
+	if m := ParseMetadata(h); m.Contract != "" || m.Field != "" {
+		t.Errorf("after a failure that named no field: contract %q, field %q, want neither", m.Contract, m.Field)
+	}
+	f.Field = "payload.data." + strings.Repeat("x", 10_000)
+	if m := ParseMetadata(Stamp(nil, f, 1, ClassUndecodable)); len(m.Field) > 300 {
+		t.Errorf("a 10 KB field name is stored as %d bytes", len(m.Field))
+	}
+}

@@ -119,6 +119,8 @@ type deathJSON struct {
 type metadataJSON struct {
 	Class            dlq.Class   `json:"class,omitempty"`
 	Error            string      `json:"error,omitempty"`
+	Contract         string      `json:"contract,omitempty"`
+	Field            string      `json:"field,omitempty"`
 	Attempts         int         `json:"attempts,omitempty"`
 	FirstFailure     time.Time   `json:"first_failure,omitzero"`
 	LastFailure      time.Time   `json:"last_failure,omitzero"`
@@ -158,7 +160,7 @@ func (m Message) MarshalJSON() ([]byte, error) {
 		EventID:   m.EventID,
 		EventType: m.EventType,
 		Metadata: metadataJSON{
-			Class: md.Class, Error: md.Error, Attempts: md.Attempts,
+			Class: md.Class, Error: md.Error, Contract: md.Contract, Field: md.Field, Attempts: md.Attempts,
 			FirstFailure: md.FirstFailure, LastFailure: md.LastFailure,
 			OriginQueue: md.OriginQueue, OriginExchange: md.OriginExchange, OriginRoutingKey: md.OriginRoutingKey,
 			Consumer: md.Consumer, Host: md.Host, Replays: md.Replays, Problems: md.Problems,

@@ -166,7 +166,7 @@ func replayPublishing(m *Message, home string, frameMax int) amqp.Publishing {
 	if h == nil {
 		h = amqp.Table{}
 	}
-	for _, name := range []string{dlq.HeaderError, dlq.HeaderErrorClass, dlq.HeaderAttempts, dlq.HeaderFirstFailure, dlq.HeaderLastFailure} {
+	for _, name := range []string{dlq.HeaderError, dlq.HeaderErrorClass, dlq.HeaderErrorContract, dlq.HeaderErrorField, dlq.HeaderAttempts, dlq.HeaderFirstFailure, dlq.HeaderLastFailure} {
 		delete(h, name)
 	}
 	md := m.Metadata

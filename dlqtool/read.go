@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -71,12 +72,17 @@ type Group struct {
 // text with ids, numbers, hosts and the like replaced by placeholders, so
 // that one failure met by 4,000 different messages is one group, not
 // 4,000. Messages without a class or type count under the empty key.
+// ByField counts the messages whose error named the field that failed
+// (dlq.HeaderErrorField: a contract broken, data that did not decode), by
+// contract and field, "workitem.updated@1.0 payload.data.state"; the
+// others are not in it.
 type Stats struct {
 	Queue   string  `json:"queue"`
 	Total   int     `json:"total"`
 	ByClass []Group `json:"by_class"`
 	ByType  []Group `json:"by_type"`
 	ByError []Group `json:"by_error"`
+	ByField []Group `json:"by_field"`
 }
 
 // StatsOptions select the messages [Queue.Stats] counts.
@@ -91,7 +97,7 @@ func (q *Queue) Stats(ctx context.Context, opts StatsOptions) (Stats, error) {
 	if err := opts.Filter.Validate(); err != nil {
 		return Stats{}, err
 	}
-	byClass, byType, byError := grouper{}, grouper{}, grouper{}
+	byClass, byType, byError, byField := grouper{}, grouper{}, grouper{}, grouper{}
 	st := Stats{Queue: q.name}
 	var p Progress
 	now := time.Now()
@@ -104,10 +110,13 @@ func (q *Queue) Stats(ctx context.Context, opts StatsOptions) (Stats, error) {
 			byClass.add(string(m.Metadata.Class), died, "")
 			byType.add(m.EventType, died, "")
 			byError.add(dlq.Signature(m.Metadata.Class, m.Metadata.Error), died, m.Metadata.Error)
+			if md := m.Metadata; md.Field != "" {
+				byField.add(strings.TrimSpace(md.Contract+" "+md.Field), died, "")
+			}
 		}
 		return true, nil
 	})
-	st.ByClass, st.ByType, st.ByError = byClass.sorted(), byType.sorted(), byError.sorted()
+	st.ByClass, st.ByType, st.ByError, st.ByField = byClass.sorted(), byType.sorted(), byError.sorted(), byField.sorted()
 	return st, err
 }
 

@@ -64,7 +64,7 @@ var dlqSubs = []dlqSub{
 		},
 		flags: func(fs *flagSet, o *dlqOptions) {
 			o.filterFlags(fs)
-			fs.String(&o.by, "by", "LIST", "which groupings to print: class, type, error (by signature; comma-separated)", "class,type,error")
+			fs.String(&o.by, "by", "LIST", "which groupings to print: class, type, error (by signature), field (by the contract and field that failed; comma-separated)", "class,type,error,field")
 			fs.Int(&o.top, "top", "N", "rows per grouping; 0 prints all", 10)
 			fs.String(&o.managementURL, "management-url", "URL", "without --queue: RabbitMQ's management API, which lists the queues; default http://HOST:15672/ of the broker, with its user and password", "")
 			o.jsonFlag(fs)
@@ -293,8 +293,8 @@ func (c *dlqCall) validate() error {
 	}
 	if c.sub.name == "stats" {
 		for _, by := range strings.Split(o.by, ",") {
-			if by := strings.TrimSpace(by); by != "class" && by != "type" && by != "error" {
-				return usagef("--by: unknown grouping %q (want class, type, error)", by)
+			if by := strings.TrimSpace(by); by != "class" && by != "type" && by != "error" && by != "field" {
+				return usagef("--by: unknown grouping %q (want class, type, error, field)", by)
 			}
 		}
 	}

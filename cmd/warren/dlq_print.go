@@ -31,6 +31,8 @@ func printMessage(w io.Writer, m *dlqtool.Message, home string, now time.Time) e
 	row("event id", clean(m.EventID))
 	row("event type", clean(m.EventType))
 	row("class", clean(string(md.Class)))
+	row("contract", clean(md.Contract))
+	row("field", clean(md.Field))
 	row("error", clean(md.Error))
 	row("attempts", strconv.Itoa(md.Attempts))
 	row("first failure", when(md.FirstFailure, now))
@@ -136,6 +138,11 @@ func (c *dlqCall) printStats(st dlqtool.Stats) error {
 			title, groups = "EVENT TYPE", st.ByType
 		case "error":
 			title, groups = "ERROR SIGNATURE", st.ByError
+		case "field":
+			if len(st.ByField) == 0 {
+				continue // no error named a field: no section
+			}
+			title, groups = "CONTRACT AND FIELD", st.ByField
 		}
 		fmt.Fprintln(w)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

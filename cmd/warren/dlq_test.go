@@ -142,6 +142,43 @@ func expiredMessages(n int) []amqp.Publishing {
 	return out
 }
 
+// Dead letters that broke a contract are grouped by the contract and the
+// field, from the headers the consumer wrote, and show them one by one;
+// those whose error named no field are in no such group.
+func TestCLIStatsGroupsContractFailuresByField(t *testing.T) {
+	t.Parallel()
+	conn, _, top := testenv.NewDeadLetterTopology(t)
+	broken := func(id, contract, field string) amqp.Publishing {
+		return top.Message(testenv.Dead{ID: id, Type: "workitem.updated", Class: dlq.ClassUndecodable, Attempts: 1,
+			Err: "invalid event: contract " + contract + ": " + field + ": got number, want string", Contract: contract, Field: field})
+	}
+	testenv.PublishInOrder(t, conn, top.DLQ, []amqp.Publishing{
+		broken("c1", "workitem.updated@1.0", "payload.data.state"),
+		broken("c2", "workitem.updated@1.0", "payload.data.state"),
+		broken("c3", "workitem.updated@1.0", "payload.data.name"),
+		top.Message(testenv.Dead{ID: "d1", Type: "workitem.updated", Class: dlq.ClassUndecodable, Attempts: 1,
+			Err: "invalid event: payload.data.state: json: cannot unmarshal number", Field: "payload.data.state"}),
+		top.Message(testenv.Dead{ID: "p1", Type: "workitem.updated", Class: dlq.ClassPermanent, Attempts: 1, Err: "boom"}),
+	})
+	st := decodeJSON[dlqtool.Stats](t, ok(t, "dlq", "stats", "--queue", top.Consumer, "--json").stdout)
+	got := map[string]int{}
+	for _, g := range st.ByField {
+		got[g.Key] = g.Count
+	}
+	want := map[string]int{"workitem.updated@1.0 payload.data.state": 2, "workitem.updated@1.0 payload.data.name": 1, "payload.data.state": 1}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("stats by field:\n got %v\nwant %v", got, want)
+	}
+	human := ok(t, "dlq", "stats", "--queue", top.Consumer).stdout
+	if !regexp.MustCompile(`\nCONTRACT AND FIELD +COUNT +OLDEST +NEWEST\nworkitem\.updated@1\.0 payload\.data\.state +2 `).MatchString(human) {
+		t.Errorf("stats output lacks the contract and field section:\n%s", human)
+	}
+	show := ok(t, "dlq", "show", "--queue", top.Consumer, "--id", "c3").stdout
+	if !regexp.MustCompile(`\n  contract +workitem\.updated@1\.0\n  field +payload\.data\.name\n`).MatchString(show) {
+		t.Errorf("show lacks the contract and the field:\n%s", show)
+	}
+}
+
 // 10,000 dead messages: stats groups them exactly; a filtered replay moves
 // exactly the matching ones, to the origin queue only (a second queue on
 // the consumer's fanout exchange stays empty), and the rest stay.

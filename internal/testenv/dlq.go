@@ -74,9 +74,11 @@ type Dead struct {
 	ID, Type string
 	Class    dlq.Class
 	Err      string
-	At       time.Time // failure time; default now
-	Attempts int
-	Body     []byte // default: a JSON event with ID and Type
+	// Contract and Field: what the error named as broken, if anything.
+	Contract, Field string
+	At              time.Time // failure time; default now
+	Attempts        int
+	Body            []byte // default: a JSON event with ID and Type
 }
 
 // Message builds d as the consumer dead-letters it: the event published to
@@ -91,7 +93,7 @@ func (top DeadLetterTopology) Message(d Dead) amqp.Publishing {
 		body, _ = json.Marshal(map[string]any{"event_id": d.ID, "event_type": d.Type, "entity_type": "issue", "entity_id": "e-" + d.ID, "workspace_id": "w-1", "payload": map[string]any{"data": map[string]any{"n": 1}}, "version": "1.0"})
 	}
 	headers := dlq.Stamp(amqp.Table{warren.HeaderInitiatorType: warren.InitiatorUser}, dlq.Failure{
-		Err: d.Err, At: at, Queue: top.Consumer, Exchange: top.Exchange, RoutingKey: "",
+		Err: d.Err, Contract: d.Contract, Field: d.Field, At: at, Queue: top.Consumer, Exchange: top.Exchange, RoutingKey: "",
 		Consumer: top.Consumer, Host: "test-host",
 	}, d.Attempts, d.Class)
 	return amqp.Publishing{

@@ -372,6 +372,32 @@ func TestMessagePageEscapesAndMasks(t *testing.T) {
 	}
 }
 
+// A dead letter that broke its contract shows the contract and the field
+// apart from the error's text; one whose error named none shows neither.
+func TestMessagePageShowsTheContractAndTheField(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, console.Config{})
+	broken := f.top.Message(testenv.Dead{ID: "evt-c", Type: "workitem.updated", Class: dlq.ClassUndecodable, Attempts: 1,
+		Err: "invalid event: contract workitem.updated@1.0: payload.data.state: got number, want string"})
+	broken.Headers[dlq.HeaderErrorContract] = "workitem.updated@1.0"
+	broken.Headers[dlq.HeaderErrorField] = "payload.data.state"
+	plain := f.top.Message(testenv.Dead{ID: "evt-p", Type: "workitem.updated", Class: dlq.ClassPermanent, Attempts: 1, Err: "boom"})
+	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{broken, plain})
+	r := f.get("/dlq/" + f.top.Consumer + "/message?id=evt-c")
+	if r.status != http.StatusOK {
+		t.Fatalf("message page: %d\n%s", r.status, r.body)
+	}
+	for _, want := range []string{`<td class="contract"><code>workitem.updated@1.0</code></td>`, `<td class="field"><code>payload.data.state</code></td>`} {
+		if !strings.Contains(r.body, want) {
+			t.Errorf("the page of a contract's dead letter lacks %s:\n%s", want, r.body)
+		}
+	}
+	r = f.get("/dlq/" + f.top.Consumer + "/message?id=evt-p")
+	if strings.Contains(r.body, `class="contract"`) || strings.Contains(r.body, `class="field"`) {
+		t.Errorf("the page of a dead letter whose error named no field shows a contract or a field:\n%s", r.body)
+	}
+}
+
 // A secret in an error text reaches no page's source, not even in part:
 // the forms name a group by id, and a signature is masked before it is
 // normalised (normalising "sw0rdfish" first leaves "rdfish" after the
@@ -771,6 +797,8 @@ func TestMessagePagesMaskEveryField(t *testing.T) {
 	m.Headers[dlq.HeaderOriginRoutingKey] = "secret=OriginRKSecret"
 	m.Headers[dlq.HeaderConsumer] = "amqp://c:ConsumerSecret@h/"
 	m.Headers[dlq.HeaderHost] = "password=HostSecret"
+	m.Headers[dlq.HeaderErrorContract] = "password=ContractSecret"
+	m.Headers[dlq.HeaderErrorField] = "payload.data.token=FieldSecret7"
 	m.Headers["password=HeaderNameSecret"] = "v"
 	testenv.PublishInOrder(t, f.conn, f.top.DLQ, []amqp.Publishing{m})
 	r := f.get("/dlq/" + f.top.Consumer + "/message?id=evt-1")
@@ -779,7 +807,7 @@ func TestMessagePagesMaskEveryField(t *testing.T) {
 	}
 	_, _, groups := f.groupsPage()
 	g := f.get("/dlq/" + f.top.Consumer + "/group/" + match(t, groupRE, groups))
-	for _, secret := range []string{"AppIdHunter2", "CorrSecret123", "ReplyToSecret", "DeathExSecret", "RKSecret9", "OriginQSecret", "OriginExSecret", "OriginRKSecret", "ConsumerSecret", "HostSecret", "HeaderNameSecret"} {
+	for _, secret := range []string{"AppIdHunter2", "CorrSecret123", "ReplyToSecret", "DeathExSecret", "RKSecret9", "OriginQSecret", "OriginExSecret", "OriginRKSecret", "ConsumerSecret", "HostSecret", "HeaderNameSecret", "ContractSecret", "FieldSecret7"} {
 		if strings.Contains(r.body, secret) {
 			t.Errorf("message page shows %q", secret)
 		}

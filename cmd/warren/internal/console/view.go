@@ -26,6 +26,7 @@ type messageView struct {
 
 	Error                                         string
 	Class                                         string
+	Contract, Field                               string // what broke, when the error named it
 	Attempts, Replays                             int
 	FirstFailure, LastFailure                     time.Time
 	OriginQueue, OriginExchange, OriginRoutingKey string
@@ -63,7 +64,7 @@ func newMessageView(m *read, full bool) messageView {
 		Position: m.Position, Fingerprint: m.Fingerprint,
 		EventID: shownText(m.EventID), EventType: shownText(m.EventType),
 		Signature: shownSignature(&m.Message), GroupID: groupID(m.Signature()),
-		Error: shownText(md.Error), Class: shownText(string(md.Class)), Attempts: md.Attempts, Replays: md.Replays,
+		Error: shownText(md.Error), Class: shownText(string(md.Class)), Contract: shownText(md.Contract), Field: shownText(md.Field), Attempts: md.Attempts, Replays: md.Replays,
 		FirstFailure: md.FirstFailure, LastFailure: md.LastFailure,
 		OriginQueue: shownText(md.OriginQueue), OriginExchange: shownText(md.OriginExchange), OriginRoutingKey: shownText(md.OriginRoutingKey),
 		Consumer: shownText(md.Consumer), Host: shownText(md.Host),
