@@ -246,6 +246,7 @@ func main() {
 
 func scenarios(latencyRates []int) []scenario {
 	out := []scenario{consumeScenario(), metricsScenario(), redisDedupScenario(), postgresDedupScenario(), relayScenario()}
+	out = append(out, contractsConsumeScenario(), contractsPublishScenario())
 	out = append(out, latencyScenarios(latencyRates)...)
 	out = append(out, cdcScenarios()...)
 	out = append(out, memoryScenario(), captureScenario())
