@@ -10,6 +10,10 @@
 //     deduplication write per message (raw) against the Dedup middleware's
 //     lease (warren);
 //   - relay: move an outbox backlog to the broker with confirms;
+//   - contracts (contracts.go): the consume drain with a warren.Typed
+//     handler, alone and behind contract.Middleware, and producers
+//     committing through outbox.Publish with and without Options.Check,
+//     each against warren's own untyped or unchecked path (issue 36);
 //   - commit → publish latency: a steady 1,000 events/s through the outbox,
 //     a 250 ms poller against the relay woken by LISTEN/NOTIFY (p50, p99);
 //   - cdc (cdc.go): the relay that streams the outbox from a logical
