@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"time"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -300,8 +301,12 @@ func (v *rawValue) UnmarshalJSON(b []byte) error {
 // size. Without keep it only checks the body and measures it, and returns
 // no body.
 func decodeBody(raw rawValue, encoding string, keep bool) ([]byte, int, error) {
-	if !keep && (encoding == "" || encoding == "text") && len(raw) > 1 && raw[0] == '"' && !bytes.ContainsRune(raw, '\\') {
-		return nil, len(raw) - 2, nil // valid JSON (the line parsed) with nothing escaped: its text is raw's
+	if !keep && (encoding == "" || encoding == "text") && len(raw) > 1 && raw[0] == '"' {
+		// Valid JSON (the line parsed): its text's length is counted
+		// without making the text, which for a body that is itself JSON
+		// (escaped quotes) would cost its size in garbage on the checking
+		// pass, beside the probe of the largest body.
+		return nil, unquotedLen(raw), nil
 	}
 	text, shared, err := unquote(raw)
 	if err != nil {
@@ -331,6 +336,66 @@ func decodeBody(raw rawValue, encoding string, keep bool) ([]byte, int, error) {
 		return body[:n], n, nil
 	}
 	return nil, 0, fmt.Errorf("body_encoding %q: want \"text\" or \"base64\"", encoding)
+}
+
+// unquotedLen is the length of the text encoding/json unquotes the valid
+// JSON string raw into: escapes as what they stand for, a \u escape that
+// is no character (a lone surrogate) and each byte that is not UTF-8 as
+// U+FFFD.
+func unquotedLen(raw rawValue) int {
+	raw = bytes.TrimSpace(raw)
+	s := raw[1 : len(raw)-1]
+	n := 0
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '\\' && s[i+1] == 'u':
+			r := hex4(s[i+2 : i+6])
+			i += 6
+			if utf16.IsSurrogate(r) {
+				if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
+					if pair := utf16.DecodeRune(r, hex4(s[i+2:i+6])); pair != utf8.RuneError {
+						n += utf8.RuneLen(pair)
+						i += 6
+						continue
+					}
+				}
+				r = utf8.RuneError
+			}
+			n += utf8.RuneLen(r)
+		case c == '\\':
+			n++
+			i += 2
+		case c < utf8.RuneSelf:
+			n++
+			i++
+		default:
+			r, size := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && size == 1 {
+				n += utf8.RuneLen(utf8.RuneError)
+			} else {
+				n += size
+			}
+			i += size
+		}
+	}
+	return n
+}
+
+// hex4 is the value of four hex digits (valid: the line parsed).
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		default:
+			c = c - 'A' + 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // unquotedText is a JSON string's text as encoding/json unquotes it.

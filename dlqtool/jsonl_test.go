@@ -284,3 +284,23 @@ func TestPacer(t *testing.T) {
 		t.Fatalf("21 paced calls at 200/s took %v", el)
 	}
 }
+
+// The checking pass counts a text body's length without unquoting it; the
+// count is the length encoding/json gives the text, whatever the string
+// holds: escapes, surrogate pairs, lone surrogates, bytes that are not
+// UTF-8.
+func FuzzUnquotedLen(f *testing.F) {
+	for _, s := range []string{``, `plain`, `{\"event_id\":\"x\"}`, `\n\t\\\/\b\f\r`, `\u00e9\u20ac`, `\ud83d\ude00`, `\ud83d`, `\ude00\ud83d x`,
+		`\ud83d\u0041`, "caf\xc3\xa9", "\xff\xfe bad", "\xe2\x82", `\uD83D\uDE00`} {
+		f.Add([]byte(`"` + s + `"`))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		var text unquotedText
+		if len(raw) < 2 || raw[0] != '"' || json.Unmarshal(raw, &text) != nil {
+			return // only valid JSON strings reach it
+		}
+		if got := unquotedLen(raw); got != len(text) {
+			t.Errorf("unquotedLen(%q) = %d, encoding/json unquotes %d bytes", raw, got, len(text))
+		}
+	})
+}
