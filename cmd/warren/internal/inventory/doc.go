@@ -1,6 +1,8 @@
 // Package inventory finds warren's consumers on a RabbitMQ broker and reads
 // their queues' depths, consumers and rates, for the operator's tools
-// (`warren console`, `warren dlq stats` without --queue).
+// (`warren console`, `warren dlq stats` without --queue), and which queues
+// an exchange's events reach through its bindings (`warren contracts
+// asyncapi --broker`).
 //
 // AMQP cannot list queues, so it reads RabbitMQ's management HTTP API
 // (the rabbitmq_management plugin, which scripts/services.sh enables). A

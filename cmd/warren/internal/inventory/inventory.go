@@ -86,7 +86,7 @@ func New(amqpURLs, managementURL string) (*Client, error) {
 		vhost: cmp.Or(strings.TrimPrefix(first.Path, "/"), "/"),
 		// Bounded: a management API that stopped answering must not hang
 		// a page or a command.
-		http: &http.Client{Timeout: 10 * time.Second},
+		http: &http.Client{Timeout: 10 * time.Second, CheckRedirect: refuseRedirects},
 	}
 	if v, err := url.PathUnescape(c.vhost); err == nil {
 		c.vhost = v
@@ -274,7 +274,7 @@ func (c *Client) get(ctx context.Context, path string, query url.Values, into an
 			return nil
 		}
 		var refused *statusError
-		if errors.As(err, &refused) {
+		if errors.As(err, &refused) || errors.Is(err, errRedirect) || errors.Is(err, errTooLarge) {
 			return err // the API answered: another node would say the same
 		}
 		errs = append(errs, err)
@@ -320,8 +320,56 @@ func (c *Client) getOne(ctx context.Context, base *url.URL, path string, query u
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return &statusError{endpoint: base.Redacted(), code: resp.StatusCode, body: strings.TrimSpace(string(body))}
 	}
-	if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+	body := &limitedReader{r: resp.Body, left: maxAnswer}
+	if err := json.NewDecoder(body).Decode(into); err != nil {
+		if body.over {
+			return fmt.Errorf("RabbitMQ's management API at %s: reading %s: %w: over %d MiB, more than any this client reads", base.Redacted(), path, errTooLarge, maxAnswer>>20)
+		}
+		// A proxy's or a login page's HTML is not the API's answer:
+		// say what came, not only where the JSON broke.
+		if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			return fmt.Errorf("RabbitMQ's management API at %s: reading %s: the answer is %q, not the API's JSON (is it the management API's address?): %w", base.Redacted(), path, ct, err)
+		}
 		return fmt.Errorf("RabbitMQ's management API at %s: reading %s: %w", base.Redacted(), path, err)
 	}
 	return nil
 }
+
+// maxAnswer bounds what one answer of the management API is read to: a
+// vhost's queues listed with the columns asked for are about 1 KiB each,
+// so 10,000 queues fit many times over, and an API (or what answers in
+// its place) that sends without end does not fill the memory.
+const maxAnswer = 64 << 20
+
+// limitedReader reads r until left bytes have been read, then fails,
+// noting that it did.
+type limitedReader struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+var errTooLarge = errors.New("answer too large")
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		l.over = true
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+// refuseRedirects stops at a redirect: the management API answers its
+// own paths, so a redirect is a proxy or the wrong address, and following
+// it would send the credentials (same host) or a request without them
+// (another host) where nobody asked.
+func refuseRedirects(req *http.Request, via []*http.Request) error {
+	return fmt.Errorf("%w to %s; give the address it answers at (--management-url)", errRedirect, redact.URL(req.URL.String()))
+}
+
+var errRedirect = errors.New("RabbitMQ's management API redirects")
