@@ -10,10 +10,13 @@ import (
 	"github.com/warrenmq/warren/contract"
 )
 
-var contractsCommand = command{name: "contracts", summary: "check a change to the event contracts against a compatibility mode (CI)", run: runContracts}
+var contractsCommand = command{name: "contracts", summary: "check a change to the event contracts (CI); write the stream's AsyncAPI document", run: runContracts}
 
 // contractsOptions are the flags of 'warren contracts'.
-type contractsOptions struct{ mode string }
+type contractsOptions struct {
+	mode     string
+	asyncapi asyncapiOptions
+}
 
 // contractsCall is one run of a 'warren contracts' verb.
 type contractsCall struct {
@@ -36,7 +39,7 @@ var contractsVerbs = &subcommands[contractsOptions, *contractsCall]{
 			fs.String(&o.mode, "mode", "backward|forward|full", "the compatibility the change must keep: backward (a consumer on the new contracts reads events written under the old: deploy consumers first), forward (a consumer on the old reads events written under the new: deploy producers first), full (both)", string(contract.Backward))
 		},
 		run: runContractsCheck,
-	}},
+	}, asyncapiVerb},
 }
 
 func runContracts(ctx context.Context, env *cliEnv, args []string) error {

@@ -136,6 +136,8 @@ func pointedNowhere(args []string, nowhere map[string]string) []string {
 			out[i] = nowhere["DATABASE_URL"]
 		case "--amqp-url":
 			out[i] = nowhere["AMQP_URL"]
+		case "--management-url":
+			out[i] = "http://127.0.0.1:1/"
 		case "--health-addr", "--addr", "--listen":
 			out[i] = "127.0.0.1:0"
 		}
