@@ -86,6 +86,9 @@ func runContractsAsyncAPI(ctx context.Context, c *contractsCall) error {
 	if !o.broker && (o.amqpURL != "" || o.managementURL != "") {
 		return usagef("asyncapi: --amqp-url and --management-url read the broker: add --broker")
 	}
+	if o.exchange == "" {
+		return usagef("asyncapi: --exchange is empty; name the exchange the relays publish to")
+	}
 	if !o.broker && len(o.consumers) == 0 {
 		return usagef("asyncapi: no consumers: give --consumer NAME=PREFIX,... for each, or --broker to read them from the exchange's bindings")
 	}
@@ -158,7 +161,18 @@ func fromBroker(ctx context.Context, inv *inventory.Client, set *contract.Set, s
 	if err != nil {
 		return s, err
 	}
+	// How each queue was declared: a tool's exclusive, auto-deleted
+	// queue bound to the exchange is not described as a durable one.
+	all, err := inv.Queues(ctx)
+	if err != nil {
+		return s, err
+	}
+	declared := map[string]inventory.Queue{}
+	for _, q := range all {
+		declared[q.Name] = q
+	}
 	s.ExchangeType, s.Vhost = x.Type, inv.Vhost()
+	s.ExchangeDeclaration = asyncapi.Declaration{Transient: !x.Durable, AutoDelete: x.AutoDelete}
 	var types []string
 	for _, c := range set.Contracts() {
 		types = append(types, c.Type)
@@ -173,7 +187,12 @@ func fromBroker(ctx context.Context, inv *inventory.Client, set *contract.Set, s
 			byName[name] = c
 			names = append(names, name)
 		}
-		q := asyncapi.Queue{Name: r.Queue, Route: r.Route(), Filtered: r.Filtered()}
+		d, ok := declared[r.Queue]
+		if !ok {
+			return s, fmt.Errorf("the queue %q is bound to the exchange %s but not in the vhost's queues (deleted meanwhile?); run again", r.Queue, s.Exchange)
+		}
+		q := asyncapi.Queue{Name: r.Queue, Route: r.Route(), Filtered: r.Filtered(),
+			Declaration: asyncapi.Declaration{Transient: !d.Durable, AutoDelete: d.AutoDelete, Exclusive: d.Exclusive}}
 		if q.Filtered {
 			q.EventTypes = []string{}
 			for _, t := range types {

@@ -165,6 +165,7 @@ func TestContractsAsyncAPIRefuses(t *testing.T) {
 		{[]string{"--contracts", dir, "--consumer", "=x."}, 2, "the name is empty"},
 		{[]string{"--contracts", dir, "--consumer", "a", "--management-url", "http://127.0.0.1:1/"}, 2, "add --broker"},
 		{[]string{"--contracts", dir, "--consumer", "a", "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"--contracts", dir, "--consumer", "a", "--exchange", ""}, 2, "--exchange is empty"},
 		{[]string{"--contracts", dir + "/missing", "--consumer", "a"}, 1, "the contracts"},
 		{[]string{"--contracts", unportable, "--consumer", "a"}, 1, "contract a.b@1.0: at /prefixItems"},
 		{[]string{"--contracts", notJSON, "--consumer", "a"}, 1, "a.b@1.0"},
@@ -223,6 +224,12 @@ func TestContractsAsyncAPIFromTheBroker(t *testing.T) {
 	must(ch.ExchangeBind(syncX, "", x, false, nil))
 	must(ch.QueueBind(p0, "1", syncX, false, nil))
 	must(ch.QueueBind(p1, "1", syncX, false, nil))
+	// A tool's queue: exclusive to the test's connection, auto-deleted,
+	// and so gone with it.
+	tool := x + ".tool"
+	_, err := ch.QueueDeclare(tool, false, true, true, false, nil)
+	must(err)
+	must(ch.QueueBind(tool, "", x, false, nil))
 
 	env := map[string]string{"AMQP_URL": testenv.AMQPURL(t)}
 	dir := contractsDir(t)
@@ -241,7 +248,7 @@ func TestContractsAsyncAPIFromTheBroker(t *testing.T) {
 			queues = append(queues, q)
 		}
 	}
-	if got, want := strings.Join(slices.Sorted(slices.Values(queues)), " "), strings.Join(slices.Sorted(slices.Values([]string{webhook, billing, p0, p1})), " "); got != want {
+	if got, want := strings.Join(slices.Sorted(slices.Values(queues)), " "), strings.Join(slices.Sorted(slices.Values([]string{webhook, billing, p0, p1, tool})), " "); got != want {
 		t.Fatalf("queues %s, want %s", got, want)
 	}
 	if got := receives(t, d, webhook); got != "workitem.updated.v1.0" {
@@ -258,6 +265,14 @@ func TestContractsAsyncAPIFromTheBroker(t *testing.T) {
 		if op["title"] != "Consumer "+sync {
 			t.Errorf("%s is read by %v, want the partitioned consumer %s", p, op["title"], sync)
 		}
+	}
+	tq := channels["queue."+tool].(map[string]any)
+	if qb := tq["bindings"].(map[string]any)["amqp"].(map[string]any)["queue"].(map[string]any); qb["durable"] != false || qb["exclusive"] != true || qb["autoDelete"] != true ||
+		!strings.Contains(tq["description"].(string), "exclusive to the connection") {
+		t.Errorf("the tool's exclusive queue is described as %v: %s", qb, tq["description"])
+	}
+	if qb := channels["queue."+webhook].(map[string]any)["bindings"].(map[string]any)["amqp"].(map[string]any)["queue"].(map[string]any); qb["durable"] != true || qb["exclusive"] != false {
+		t.Errorf("the webhook's queue is described as %v", qb)
 	}
 	xb := channels["exchange."+x].(map[string]any)["bindings"].(map[string]any)["amqp"].(map[string]any)["exchange"].(map[string]any)
 	if xb["name"] != x || xb["type"] != "fanout" {

@@ -40,6 +40,9 @@ type Stream struct {
 	// ExchangeType is its type: "fanout" (warren's, the default),
 	// "topic", "direct" or "headers".
 	ExchangeType string
+	// ExchangeDeclaration is how the exchange was declared; the zero
+	// value is how warren declares it (durable).
+	ExchangeDeclaration Declaration
 	// Vhost is the exchange's and the queues' virtual host. Default "/".
 	Vhost string
 	// Consumers read the stream, each from its own queues.
@@ -74,6 +77,37 @@ type Queue struct {
 	// every event does, as on warren's fanout exchange.
 	Filtered   bool
 	EventTypes []string
+	// Declaration is how the queue was declared; the zero value is how
+	// warren declares a consumer's queue (durable).
+	Declaration Declaration
+}
+
+// Declaration is how an exchange or a queue was declared, where it is
+// not as warren declares them: its zero value is warren's, durable, not
+// auto-deleted, not exclusive.
+type Declaration struct {
+	Transient  bool // not durable: gone when the broker restarts
+	AutoDelete bool // deleted when its last queue (exchange) or consumer (queue) goes
+	Exclusive  bool // a queue only its declaring connection uses, deleted with it
+}
+
+// lifetime describes a declaration for a channel's description: "" for
+// warren's.
+func (d Declaration) lifetime() string {
+	var parts []string
+	if d.Transient {
+		parts = append(parts, "transient (gone when the broker restarts)")
+	}
+	if d.AutoDelete {
+		parts = append(parts, "auto-deleted")
+	}
+	if d.Exclusive {
+		parts = append(parts, "exclusive to the connection that declared it")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " It is " + strings.Join(parts, ", ") + "."
 }
 
 // exchangeTypes are the types AsyncAPI's AMQP binding can name.
@@ -172,7 +206,7 @@ func Document(set *contract.Set, s Stream) ([]byte, error) {
 	doc.Channels[exchangeChan] = map[string]any{
 		"address":     "{eventType}",
 		"title":       s.Exchange,
-		"description": fmt.Sprintf("The %s exchange %s, which the relays publish every event to with its event type as the routing key.", s.ExchangeType, s.Exchange),
+		"description": fmt.Sprintf("The %s exchange %s, which the relays publish every event to with its event type as the routing key.%s", s.ExchangeType, s.Exchange, s.ExchangeDeclaration.lifetime()),
 		"parameters": map[string]any{"eventType": map[string]any{
 			"description": "The routing key: the event's event_type. The examples are the types with a contract; others may be published.",
 			"examples":    nonNil(types),
@@ -182,7 +216,8 @@ func Document(set *contract.Set, s Stream) ([]byte, error) {
 		"bindings": map[string]any{"amqp": map[string]any{
 			"is": "routingKey",
 			"exchange": map[string]any{
-				"name": s.Exchange, "type": s.ExchangeType, "durable": true, "autoDelete": false, "vhost": s.Vhost,
+				"name": s.Exchange, "type": s.ExchangeType, "vhost": s.Vhost,
+				"durable": !s.ExchangeDeclaration.Transient, "autoDelete": s.ExchangeDeclaration.AutoDelete,
 			},
 			"bindingVersion": bindingVersion,
 		}},
@@ -216,11 +251,14 @@ func Document(set *contract.Set, s Stream) ([]byte, error) {
 			doc.Channels[chanKey] = map[string]any{
 				"address":     q.Name,
 				"title":       q.Name,
-				"description": fmt.Sprintf("The queue %s of the consumer %s, %s. Its messages are the event types with a contract that reach it.", q.Name, c.Name, route),
+				"description": fmt.Sprintf("The queue %s of the consumer %s, %s. Its messages are the event types with a contract that reach it.%s", q.Name, c.Name, route, q.Declaration.lifetime()),
 				"messages":    reaching,
 				"bindings": map[string]any{"amqp": map[string]any{
-					"is":             "queue",
-					"queue":          map[string]any{"name": q.Name, "durable": true, "exclusive": false, "autoDelete": false, "vhost": s.Vhost},
+					"is": "queue",
+					"queue": map[string]any{
+						"name": q.Name, "vhost": s.Vhost,
+						"durable": !q.Declaration.Transient, "exclusive": q.Declaration.Exclusive, "autoDelete": q.Declaration.AutoDelete,
+					},
 					"bindingVersion": bindingVersion,
 				}},
 			}

@@ -266,3 +266,29 @@ func TestDocumentOfNothing(t *testing.T) {
 		t.Errorf("send with no contracts: %v", got)
 	}
 }
+
+// A queue or exchange declared otherwise than warren declares them is
+// described as it is, in its AMQP binding and in words.
+func TestDeclarationsAreDescribed(t *testing.T) {
+	t.Parallel()
+	_, doc := generate(t, testSet(t), asyncapi.Stream{
+		ExchangeDeclaration: asyncapi.Declaration{Transient: true, AutoDelete: true},
+		Consumers: []asyncapi.Consumer{{Name: "tool", Queues: []asyncapi.Queue{{Name: "amq.gen-1", Declaration: asyncapi.Declaration{Transient: true, Exclusive: true, AutoDelete: true}}}},
+			{Name: "webhook"}},
+	})
+	x := at(t, doc, "channels", "exchange.warren.events", "bindings", "amqp", "exchange").(map[string]any)
+	if x["durable"] != false || x["autoDelete"] != true {
+		t.Errorf("exchange: %v", x)
+	}
+	q := at(t, doc, "channels", "queue.amq.gen-1", "bindings", "amqp", "queue").(map[string]any)
+	if q["durable"] != false || q["exclusive"] != true || q["autoDelete"] != true {
+		t.Errorf("queue: %v", q)
+	}
+	if d := at(t, doc, "channels", "queue.amq.gen-1", "description").(string); !strings.Contains(d, "transient") || !strings.Contains(d, "exclusive") {
+		t.Errorf("the queue's description: %s", d)
+	}
+	q = at(t, doc, "channels", "queue.webhook", "bindings", "amqp", "queue").(map[string]any)
+	if q["durable"] != true || q["exclusive"] != false || q["autoDelete"] != false {
+		t.Errorf("warren's queue: %v", q)
+	}
+}

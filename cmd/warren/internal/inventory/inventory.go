@@ -38,6 +38,8 @@ type Queue struct {
 	// Rates in messages a second, averaged by the broker over its last
 	// sampling window; zero when it has no sample yet.
 	PublishRate, DeliverRate, AckRate float64
+	// How it was declared.
+	Durable, AutoDelete, Exclusive bool
 }
 
 // Consumer is one warren consumer's queues.
@@ -128,12 +130,15 @@ func (c *Client) Endpoint() string { return c.bases[0].Redacted() }
 
 // queueJSON is the part of /api/queues/{vhost} the client reads.
 type queueJSON struct {
-	Name      string `json:"name"`
-	Type      string `json:"type"`
-	Messages  int    `json:"messages"`
-	Ready     int    `json:"messages_ready"`
-	Unacked   int    `json:"messages_unacknowledged"`
-	Consumers int    `json:"consumers"`
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	Messages   int    `json:"messages"`
+	Ready      int    `json:"messages_ready"`
+	Unacked    int    `json:"messages_unacknowledged"`
+	Consumers  int    `json:"consumers"`
+	Durable    bool   `json:"durable"`
+	AutoDelete bool   `json:"auto_delete"`
+	Exclusive  bool   `json:"exclusive"`
 	// HeadTimestamp is in seconds since the epoch; RabbitMQ sends "" or
 	// leaves it out when there is none.
 	HeadTimestamp any `json:"head_message_timestamp"`
@@ -154,7 +159,7 @@ type queueJSON struct {
 func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 	var raw []queueJSON
 	if err := c.get(ctx, "api/queues/"+url.PathEscape(c.vhost), url.Values{
-		"columns": {"name,type,messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,message_stats"},
+		"columns": {"name,type,messages,messages_ready,messages_unacknowledged,consumers,head_message_timestamp,message_stats,durable,auto_delete,exclusive"},
 	}, &raw); err != nil {
 		return nil, err
 	}
@@ -164,6 +169,7 @@ func (c *Client) Queues(ctx context.Context) ([]Queue, error) {
 			Name: q.Name, Type: q.Type,
 			Messages: q.Messages, Ready: q.Ready, Unacked: q.Unacked, Consumers: q.Consumers,
 			PublishRate: q.Stats.Publish.Rate, DeliverRate: q.Stats.Deliver.Rate, AckRate: q.Stats.Ack.Rate,
+			Durable: q.Durable, AutoDelete: q.AutoDelete, Exclusive: q.Exclusive,
 		}
 		// Seconds since the epoch, up to the year 9999: anything else (a
 		// producer's milliseconds, a value past int64) is not a time.
