@@ -3,6 +3,7 @@ package asyncapi_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -124,6 +125,9 @@ func TestUnportableContractsAreRefused(t *testing.T) {
 		{"a $ref in an unknown keyword", `{"type":"object","x-meta":{"see":{"$ref":"#/x"}}}`, "/x-meta/see/$ref", `member "$ref"`},
 		{"a member schema", `{"type":"object","schema":{"type":"string"}}`, "/schema", "Multi Format Schema Object"},
 		{"a string for properties", `{"type":"object","properties":"a"}`, "/properties", "not an object"},
+		{"dependencies", `{"type":"object","dependencies":{"a":["b"]}}`, "/dependencies", "where draft-07 applies it"},
+		{"a discriminator", `{"type":"object","properties":{"a":{"discriminator":"kind"}}}`, "/properties/a/discriminator", "tells subtypes apart"},
+		{"externalDocs", `{"type":"object","externalDocs":{"url":"https://example.invalid"}}`, "/externalDocs", "documentation"},
 	} {
 		base := contract.Contract{Type: "base", Version: "1.0", Schema: json.RawMessage(`{"type":"object"}`)}
 		bad := contract.Contract{Type: "bad.type", Version: "1.0", Schema: json.RawMessage(c.schema)}
@@ -232,5 +236,30 @@ func TestKeysAreAsyncAPIs(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// An empty enum, which 2020-12 takes (nothing is valid) and draft-07 does
+// not, is written as what it means.
+func TestEmptyEnum(t *testing.T) {
+	t.Parallel()
+	set, err := contract.NewSet(contract.Contract{Type: "never", Version: "1.0", Schema: json.RawMessage(`{"type":"object","properties":{"a":{"enum":[]}}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := asyncapi.Document(set, asyncapi.Stream{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate(t, doc); err != nil {
+		t.Fatalf("not valid AsyncAPI: %v", err)
+	}
+	var d map[string]any
+	if err := json.Unmarshal(doc, &d); err != nil {
+		t.Fatal(err)
+	}
+	a := at(t, d, "components", "schemas", "never.v1.0", "properties", "a").(map[string]any)
+	if all, _ := a["allOf"].([]any); a["enum"] != nil || len(all) != 1 || fmt.Sprint(all[0]) != "map[not:map[]]" {
+		t.Errorf("the empty enum is not written as not {}: %v", a)
 	}
 }

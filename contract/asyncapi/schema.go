@@ -40,6 +40,12 @@ var unportable = map[string]string{
 	"minContains":           "draft-07 ignores it",
 	"maxContains":           "draft-07 ignores it",
 	"contentSchema":         "draft-07 ignores it",
+	// The other way: 2020-12 ignores it, draft-07 applies it.
+	"dependencies": "2020-12 ignores it (its forms are dependentRequired and dependentSchemas), where draft-07 applies it",
+	// AsyncAPI's Schema Object gives these a meaning and a form of its
+	// own; in a 2020-12 contract they are annotations.
+	"discriminator": "AsyncAPI's Schema Object reads it as the property that tells subtypes apart",
+	"externalDocs":  "AsyncAPI's Schema Object reads it as a link to documentation, of its own form",
 }
 
 // UnportableError is a contract that cannot be written in AsyncAPI's
@@ -174,6 +180,13 @@ func (p placer) schema(v any, path string) (any, error) {
 			return nil, err
 		}
 		out[k] = val
+	}
+	// An empty enum allows nothing in 2020-12; draft-07 (and so AsyncAPI)
+	// refuses the empty list: not {} says the same.
+	if enum, ok := out["enum"].([]any); ok && len(enum) == 0 {
+		delete(out, "enum")
+		all, _ := out["allOf"].([]any)
+		out["allOf"] = append(slices.Clip(all), map[string]any{"not": map[string]any{}})
 	}
 	// draft-07 ignores every keyword beside a $ref, where 2020-12 applies
 	// them all: allOf with the $ref says what the contract says.
