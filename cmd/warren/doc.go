@@ -6,6 +6,7 @@
 //	warren relay run                                     the outbox relay
 //	warren outbox migrate|stats|dead|redrive|purge       the outbox table
 //	warren console                                       the web console
+//	warren contracts check|asyncapi                      event contracts in CI, the AsyncAPI document
 //	warren --version
 //
 // Connections come from flags or the environment: AMQP_URL, DATABASE_URL,

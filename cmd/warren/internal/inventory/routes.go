@@ -187,7 +187,7 @@ func (c *Client) Exchange(ctx context.Context, name string) (Exchange, error) {
 	if x.Name != name {
 		return Exchange{}, fmt.Errorf("RabbitMQ's management API at %s: asked for the exchange %q, answered with %q", c.Endpoint(), name, x.Name)
 	}
-	return Exchange{Name: x.Name, Type: x.Type, Durable: x.Durable, AutoDelete: x.AutoDelete}, nil
+	return Exchange(x), nil
 }
 
 // Receivers returns the queues that events published to exchange reach,
