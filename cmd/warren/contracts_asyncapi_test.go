@@ -119,6 +119,9 @@ func TestContractsAsyncAPIOffline(t *testing.T) {
 	if got := receives(t, d, "automation"); got != "invoice.paid.v1.0 workitem.updated.v1.0" {
 		t.Errorf("automation receives %q", got)
 	}
+	if desc := d["operations"].(map[string]any)["receive.automation"].(map[string]any)["description"].(string); !strings.Contains(desc, "take every event type") {
+		t.Errorf("--consumer automation (every type) is described as %q", desc)
+	}
 	_, again, _ := callWarren(nil, args...)
 	if again != out {
 		t.Errorf("two runs wrote different documents")

@@ -305,6 +305,9 @@ func receiveDescription(c Consumer) string {
 	if len(c.Handles) == 0 {
 		return fmt.Sprintf("The consumer %s. Its handlers' prefixes were not given: every event type that reaches its queue is listed as handled.", c.Name)
 	}
+	if slices.Contains(c.Handles, "") {
+		return fmt.Sprintf("The consumer %s, whose handlers take every event type (one is registered for the prefix \"\").", c.Name)
+	}
 	quoted := make([]string, len(c.Handles))
 	for i, p := range c.Handles {
 		quoted[i] = fmt.Sprintf("%q", p)

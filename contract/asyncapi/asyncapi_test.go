@@ -183,6 +183,9 @@ func TestDocumentHasEveryContractAndConsumer(t *testing.T) {
 	if d := at(t, doc, "operations", "receive.automation", "description").(string); !strings.Contains(d, "prefixes were not given") {
 		t.Errorf("a consumer without prefixes is not said to be one: %s", d)
 	}
+	if d := at(t, doc, "operations", "receive.webhook", "description").(string); !strings.Contains(d, `prefixes "workitem."`) {
+		t.Errorf("the webhook's prefixes are not said: %s", d)
+	}
 	if d := at(t, doc, "channels", "queue.billing", "description").(string); !strings.Contains(d, "billing.router") {
 		t.Errorf("the route is not described: %s", d)
 	}
