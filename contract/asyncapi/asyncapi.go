@@ -433,9 +433,20 @@ func message(c contract.Contract, id string) map[string]any {
 						"event_type": map[string]any{"const": c.Type},
 						"version":    map[string]any{"const": c.Version},
 						"payload": map[string]any{
-							"type":       "object",
-							"required":   []any{"data"},
-							"properties": map[string]any{"data": ref("#/components/schemas/" + id)},
+							"type":     "object",
+							"required": []any{"data"},
+							"properties": map[string]any{"data": map[string]any{"anyOf": []any{
+								ref("#/components/schemas/" + id),
+								// contract.Set.Check, warren.Typed and
+								// DecodeData read data written as a
+								// string holding JSON as what it holds.
+								map[string]any{
+									"type":             "string",
+									"contentMediaType": "application/json",
+									"pattern":          `^\s*[\[{]`,
+									"description":      "Plane's triggers write some data as a JSON string holding the object (\"{}\" on a delete): it is read, and checked against the contract, as the object it holds.",
+								},
+							}}},
 						},
 					},
 				},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/contract/asyncapi"
+	"github.com/warrenmq/warren/contract/plane"
 )
 
 // specSchema is the official JSON Schema of AsyncAPI 3.0.0, bundled with
@@ -122,7 +123,15 @@ func TestDocumentParsesWithTheOfficialParser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, doc := range map[string][]byte{"the test's stream": doc, "awkward names": awkwardDocument(t)} {
+	planes, err := plane.Contracts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	planeDoc, err := asyncapi.Document(planes, asyncapi.Stream{Consumers: []asyncapi.Consumer{{Name: "webhook", Handles: []string{"workitem."}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, doc := range map[string][]byte{"the test's stream": doc, "awkward names": awkwardDocument(t), "Plane's contracts": planeDoc} {
 		file := filepath.Join(t.TempDir(), "asyncapi.json")
 		if err := os.WriteFile(file, doc, 0o644); err != nil {
 			t.Fatal(err)
