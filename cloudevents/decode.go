@@ -262,6 +262,9 @@ func structuredAttributes(body []byte) (map[string]value, []byte, error) {
 		if !legalName(key) {
 			return fmt.Errorf("the member %.40q is not a legal attribute name (lower-case ASCII letters and digits)", key)
 		}
+		if len(key) > maxNameBytes {
+			return fmt.Errorf("the member %.40q… is %d bytes long, more than an AMQP header's name holds with its prefix (%d)", key, len(key), maxNameBytes)
+		}
 		v, ok, err := jsonValue(raw)
 		if err != nil {
 			return fmt.Errorf("%s: %v", key, err)
@@ -424,6 +427,14 @@ func assemble(attrs map[string]value, data []byte, mode Mode) (Event, error) {
 	if err := extraOf(attrs, ev); err != nil {
 		return Event{}, err
 	}
+	if raw, ok := ev.Extra["timestamp"]; ok && ev.CreatedAt.IsZero() {
+		// warren's envelope reads a "timestamp" (Plane's) as the event's
+		// time when it has no created_at: so must the event handed on,
+		// or it changes, or fails, wherever it is encoded again.
+		if ev.CreatedAt, err = planeTimestamp(raw); err != nil {
+			return Event{}, err
+		}
+	}
 	if err := payloadOf(data, &ev.Payload); err != nil {
 		return Event{}, err
 	}
@@ -451,6 +462,11 @@ func extraOf(attrs map[string]value, ev *warren.Event) error {
 	for name, v := range attrs {
 		if reserved(name) {
 			continue
+		}
+		if envelopeField(name) {
+			// payload: warren's encoder would drop an Extra field of
+			// that name, and the payload travels as the data.
+			return invalidf("the extension attribute %s is named like a field of warren's envelope, which travels as the data", name)
 		}
 		if ev.Extra == nil {
 			ev.Extra = map[string]json.RawMessage{}
@@ -485,6 +501,20 @@ func extraOf(attrs map[string]value, ev *warren.Event) error {
 		ev.Extra[key] = raw
 		return nil
 	})
+}
+
+// planeTimestamp reads a timestamp Extra field as warren's envelope reads
+// it when there is no created_at: an RFC 3339 string or Unix seconds.
+func planeTimestamp(raw json.RawMessage) (time.Time, error) {
+	probe := make([]byte, 0, len(raw)+48)
+	probe = append(probe, `{"event_id":"x","event_type":"x","timestamp":`...)
+	probe = append(append(probe, raw...), '}')
+	ev, err := warren.DecodeEvent(probe)
+	if err != nil {
+		return time.Time{}, invalidf("there is no time attribute, and the timestamp extension, which warren then reads as the event's time (Plane's), is not one: %v",
+			strings.TrimPrefix(err.Error(), "invalid event: "))
+	}
+	return ev.CreatedAt, nil
 }
 
 // payloadOf decodes data, warren's payload: a JSON object, or null or no

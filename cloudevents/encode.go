@@ -273,10 +273,10 @@ func extraAttributes(attrs *[]attr, extra map[string]json.RawMessage) (string, e
 
 // extraAsAttribute returns the attribute value an Extra field takes when
 // it is an extension attribute of its own: its name is legal and no
-// attribute of the mapping, and its compact JSON value is a String, a
+// attribute of the mapping (nor too long for a header), and its compact JSON value is a String, a
 // Boolean or an Integer that [extraJSON] writes back byte for byte.
 func extraAsAttribute(name string, raw []byte) (value, bool) {
-	if !legalName(name) || reserved(name) {
+	if !legalName(name) || reserved(name) || len(name) > maxNameBytes {
 		return value{}, false
 	}
 	switch raw[0] {

@@ -1,7 +1,5 @@
 package cloudevents
 
-import "encoding/json"
-
 // Constants of the CloudEvents specification v1.0.2 that the codec uses.
 const (
 	// SpecVersion is the specversion every event is encoded with and the
@@ -115,5 +113,7 @@ func legalName(name string) bool {
 // further held to 255 bytes by [warren.Event.Validate].
 const maxAttributeBytes = 8 << 10
 
-// rawJSON is a shorthand for the Extra values.
-type rawJSON = json.RawMessage
+// maxNameBytes bounds an attribute's name: with its prefix it is a header
+// name, which AMQP 0-9-1 holds to 255 bytes. (The specification asks for
+// at most 20.)
+const maxNameBytes = 255 - len(PrefixColon)

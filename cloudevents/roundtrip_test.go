@@ -119,6 +119,7 @@ func TestRoundTrip(t *testing.T) {
 				"entitytype": json.RawMessage(`"shadow"`), "warrenextra": json.RawMessage(`"{}"`), "version": json.RawMessage(`"stale"`),
 				"event_id": json.RawMessage(`"stale"`), "timestamp": json.RawMessage(`1714557600`),
 				"averyveryverylongextensionname": json.RawMessage(`"legal, past the 20 the spec recommends"`),
+				strings.Repeat("n", 244):         json.RawMessage(`"too long a name for a header"`),
 			}
 		}),
 		"plane update": plane(base, 42),
