@@ -9,6 +9,9 @@ PKGS := ./...
 # The console's browser tests are a module of their own, so that the
 # library's go.mod does not carry chromedp to every importer.
 BROWSERTEST := cmd/warren/internal/console/browsertest
+# The CloudEvents codec's interop tests with the CloudEvents Go SDK are a
+# module of their own too, so that the SDK stays a test dependency.
+CEINTEROP := cloudevents/interop
 
 .PHONY: build test test-min-go test-unit test-slow reliability-fault lint vulncheck bench services cluster cluster-down screenshots fuzz reliability reliability-build reliability-cdc reliability-cluster cdc-kill
 
@@ -32,6 +35,7 @@ test:
 	go test -count=1 -run 'Allocates' . ./consumer
 	cd devtools/bench && go test -count=1 ./...
 	cd $(BROWSERTEST) && go test -race -count=1 ./...
+	cd $(CEINTEROP) && go test -race -count=1 ./...
 
 # The lowest Go that go.mod declares, which every importer's build inherits:
 # the unit tier with that toolchain (the go command fetches it from the
@@ -59,6 +63,7 @@ lint: vulncheck
 	go run $(STATICCHECK) -tags slow $(PKGS)
 	cd devtools/bench && go vet ./... && go run $(STATICCHECK) ./...
 	cd $(BROWSERTEST) && go vet ./... && go run $(STATICCHECK) ./...
+	cd $(CEINTEROP) && go vet ./... && go run $(STATICCHECK) ./...
 
 # Part of lint. govulncheck runs only when its database answers within 5s
 # (the probe reads the database's small index, part of its documented API);
@@ -79,7 +84,8 @@ vulncheck:
 	else \
 		set -x; go run $(GOVULNCHECK) -db $(VULNDB) $(PKGS) && \
 		(cd devtools/bench && go run $(GOVULNCHECK) -db $(VULNDB) ./...) && \
-		cd $(BROWSERTEST) && go run $(GOVULNCHECK) -db $(VULNDB) ./...; \
+		(cd $(BROWSERTEST) && go run $(GOVULNCHECK) -db $(VULNDB) ./...) && \
+		cd $(CEINTEROP) && go run $(GOVULNCHECK) -db $(VULNDB) ./...; \
 	fi
 
 # Every benchmark scenario at its defaults (about 30 minutes on 2 cores,
@@ -105,13 +111,16 @@ cluster-down:
 screenshots:
 	cd $(BROWSERTEST) && WARREN_CONSOLE_SCREENSHOTS=$(CURDIR)/docs/console go test -count=1 -run '^TestBrowserReplayGroup$$' ./...
 
-# Short fuzzing of the decoders that read hostile input, of the
+# Short fuzzing of the decoders that read hostile input (warren's
+# envelope, dead-letter metadata, CloudEvents), of the
 # redactor that keeps passwords out of error text, and of the capture
 # generator's quoting (column names and spec text installed on the test
 # Postgres, each in a transaction rolled back).
 fuzz:
 	go test -run='^$$' -fuzz=FuzzDecodeEvent -fuzztime=30s .
 	go test -run='^$$' -fuzz=FuzzParseMetadata -fuzztime=30s ./dlq/
+	go test -run='^$$' -fuzz=FuzzDecode -fuzztime=30s ./cloudevents/
+	go test -run='^$$' -fuzz=FuzzRoundTrip -fuzztime=30s ./cloudevents/
 	go test -run='^$$' -fuzz=FuzzRedactURL -fuzztime=30s ./internal/redact/
 	go test -run='^$$' -fuzz=FuzzGenerateQuotesEverything -fuzztime=30s ./outbox/capture/
 
