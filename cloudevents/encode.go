@@ -79,7 +79,9 @@ type Message struct {
 // envelope names in its publisher and source fields: "/publisher/source",
 // each part escaped as a URI path segment and left out when empty (""
 // when both are), so that a relay writing CloudEvents in place of Plane's
-// envelope names its events' origin the same way.
+// envelope names its events' origin the same way. A source must be
+// stable: name the publisher yourself (a relay's default name holds its
+// host and process id).
 func PublisherSource(p warren.PublisherInfo) string {
 	var s string
 	for _, part := range []string{p.Name, p.Source} {
@@ -158,6 +160,14 @@ func (e Encoder) Encode(ev warren.Event) (Message, error) {
 	b = append(b, payload...)
 	b = append(b, '}')
 	return Message{ContentType: StructuredContentType, Body: b}, nil
+}
+
+// Validate reports what is wrong with the encoder's settings, as Encode
+// would: a Source that is no URI-reference, a Mode or Prefix it does not
+// know. A relay checks them before it starts.
+func (e Encoder) Validate() error {
+	_, err := e.check()
+	return err
 }
 
 // check validates the encoder's settings and returns its header prefix.

@@ -500,6 +500,10 @@ func TestEncodeRefuses(t *testing.T) {
 			if errors.Is(err, warren.ErrInvalidEvent) != c.invalid {
 				t.Errorf("%s: errors.Is(%v, ErrInvalidEvent) = %v, want %v", c.name, err, !c.invalid, c.invalid)
 			}
+			// Validate finds the encoder's faults alone, as Encode words them.
+			if verr := c.enc.Validate(); (verr != nil) == c.invalid || (verr != nil && verr.Error() != err.Error()) {
+				t.Errorf("%s: Validate() = %v; Encode said %v", c.name, verr, err)
+			}
 		}
 	}
 }

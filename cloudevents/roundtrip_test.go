@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/cloudevents"
+	"github.com/warrenmq/warren/internal/amqpx"
 )
 
 // encoders are every way the codec writes an event.
@@ -306,6 +309,9 @@ func TestRoundTripRandom(t *testing.T) {
 				}
 				refused++
 				continue
+			}
+			if _, err := amqpx.ContentHeaderSize(amqp.Publishing{Headers: m.Headers}); err != nil {
+				t.Fatalf("event %d: %s: amqp091-go cannot write the headers: %v", i, name(enc), err)
 			}
 			got, err := cloudevents.Decode(m.ContentType, m.Headers, m.Body)
 			if err != nil {
