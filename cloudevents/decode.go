@@ -353,6 +353,12 @@ func agree(hdr, body map[string]value) error {
 		if name == attrTime && !same {
 			ht, err1 := timeOf(h)
 			bt, err2 := timeOf(b)
+			if h.kind == kTimestamp {
+				// An AMQP 0-9-1 timestamp holds whole seconds: the
+				// binding's native form of the body's time, not
+				// another time.
+				bt = bt.Truncate(time.Second)
+			}
 			same = err1 == nil && err2 == nil && ht.Equal(bt)
 		}
 		if !same {
