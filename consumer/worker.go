@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/dlq"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
@@ -93,7 +94,10 @@ func (c *BaseConsumer) evaluateIn(hctx context.Context, h warren.Handler, d amqp
 			// A Plane message has no message_id or type property to be
 			// named by: what its body says names it in the log, as the
 			// DLQ tools name it (a missing event_id leaves its type).
-			v.eventID, v.eventType = dlq.BodyEvent(d.Body)
+			// A CloudEvent's binary body holds no event_id: its
+			// message_id, which warren's relays set, names it.
+			id, typ := dlq.BodyEvent(d.Body)
+			v.eventID, v.eventType = cmp.Or(id, d.MessageId), cmp.Or(typ, d.Type)
 		}
 		return v
 	}
@@ -299,13 +303,25 @@ func (c *BaseConsumer) decode(d amqp.Delivery, queue string) (*warren.Message, e
 	if len(d.Body) > c.cfg.MaxBodyBytes {
 		return m, fmt.Errorf("body is %d bytes, over the %d-byte limit", len(d.Body), c.cfg.MaxBodyBytes)
 	}
+	if !plainEncoding(d.ContentEncoding) {
+		return m, fmt.Errorf("content encoding %q is not supported: the body must be plain UTF-8 JSON (no compression)", d.ContentEncoding)
+	}
+	if cloudevents.IsCloudEvent(d.ContentType, d.Headers) {
+		// A relay with CloudEvents set, or another CloudEvents producer:
+		// the event is in the headers and the body (binary mode), or in
+		// the body's event format (structured). Neither warren's nor
+		// Plane's envelope looks like one.
+		ce, err := cloudevents.Decode(d.ContentType, d.Headers, d.Body)
+		if err != nil {
+			return m, err
+		}
+		m.Event = ce.Event
+		return m, nil
+	}
 	if d.ContentType != "" && d.ContentType != "application/json" { // what warren and Plane send needs no parsing
 		if mt, _, err := mime.ParseMediaType(d.ContentType); err != nil || mt != "application/json" {
 			return m, fmt.Errorf("content type %q is not application/json", d.ContentType)
 		}
-	}
-	if !plainEncoding(d.ContentEncoding) {
-		return m, fmt.Errorf("content encoding %q is not supported: the body must be plain UTF-8 JSON (no compression)", d.ContentEncoding)
 	}
 	ev, err := warren.DecodeEvent(d.Body)
 	if err != nil {

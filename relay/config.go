@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
@@ -81,6 +82,13 @@ type Config struct {
 	// read everything else from the body. Default false: warren's
 	// properties, which Plane's consumers ignore.
 	PlaneProperties bool
+
+	// CloudEvents, when set, publishes each event as a CloudEvent (package
+	// cloudevents: the AMQP binding's binary or structured mode) in place
+	// of Format's envelope; its Source, naming the producing service, is
+	// required. Consumers read both (deploy them first); Plane's do not.
+	// It cannot go with FormatPlane or PlaneProperties.
+	CloudEvents *cloudevents.Encoder
 
 	// Publisher fills the publisher fields of warren.FormatPlane. Defaults:
 	// Name the relay's Name, Instance the host name, Version
@@ -269,7 +277,8 @@ func (c Config) validate() error {
 	}
 	problems = append(problems, engine.Shared{
 		HasDatabase: c.Pool != nil || c.DatabaseURL != "", Table: c.Table, AMQPURL: c.AMQPURL,
-		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
+		Exchange: c.Exchange, Name: c.Name, Format: c.Format, CloudEvents: c.CloudEvents, PlaneProperties: c.PlaneProperties,
+		MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
 		StatsInterval: c.StatsInterval,
 		Durations: map[string]time.Duration{"Lease": c.Lease, "PublishTimeout": c.PublishTimeout,
 			"PollMin": c.PollMin, "PollMax": c.PollMax, "ReconnectMaxDelay": c.ReconnectMaxDelay},

@@ -28,7 +28,7 @@ const tracerName = "github.com/warrenmq/warren/relay"
 // number of relays may run on one table at once, in one process or many.
 type Relay struct {
 	cfg     Config
-	enc     warren.Encoder
+	enc     engine.Encoding
 	outbox  *outbox.Table
 	poolCfg *pgxpool.Config // nil when cfg.Pool is set
 	// sql are the statements a cycle runs, loaded once per cycle so that
@@ -90,7 +90,7 @@ func New(cfg Config) (*Relay, error) {
 	}
 	r := &Relay{
 		cfg:    cfg,
-		enc:    warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher},
+		enc:    engine.Encoding{Envelope: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, CloudEvents: cfg.CloudEvents},
 		outbox: ob,
 		log:    cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
 		wake:   newWakeup(),

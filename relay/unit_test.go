@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/internal/outboxsql"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay"
@@ -33,6 +35,13 @@ func TestNewValidatesConfig(t *testing.T) {
 		"negative message bytes": func(c *relay.Config) { c.MaxMessageBytes = -1 },
 		"unknown schema":         func(c *relay.Config) { c.Schema = "mongo" },
 		"plane ordered":          func(c *relay.Config) { c.Schema, c.OrderByEntity = outbox.SchemaPlane, true },
+		"cloudevents, no source": func(c *relay.Config) { c.CloudEvents = &cloudevents.Encoder{} },
+		"cloudevents in plane's envelope": func(c *relay.Config) {
+			c.CloudEvents, c.Format = &cloudevents.Encoder{Source: "/orders"}, warren.FormatPlane
+		},
+		"cloudevents with plane's properties": func(c *relay.Config) {
+			c.CloudEvents, c.PlaneProperties = &cloudevents.Encoder{Source: "/orders"}, true
+		},
 	} {
 		cfg := valid
 		mutate(&cfg)

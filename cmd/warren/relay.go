@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/httpserver"
 	"github.com/warrenmq/warren/internal/redact"
@@ -40,6 +41,7 @@ type relayRunOptions struct {
 	noListen, migrate                    bool
 	healthAddr                           string
 	format                               string
+	cloudEvents, cloudEventsSource       string
 	planeProperties                      bool
 	publisher                            warren.PublisherInfo
 	mode, slot                           string
@@ -55,6 +57,8 @@ func (o *relayRunOptions) register(fs *flagSet) {
 	fs.String(&o.exchange, "exchange", "NAME", "the durable fanout exchange to publish to (declared if missing); default $WARREN_EXCHANGE, else "+relay.DefaultExchange, "")
 	fs.String(&o.name, "name", "NAME", "this relay's name in claimed rows, broker connections and pg_stat_activity; default warren-relay@HOST:PID (with --mode cdc, warren-cdc-relay@HOST:PID)", "")
 	fs.String(&o.format, "format", "warren|plane", "the envelope format of published messages: warren's own, or Plane's for Plane's consumers; default $WARREN_FORMAT, else warren", "")
+	fs.String(&o.cloudEvents, "cloudevents", "binary|structured", "publish each event as a CloudEvent (the AMQP binding's binary or structured content mode) in place of the envelope; warren's consumers read both, Plane's neither (docs/cloudevents.md); default $WARREN_CLOUDEVENTS, else off", "")
+	fs.String(&o.cloudEventsSource, "cloudevents-source", "URI", "with --cloudevents, every event's source attribute: a URI-reference naming the producing service, the same on every relay of the table (e.g. /orders); default $WARREN_CLOUDEVENTS_SOURCE", "")
 	fs.Bool(&o.planeProperties, "plane-properties", "publish with exactly the AMQP properties Plane's publisher sets (persistent, application/json, utf-8, a timestamp) and no others: no message_id, type, or headers, so no trace context and no entity id for partitioned consumers")
 	fs.String(&o.publisher.Name, "publisher", "NAME", "the Plane envelope's publisher; default $WARREN_PUBLISHER, else the relay's name", "")
 	fs.String(&o.publisher.Instance, "publisher-instance", "NAME", "the Plane envelope's publisher_instance; default $WARREN_PUBLISHER_INSTANCE, else the host name", "")
@@ -88,6 +92,17 @@ func (o *relayRunOptions) config(env *cliEnv) (relay.Config, error) {
 		return relay.Config{}, err
 	}
 	o.db.lease = time.Duration(o.lease)
+	var ce *cloudevents.Encoder
+	source := cmp.Or(o.cloudEventsSource, env.getenv("WARREN_CLOUDEVENTS_SOURCE"))
+	if mode := cmp.Or(o.cloudEvents, env.getenv("WARREN_CLOUDEVENTS")); mode != "" {
+		m, err := cloudevents.ParseMode(mode)
+		if err != nil {
+			return relay.Config{}, usagef("--cloudevents: %v", err)
+		}
+		ce = &cloudevents.Encoder{Mode: m, Source: source}
+	} else if o.cloudEventsSource != "" {
+		return relay.Config{}, usagef("--cloudevents-source needs --cloudevents")
+	}
 	var holdBack *relay.HoldBack
 	if len(o.holdBackQueues) > 0 {
 		holdBack = &relay.HoldBack{Queues: o.holdBackQueues, HighWater: o.highWater, LowWater: o.lowWater}
@@ -102,6 +117,7 @@ func (o *relayRunOptions) config(env *cliEnv) (relay.Config, error) {
 		Name:            o.name,
 		Format:          warren.Format(cmp.Or(o.format, env.getenv("WARREN_FORMAT"))),
 		PlaneProperties: o.planeProperties,
+		CloudEvents:     ce,
 		Publisher: warren.PublisherInfo{
 			Name:     cmp.Or(o.publisher.Name, env.getenv("WARREN_PUBLISHER")),
 			Instance: cmp.Or(o.publisher.Instance, env.getenv("WARREN_PUBLISHER_INSTANCE")),

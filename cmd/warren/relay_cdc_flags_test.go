@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/relay"
 	"github.com/warrenmq/warren/relay/cdc"
 )
@@ -113,5 +114,48 @@ func TestRelayRunHoldBackFlags(t *testing.T) {
 	cfg := config("--hold-back-queue a,b --hold-back-queue c --high-water 500 --low-water 100")
 	if h := cfg.HoldBack; h == nil || !slices.Equal(h.Queues, []string{"a", "b", "c"}) || h.HighWater != 500 || h.LowWater != 100 {
 		t.Errorf("HoldBack %+v, want queues a, b, c, high water 500, low water 100", h)
+	}
+}
+
+// --cloudevents and --cloudevents-source reach both relays as their
+// CloudEvents encoder; a mode that is neither binary nor structured, or a
+// source without --cloudevents, is a wrong command line; and a relay
+// without a source is refused before it starts, naming the flag's field.
+func TestRelayRunCloudEventsFlags(t *testing.T) {
+	t.Parallel()
+	env := &cliEnv{stdout: io.Discard, stderr: io.Discard, getenv: func(k string) string {
+		return map[string]string{"DATABASE_URL": "postgres://127.0.0.1:1/none"}[k]
+	}}
+	config := func(args string) (relay.Config, error) {
+		t.Helper()
+		p, err := relayVerbs.parse(env, strings.Fields("run "+args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.opts.config(env)
+	}
+	if cfg, err := config(""); err != nil || cfg.CloudEvents != nil {
+		t.Errorf("no --cloudevents: %+v, %v; want no CloudEvents", cfg.CloudEvents, err)
+	}
+	cfg, err := config("--cloudevents structured --cloudevents-source /orders")
+	if err != nil || cfg.CloudEvents == nil || cfg.CloudEvents.Mode != cloudevents.Structured || cfg.CloudEvents.Source != "/orders" {
+		t.Fatalf("--cloudevents structured --cloudevents-source /orders: %+v, %v", cfg.CloudEvents, err)
+	}
+	var c cdc.Config
+	shareSettings(&c, cfg)
+	if c.CloudEvents != cfg.CloudEvents {
+		t.Errorf("the CDC relay's CloudEvents %+v, want the polling relay's", c.CloudEvents)
+	}
+	for _, args := range []string{"--cloudevents json", "--cloudevents-source /orders"} {
+		if _, err := config(args); err == nil || !strings.Contains(err.Error(), "cloudevents") {
+			t.Errorf("%s: %v, want a usage error naming the flag", args, err)
+		}
+	}
+	cfg, err = config("--cloudevents binary")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.New(cfg); err == nil || !strings.Contains(err.Error(), "CloudEvents") {
+		t.Errorf("a relay with --cloudevents and no source: %v, want refused naming CloudEvents", err)
 	}
 }

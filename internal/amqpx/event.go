@@ -2,11 +2,13 @@ package amqpx
 
 import (
 	"fmt"
+	"maps"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 )
 
 // EventPublishing is [EncodedPublishing] in warren's default format, for an
@@ -42,17 +44,41 @@ func EncodedPublishing(enc warren.Encoder, ev warren.Event, outboxID int64) (amq
 	if err != nil {
 		return amqp.Publishing{}, fmt.Errorf("encode event %s: %w", ev.ID, err)
 	}
+	return publishing(ev, "application/json", nil, body)
+}
+
+// CloudEventPublishing is [EncodedPublishing] for a CloudEvent: the same
+// properties and headers, with the content type, headers and body enc
+// writes (binary mode: the attributes as cloudEvents: headers and the
+// payload as the body; structured mode: the whole event as the body).
+func CloudEventPublishing(enc cloudevents.Encoder, ev warren.Event) (amqp.Publishing, error) {
+	if err := ev.Validate(); err != nil {
+		return amqp.Publishing{}, err
+	}
+	m, err := enc.Encode(ev)
+	if err != nil {
+		return amqp.Publishing{}, fmt.Errorf("encode event %.80s as a CloudEvent: %w", ev.ID, err)
+	}
+	return publishing(ev, m.ContentType, m.Headers, m.Body)
+}
+
+// publishing is the message of ev with body, of contentType, with warren's
+// headers and extra ones.
+func publishing(ev warren.Event, contentType string, extra amqp.Table, body []byte) (amqp.Publishing, error) {
 	ts := ev.CreatedAt
 	if ts.IsZero() {
 		ts = time.Now()
 	}
+	headers := make(amqp.Table, 2+len(extra))
+	maps.Copy(headers, extra)
+	headers[warren.HeaderInitiatorType], headers[warren.HeaderEntityID] = ev.InitiatorType, ev.EntityID
 	msg := amqp.Publishing{
 		MessageId:    ev.ID,
 		Type:         ev.Type,
-		ContentType:  "application/json",
+		ContentType:  contentType,
 		DeliveryMode: amqp.Persistent,
 		Timestamp:    ts.UTC(),
-		Headers:      amqp.Table{warren.HeaderInitiatorType: ev.InitiatorType, warren.HeaderEntityID: ev.EntityID},
+		Headers:      headers,
 		Body:         body,
 	}
 	if err := CheckContentHeader(msg); err != nil {

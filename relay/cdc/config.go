@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/redact"
 	"github.com/warrenmq/warren/outbox"
@@ -59,6 +60,9 @@ type Config struct {
 	// relay (relay.Config).
 	Format    warren.Format
 	Publisher warren.PublisherInfo
+	// CloudEvents publishes each event as a CloudEvent, as
+	// relay.Config.CloudEvents does.
+	CloudEvents *cloudevents.Encoder
 	// PlaneProperties publishes with exactly the AMQP properties Plane's
 	// publisher sets, and no others, as relay.Config.PlaneProperties does.
 	PlaneProperties bool
@@ -212,7 +216,8 @@ func (c Config) validate() error {
 	// session.
 	for _, p := range (engine.Shared{
 		HasDatabase: c.Pool != nil || c.DatabaseURL != "", Table: c.Table, AMQPURL: c.AMQPURL,
-		Exchange: c.Exchange, Name: c.Name, Format: c.Format, MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
+		Exchange: c.Exchange, Name: c.Name, Format: c.Format, CloudEvents: c.CloudEvents, PlaneProperties: c.PlaneProperties,
+		MaxMessageBytes: c.MaxMessageBytes, RetryMin: c.RetryMin, RetryMax: c.RetryMax,
 		StatsInterval: c.StatsInterval,
 		Durations: map[string]time.Duration{"PublishTimeout": c.PublishTimeout,
 			"StandbyRetry": c.StandbyRetry, "StatusInterval": c.StatusInterval, "NackTimeout": c.NackTimeout},

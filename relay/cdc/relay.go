@@ -31,7 +31,7 @@ type Relay struct {
 	repl       *pgconn.Config
 	log        *slog.Logger
 	observe    *observeguard.Guard // runs every call to cfg.Observer
-	enc        warren.Encoder
+	enc        engine.Encoding
 	table      *outbox.Table // for the Observer's stats
 	tracer     trace.Tracer  // nil without Config.TracerProvider
 
@@ -73,7 +73,7 @@ func New(cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r := &Relay{cfg: cfg, pool: cfg.Pool, log: cfg.Logger.With("relay", cfg.Name, "slot", cfg.Slot),
-		enc: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, table: table}
+		enc: engine.Encoding{Envelope: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, CloudEvents: cfg.CloudEvents}, table: table}
 	r.observe = observeguard.New(r.log)
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer("github.com/warrenmq/warren/relay/cdc")

@@ -9,6 +9,7 @@ import (
 	"unicode"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/outbox"
 )
@@ -25,6 +26,8 @@ type Shared struct {
 	Exchange           string
 	Name               string
 	Format             warren.Format
+	CloudEvents        *cloudevents.Encoder
+	PlaneProperties    bool
 	MaxMessageBytes    int
 	RetryMin, RetryMax time.Duration
 	StatsInterval      time.Duration // negative: no Stats, nothing to check
@@ -71,6 +74,19 @@ func (s Shared) Problems() []string {
 	}
 	if _, err := warren.ParseFormat(string(s.Format)); err != nil {
 		add("Format: %v", err)
+	}
+	if s.CloudEvents != nil {
+		if err := s.CloudEvents.Validate(); err != nil {
+			add("CloudEvents: %v", err)
+		}
+		// A CloudEvent is the whole message: it has no envelope format,
+		// and Plane's properties would strip its headers.
+		if s.Format == warren.FormatPlane {
+			add("CloudEvents replaces the envelope: Format %q cannot go with it", s.Format)
+		}
+		if s.PlaneProperties {
+			add("CloudEvents cannot go with PlaneProperties, which publishes no headers and the content type application/json")
+		}
 	}
 	switch {
 	case strings.HasPrefix(s.Exchange, "amq."):

@@ -8,6 +8,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/internal/tracecontext"
 	"github.com/warrenmq/warren/outbox"
@@ -27,6 +28,13 @@ func PlaneProperties(msg *amqp.Publishing, now time.Time) {
 	}
 }
 
+// Encoding is how a relay writes its events: in an envelope format, or as
+// CloudEvents when CloudEvents is set.
+type Encoding struct {
+	Envelope    warren.Encoder
+	CloudEvents *cloudevents.Encoder
+}
+
 // Encode returns the message for row: its event encoded by enc, with the
 // headers both relays publish. It fails, so that the row is dead rather
 // than retried for ever, when the row did not decode, when the body is
@@ -37,11 +45,17 @@ func PlaneProperties(msg *amqp.Publishing, now time.Time) {
 //
 // The message returned carries no trace context; the caller adds the
 // row's (tracecontext.Inject) or its own span's, which is never longer.
-func Encode(enc warren.Encoder, row outbox.Row, maxBytes int) (amqp.Publishing, error) {
+func Encode(enc Encoding, row outbox.Row, maxBytes int) (amqp.Publishing, error) {
 	if row.DecodeErr != nil {
 		return amqp.Publishing{}, row.DecodeErr
 	}
-	msg, err := amqpx.EncodedPublishing(enc, row.Event, row.ID)
+	var msg amqp.Publishing
+	var err error
+	if enc.CloudEvents != nil {
+		msg, err = amqpx.CloudEventPublishing(*enc.CloudEvents, row.Event)
+	} else {
+		msg, err = amqpx.EncodedPublishing(enc.Envelope, row.Event, row.ID)
+	}
 	if err != nil {
 		return amqp.Publishing{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/cloudevents"
 	"github.com/warrenmq/warren/internal/amqpx"
 	"github.com/warrenmq/warren/outbox"
 	"github.com/warrenmq/warren/relay/internal/engine"
@@ -21,39 +22,60 @@ func row() outbox.Row {
 }
 
 // Every row both relays would make dead at once is refused here, with the
-// reason a dead row records; a good row comes back without trace headers,
-// which each relay adds its own way.
+// reason a dead row records, in warren's envelope and as a CloudEvent in
+// either mode; a good row comes back without trace headers, which each
+// relay adds its own way, and reads back as its event.
 func TestEncode(t *testing.T) {
-	enc := warren.Encoder{}
-	msg, err := engine.Encode(enc, row(), 1<<20)
-	if err != nil {
-		t.Fatalf("a valid row: %v", err)
-	}
-	if len(msg.Body) == 0 || !strings.Contains(string(msg.Body), "workitem.created") {
-		t.Fatalf("body %q does not hold the event", msg.Body)
-	}
-	if _, ok := msg.Headers["traceparent"]; ok {
-		t.Fatalf("headers %v carry a trace context; the caller adds it", msg.Headers)
-	}
+	for name, enc := range map[string]engine.Encoding{
+		"envelope":               {},
+		"cloudevents binary":     {CloudEvents: &cloudevents.Encoder{Source: "/orders"}},
+		"cloudevents structured": {CloudEvents: &cloudevents.Encoder{Source: "/orders", Mode: cloudevents.Structured}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			msg, err := engine.Encode(enc, row(), 1<<20)
+			if err != nil {
+				t.Fatalf("a valid row: %v", err)
+			}
+			var got warren.Event
+			if enc.CloudEvents != nil {
+				ce, err := cloudevents.Decode(msg.ContentType, msg.Headers, msg.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = ce.Event
+			} else if got, err = warren.DecodeEvent(msg.Body); err != nil {
+				t.Fatal(err)
+			}
+			if want := row().Event; got.ID != want.ID || got.Type != want.Type || string(got.Payload.Data) != string(want.Payload.Data) {
+				t.Errorf("the message reads back as %+v, want %+v", got, want)
+			}
+			if msg.MessageId != row().Event.ID || msg.Headers[warren.HeaderEntityID] != "1" {
+				t.Errorf("message_id %q, headers %v: want the event's id and entity", msg.MessageId, msg.Headers)
+			}
+			if _, ok := msg.Headers["traceparent"]; ok {
+				t.Fatalf("headers %v carry a trace context; the caller adds it", msg.Headers)
+			}
 
-	undecodable := row()
-	undecodable.DecodeErr = errors.New("column payload is not a JSON object")
-	if _, err := engine.Encode(enc, undecodable, 1<<20); err == nil || !strings.Contains(err.Error(), "payload") {
-		t.Errorf("a row that did not decode: %v, want its decode error", err)
-	}
+			undecodable := row()
+			undecodable.DecodeErr = errors.New("column payload is not a JSON object")
+			if _, err := engine.Encode(enc, undecodable, 1<<20); err == nil || !strings.Contains(err.Error(), "payload") {
+				t.Errorf("a row that did not decode: %v, want its decode error", err)
+			}
 
-	if _, err := engine.Encode(enc, row(), 10); err == nil || !strings.Contains(err.Error(), "more than MaxMessageBytes (10)") {
-		t.Errorf("a body over the bound: %v", err)
-	}
+			if _, err := engine.Encode(enc, row(), 10); err == nil || !strings.Contains(err.Error(), "more than MaxMessageBytes (10)") {
+				t.Errorf("a body over the bound: %v", err)
+			}
 
-	traced := row()
-	traced.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	traced.TraceState = "k=" + strings.Repeat("v", amqpx.MaxContentHeader)
-	if _, err := engine.Encode(enc, traced, 1<<20); err == nil || !strings.Contains(err.Error(), "with its trace context") {
-		t.Errorf("a trace context over the header frame: %v", err)
-	}
-	traced.TraceState = "k=v"
-	if _, err := engine.Encode(enc, traced, 1<<20); err != nil {
-		t.Errorf("a short trace context: %v", err)
+			traced := row()
+			traced.TraceParent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+			traced.TraceState = "k=" + strings.Repeat("v", amqpx.MaxContentHeader)
+			if _, err := engine.Encode(enc, traced, 1<<20); err == nil || !strings.Contains(err.Error(), "with its trace context") {
+				t.Errorf("a trace context over the header frame: %v", err)
+			}
+			traced.TraceState = "k=v"
+			if _, err := engine.Encode(enc, traced, 1<<20); err != nil {
+				t.Errorf("a short trace context: %v", err)
+			}
+		})
 	}
 }
