@@ -3,11 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/warrenmq/warren"
 	"github.com/warrenmq/warren/consumer"
@@ -114,33 +110,7 @@ func publishThrough(checked bool) func(ctx context.Context, e *env) (figures, er
 		}
 		defer ob.close()
 		total := e.messages / 4
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, producers)
-		start := time.Now()
-		for range producers {
-			wg.Go(func() {
-				for {
-					i := int(next.Add(1) - 1)
-					if i >= total || ctx.Err() != nil {
-						return
-					}
-					err := pgx.BeginFunc(ctx, ob.pool, func(tx pgx.Tx) error {
-						_, err := ob.outbox.Publish(ctx, tx, e.event(i))
-						return err
-					})
-					if err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
-			return nil, err
-		}
-		return figures{float64(total) / time.Since(start).Seconds()}, nil
+		rate, err := produce(ctx, ob, 0, total, make([]atomic.Int64, total))
+		return figures{rate}, err
 	}
 }

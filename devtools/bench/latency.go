@@ -293,8 +293,9 @@ func latencyOutbox(ctx context.Context, e *env, opts outbox.Options) (*outboxBen
 }
 
 // produce commits total events, one per transaction, event i due at
-// start + i/rate, from several goroutines, notes when each commit
-// returned, and returns the rate at which they committed.
+// start + i/rate (with rate 0, as fast as they can), from several
+// goroutines, notes when each commit returned, and returns the rate at
+// which they committed.
 func produce(ctx context.Context, ob *outboxBench, rate, total int, committed []atomic.Int64) (float64, error) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -307,7 +308,7 @@ func produce(ctx context.Context, ob *outboxBench, rate, total int, committed []
 				if i >= total || ctx.Err() != nil {
 					return
 				}
-				if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); wait > 0 {
+				if wait := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(max(rate, 1)))); rate > 0 && wait > 0 {
 					time.Sleep(wait)
 				}
 				err := pgx.BeginFunc(ctx, ob.pool, func(tx pgx.Tx) error {
