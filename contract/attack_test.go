@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +194,40 @@ func TestCompareOfManyPathsToOneDefinition(t *testing.T) {
 	contract.Compare(s, s, contract.Full)
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("Compare of an unchanged %d-def schema took %v", len(defs), d)
+	}
+}
+
+type compareOldInline struct {
+	A struct {
+		N int `json:"n"`
+	} `json:"a"`
+	B struct {
+		N string `json:"n"`
+	} `json:"b"`
+}
+
+type compareInner struct {
+	N int `json:"n"`
+}
+
+type compareNewShared struct {
+	A compareInner `json:"a"`
+	B compareInner `json:"b"`
+}
+
+// Two fields written out in place on the writer's side and referring to
+// one definition on the reader's are two comparisons: the second field's
+// change (b.n from a string to an integer) breaks backward compatibility,
+// and the new contract refuses what the old producers wrote. Compare
+// remembered the pair by ("definition", "") and skipped it.
+func TestCompareTwoInlineWritersAgainstOneDefinition(t *testing.T) {
+	old := newSet(t, contract.MustOf[compareOldInline]("x.updated", "1.0"))
+	changed := newSet(t, contract.MustOf[compareNewShared]("x.updated", "1.0"))
+	if err := changed.Check(ev("x.updated", "1.0", `{"a":{"n":1},"b":{"n":"text"}}`)); err == nil {
+		t.Fatal("the new contract takes the old event: the test's premise is gone")
+	}
+	breaks := contract.Compare(old, changed, contract.Backward)
+	if !slices.ContainsFunc(breaks, func(b contract.Break) bool { return b.Path == "payload.data.b.n" }) {
+		t.Errorf("b.n went from a string to an integer and Compare says %v", breaks)
 	}
 }

@@ -122,11 +122,16 @@ func (c *comparison) compare(path string, r, w any) {
 	if rref != "" || wref != "" {
 		// Each pair of definitions is compared once, wherever it is met:
 		// a recursive type ends, and a schema whose definitions refer to
-		// each other many ways costs no more than its definitions.
-		if c.seen[[2]string{rref, wref}] {
-			return
+		// each other many ways costs no more than its definitions. Only a
+		// pair of two definitions: a schema written out in place has no
+		// name to remember it by, and two of them against one definition
+		// are two comparisons (each is finite, so the recursion ends).
+		if rref != "" && wref != "" {
+			if c.seen[[2]string{rref, wref}] {
+				return
+			}
+			c.seen[[2]string{rref, wref}] = true
 		}
-		c.seen[[2]string{rref, wref}] = true
 		var ok bool
 		if r, ok = resolve(c.rRoot, r); !ok {
 			c.add(path, "the reader's $ref %s is not a local definition, and is not checked", rref)
