@@ -350,7 +350,10 @@ func plainEncoding(enc string) bool {
 func (c *BaseConsumer) failure(d amqp.Delivery, queue string, err error, at time.Time) dlq.Failure {
 	var contract, field string
 	if ff, ok := errors.AsType[warren.FieldFailure](err); ok {
+		// Masked as the error's text is: a path names a map's keys,
+		// which are the producer's data ("limits.password=…").
 		contract, field = ff.FailedField()
+		contract, field = redact.Secrets(contract), redact.Secrets(field)
 	}
 	return dlq.Failure{
 		Err:        err.Error(),

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/warrenmq/warren"
+	"github.com/warrenmq/warren/consumer"
+	"github.com/warrenmq/warren/consumer/consumertest"
 	"github.com/warrenmq/warren/contract"
 	"github.com/warrenmq/warren/dlq"
 )
@@ -229,5 +231,29 @@ func TestCompareTwoInlineWritersAgainstOneDefinition(t *testing.T) {
 	breaks := contract.Compare(old, changed, contract.Backward)
 	if !slices.ContainsFunc(breaks, func(b contract.Break) bool { return b.Path == "payload.data.b.n" }) {
 		t.Errorf("b.n went from a string to an integer and Compare says %v", breaks)
+	}
+}
+
+// A violation's path names a map's keys, which are the producer's data:
+// the dead letter's field header is masked as its error text is, so a key
+// such as "password=…" reaches neither the headers nor the DLQ tools.
+func TestDeadLetterFieldIsMaskedAsTheErrorIs(t *testing.T) {
+	type limits struct {
+		Limits map[string]int `json:"limits"`
+	}
+	set := newSet(t, contract.MustOf[limits]("acct.updated", "1.0"))
+	c, err := consumer.New(consumer.Config{URL: "amqp://guest:guest@127.0.0.1:5672/", Name: "field-mask", Exchange: "field-mask"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Use(contract.Middleware(set.Check))
+	c.Handle("acct.", warren.Typed(func(context.Context, *warren.Message, limits) error { return nil }))
+	r := consumertest.Deliver(context.Background(), c, consumertest.Delivery{Event: ev("acct.updated", "1.0", `{"limits":{"password=hunter2":"x"}}`)})
+	if r.Disposition != consumer.DeadLettered {
+		t.Fatalf("disposition %v, want dead-lettered", r.Disposition)
+	}
+	md := dlq.ParseMetadata(r.Headers)
+	if md.Field == "" || strings.Contains(md.Field, "hunter2") || strings.Contains(md.Error, "hunter2") {
+		t.Errorf("field %q, error %q: want a field, and the secret in neither", md.Field, md.Error)
 	}
 }
