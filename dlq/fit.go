@@ -45,6 +45,14 @@ const (
 	maxHistoryEntry = MaxErrorLen + len("…(truncated)") + 4
 )
 
+// MaxRecordBytes bounds the encoded size of warren's record in a copy's
+// headers (every header [Stamp] and [StripDeaths] write, at the longest
+// each may be: the error text at MaxErrorLen, the contract and field at
+// 256 bytes, names at AMQP's 255). A producer that leaves it free below
+// what Fit keeps, as warren's do, never has its headers dropped by a
+// retry or a dead letter.
+const MaxRecordBytes = 6 << 10
+
 // Fit returns headers as warren may re-publish them in a copy of a
 // message: unchanged when their encoding leaves fitBytesMargin below
 // frameMax (the connection's negotiated frame_max; 0 is no limit) and

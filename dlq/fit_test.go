@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -105,4 +106,32 @@ func TestFitDropsAForgedHistoryHeaderOfAnySize(t *testing.T) {
 	if !strings.Contains(out[HeaderDropped].(string), HeaderOriginRoutingKey) {
 		t.Errorf("%s does not name the dropped entry: %v", HeaderDropped, out[HeaderDropped])
 	}
+}
+
+// The record a copy carries is within MaxRecordBytes at the longest each
+// of its headers may be, whatever the failure and the names say: what a
+// producer leaves free for it (amqpx.MaxContentHeader) is enough, so a
+// retry never drops the producer's headers (a binary CloudEvent's whole
+// event) to make room.
+func TestTheLongestRecordFitsMaxRecordBytes(t *testing.T) {
+	long := strings.Repeat("ü", 100_000)
+	f := Failure{Err: long, Contract: long, Field: long, At: time.Date(2026, 12, 7, 8, 0, 0, 123456789, time.UTC),
+		Queue: long, Exchange: long, RoutingKey: long, Consumer: long, Host: long}
+	h := Stamp(amqp.Table{}, f, math.MaxInt32, ClassPermanent)
+	h[HeaderFirstDeathReason], h[HeaderFirstDeathQueue] = "delivery_limit", strings.Repeat("q", 255)
+	h[HeaderFirstDeathTime] = f.At.Format(time.RFC3339Nano)
+	h[HeaderReplays] = int32(math.MaxInt32)
+	for _, name := range historyHeaders {
+		if _, ok := h[name]; !ok {
+			t.Errorf("the record lacks %s: this test must set every history header", name)
+		}
+	}
+	size, err := FieldSize(h, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size > MaxRecordBytes {
+		t.Errorf("the longest record takes %d bytes, more than MaxRecordBytes (%d)", size, MaxRecordBytes)
+	}
+	t.Logf("the longest record: %d of %d bytes", size, MaxRecordBytes)
 }

@@ -85,6 +85,11 @@ const MaxErrorLen = 2048
 // maxFieldLen bounds a contract's or a field's name in a header.
 const maxFieldLen = 256
 
+// maxNameLen bounds a queue's, an exchange's, a routing key's, a
+// consumer's or a host's name in the record: AMQP's short strings, so
+// that the record stays within MaxRecordBytes.
+const maxNameLen = 255
+
 // queueSuffix ends the name of every consumer's dead-letter queue.
 const queueSuffix = ".dlq"
 
@@ -132,8 +137,8 @@ func Stamp(headers amqp.Table, f Failure, attempts int, class Class) amqp.Table 
 		}
 	}
 	setOnce(HeaderFirstFailure, at)
-	setOnce(HeaderOriginExchange, f.Exchange)
-	setOnce(HeaderOriginRoutingKey, f.RoutingKey)
+	setOnce(HeaderOriginExchange, truncate(f.Exchange, maxNameLen))
+	setOnce(HeaderOriginRoutingKey, truncate(f.RoutingKey, maxNameLen))
 	out[HeaderLastFailure] = at
 	out[HeaderError] = truncate(f.Err, MaxErrorLen)
 	// The latest failure's, never an earlier one's: a retry that failed
@@ -146,9 +151,9 @@ func Stamp(headers amqp.Table, f Failure, attempts int, class Class) amqp.Table 
 		}
 	}
 	out[HeaderAttempts] = int32(max(0, min(attempts, math.MaxInt32)))
-	out[HeaderOriginQueue] = f.Queue
-	out[HeaderConsumer] = f.Consumer
-	out[HeaderHost] = f.Host
+	out[HeaderOriginQueue] = truncate(f.Queue, maxNameLen)
+	out[HeaderConsumer] = truncate(f.Consumer, maxNameLen)
+	out[HeaderHost] = truncate(f.Host, maxNameLen)
 	if class != "" {
 		out[HeaderErrorClass] = string(class)
 	} else {

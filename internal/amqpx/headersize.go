@@ -10,12 +10,14 @@ import (
 
 // MaxContentHeader is the largest content header (properties and headers
 // table) a warren producer publishes: frame_max less copyHeadroom, the
-// room a consumer's retry or dead letter needs for its record. A larger
-// one either closes the publishing connection (over frame_max:
-// FRAME_ERROR frame_too_large, and a relay would meet the same row first
-// in every session, for ever) or reaches a consumer whose copies must drop
-// the producer's headers to stay readable (dlq.Fit).
-const MaxContentHeader = frameMax - copyHeadroom - frameHdrSize - 1
+// room dlq.Fit keeps free in a copy, and less dlq.MaxRecordBytes, the
+// consumer's record in that copy. A larger one either closes the
+// publishing connection (over frame_max: FRAME_ERROR frame_too_large, and
+// a relay would meet the same row first in every session, for ever) or
+// reaches a consumer whose retries and dead letters must drop the
+// producer's headers to stay readable (dlq.Fit): for a CloudEvent in
+// binary mode, whose headers are the event, that is the event lost.
+const MaxContentHeader = frameMax - copyHeadroom - dlq.MaxRecordBytes - frameHdrSize - 1
 
 // copyHeadroom is the room below frame_max that dlq.Fit keeps for what a
 // consumer's copy adds (its record, a retry hop's x-death, a replay's
