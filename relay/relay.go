@@ -88,9 +88,17 @@ func New(cfg Config) (*Relay, error) {
 	if cfg.OrderByEntity {
 		sql.claim = sql.claimOrdered
 	}
+	enc := engine.Encoding{Envelope: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, CloudEvents: cfg.CloudEvents}
+	if cfg.Schema == outbox.SchemaPlane {
+		// Plane's rows have no version; Plane's envelope says the
+		// publisher's (1.0), and a CloudEvent of the same row must too,
+		// or the consumers' contracts (contract/plane, at 1.0) would not
+		// apply to it.
+		enc.DefaultVersion = cfg.Publisher.Version
+	}
 	r := &Relay{
 		cfg:    cfg,
-		enc:    engine.Encoding{Envelope: warren.Encoder{Format: cfg.Format, Publisher: cfg.Publisher}, CloudEvents: cfg.CloudEvents},
+		enc:    enc,
 		outbox: ob,
 		log:    cfg.Logger.With("relay", cfg.Name, "outbox", cfg.Table, "exchange", cfg.Exchange),
 		wake:   newWakeup(),

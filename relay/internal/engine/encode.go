@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"time"
@@ -33,6 +34,9 @@ func PlaneProperties(msg *amqp.Publishing, now time.Time) {
 type Encoding struct {
 	Envelope    warren.Encoder
 	CloudEvents *cloudevents.Encoder
+	// DefaultVersion is a CloudEvent's version when its event has none:
+	// on Plane's table, the version Plane's envelope would have said.
+	DefaultVersion string
 }
 
 // Encode returns the message for row: its event encoded by enc, with the
@@ -52,7 +56,9 @@ func Encode(enc Encoding, row outbox.Row, maxBytes int) (amqp.Publishing, error)
 	var msg amqp.Publishing
 	var err error
 	if enc.CloudEvents != nil {
-		msg, err = amqpx.CloudEventPublishing(*enc.CloudEvents, row.Event)
+		ev := row.Event
+		ev.Version = cmp.Or(ev.Version, enc.DefaultVersion)
+		msg, err = amqpx.CloudEventPublishing(*enc.CloudEvents, ev)
 	} else {
 		msg, err = amqpx.EncodedPublishing(enc.Envelope, row.Event, row.ID)
 	}
