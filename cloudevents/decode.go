@@ -455,6 +455,11 @@ func assemble(attrs map[string]value, data []byte, mode Mode) (Event, error) {
 func timeOf(v value) (t time.Time, err error) {
 	switch v.kind {
 	case kTimestamp:
+		// An AMQP timestamp reaches the year 292277026596; RFC 3339,
+		// which Encode writes the time in, stops at 9999.
+		if y := v.t.UTC().Year(); y < 0 || y > 9999 {
+			return t, fmt.Errorf("the timestamp's year %d is outside 0000-9999, which RFC 3339 can write", y)
+		}
 		return v.t, nil
 	case kString:
 		return parseTime(v.s)

@@ -571,3 +571,20 @@ func TestPublisherSource(t *testing.T) {
 		}
 	}
 }
+
+// A binary-mode time header of AMQP's timestamp type reaches years RFC
+// 3339 cannot write: Decode refuses one past 9999, so every event it
+// accepts is one Encode and warren's envelope write back.
+func TestDecodeRefusesATimestampPastYear9999(t *testing.T) {
+	h := amqp.Table{
+		"cloudEvents:specversion": "1.0", "cloudEvents:id": "e1", "cloudEvents:source": "/x", "cloudEvents:type": "a.b",
+		"cloudEvents:time": time.Unix(1<<40, 0),
+	}
+	if ce, err := cloudevents.Decode("application/json", h, []byte(`{"data":{}}`)); err == nil {
+		t.Errorf("decoded a time in the year %d, which Encode cannot write", ce.Event.CreatedAt.Year())
+	}
+	h["cloudEvents:time"] = time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+	if _, err := cloudevents.Decode("application/json", h, []byte(`{"data":{}}`)); err != nil {
+		t.Errorf("the last second of 9999: %v", err)
+	}
+}

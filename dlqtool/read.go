@@ -111,13 +111,26 @@ func (q *Queue) Stats(ctx context.Context, opts StatsOptions) (Stats, error) {
 			byType.add(m.EventType, died, "")
 			byError.add(dlq.Signature(m.Metadata.Class, m.Metadata.Error), died, m.Metadata.Error)
 			if md := m.Metadata; md.Field != "" {
-				byField.add(strings.TrimSpace(md.Contract+" "+md.Field), died, "")
+				byField.add(fieldKey(md.Contract, md.Field), died, "")
 			}
 		}
 		return true, nil
 	})
 	st.ByClass, st.ByType, st.ByError, st.ByField = byClass.sorted(), byType.sorted(), byError.sorted(), byField.sorted()
 	return st, err
+}
+
+// fieldKey is a ByField group's key: the contract and the field, each
+// array index in the field's path as <n>, as dlq.Signature writes numbers,
+// so that one failure met at label_ids.0 and label_ids.5 is one group.
+func fieldKey(contract, field string) string {
+	parts := strings.Split(field, ".")
+	for i, p := range parts {
+		if p != "" && strings.Trim(p, "0123456789") == "" {
+			parts[i] = "<n>"
+		}
+	}
+	return strings.TrimSpace(contract + " " + strings.Join(parts, "."))
 }
 
 type grouper map[string]*Group
