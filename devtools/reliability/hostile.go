@@ -258,9 +258,10 @@ func hostileCases() []hostileCase {
 			return jsonMessage(id, mustJSON(validEvent(id, "reliability.unknown-type")))
 		}, delivered, ignored),
 		// A valid envelope whose payload.data has the wrong shape: the
-		// webhook forwards bytes and delivers it; the automation reads the
-		// data, and must dead-letter it as permanent, not retry it.
-		c("payload-data-wrong-type", wrongPayloadData, delivered, deadAs(dlq.ClassPermanent, "payload.data")),
+		// webhook forwards bytes and delivers it; the automation's typed
+		// handler (warren.Typed) never sees it: dead-lettered at once as
+		// undecodable, naming the field, not retried.
+		c("payload-data-wrong-type", wrongPayloadData, delivered, deadAs(dlq.ClassUndecodable, "payload.data")),
 	)
 	validOf := func(eventType string) func(id string) amqp.Publishing {
 		return func(id string) amqp.Publishing { return jsonMessage(id, mustJSON(validEvent(id, eventType))) }
@@ -286,7 +287,7 @@ func hostileCases() []hostileCase {
 		// this consumer's queue and the real exchange (finding 3).
 		c("forged-headers-bad-body", withHeaders(body(func(id string) []byte { return []byte(`{"event_id":"` + id + `"`) }), forgedHeaders),
 			deadAs(dlq.ClassUndecodable, "invalid event"), deadAs(dlq.ClassUndecodable, "invalid event")),
-		c("forged-headers-refused", withHeaders(wrongPayloadData, forgedHeaders), delivered, deadAs(dlq.ClassPermanent, "payload.data")),
+		c("forged-headers-refused", withHeaders(wrongPayloadData, forgedHeaders), delivered, deadAs(dlq.ClassUndecodable, "payload.data")),
 		// The same refusal through the secret endpoint, with forged
 		// headers: both findings at once.
 		c("forged-headers-secret-url", withHeaders(validOf(secretPrefix+"updated"), forgedHeaders), refused("400"), ignored),
