@@ -33,13 +33,13 @@ func BenchmarkConsume(b *testing.B) {
 		drain func(ctx context.Context, e *env, filled func()) (time.Duration, error)
 	}{
 		{"raw", func(ctx context.Context, e *env, filled func()) (time.Duration, error) {
-			return rawDrain(ctx, e, workers, 100, nil, filled)
+			return rawDrain(ctx, e, nil, workers, 100, nil, filled)
 		}},
 		{"warren", func(ctx context.Context, e *env, filled func()) (time.Duration, error) {
 			return warrenDrain(ctx, e, nil, nil, filled)
 		}},
 		{"raw-setnx", func(ctx context.Context, e *env, filled func()) (time.Duration, error) {
-			return rawDrain(ctx, e, workers, 1, rawRedisSetNX, filled)
+			return rawDrain(ctx, e, nil, workers, 1, rawRedisSetNX, filled)
 		}},
 		{"warren-redis-dedup", func(ctx context.Context, e *env, filled func()) (time.Duration, error) {
 			return warrenDrain(ctx, e, nil, warrenRedisDedup, filled)

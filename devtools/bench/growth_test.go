@@ -70,7 +70,7 @@ func growthResults() []result {
 	sides := []variant{{name: "raw"}, {name: "warren"}}
 	return []result{
 		point(workersDim, "", "1", two, sides, []figures{{100, 5}, {120, 4}, {110, 6}}, []figures{{90, 7}, {95, 9}, {99, 8}}),
-		resultOf(consumeScenario(), rates(1), rates(1), rates(1), rates(1), rates(1), rates(1), rates(1)),
+		resultOf(consumeScenario(), rates(1), rates(1), rates(1), rates(1), rates(1), rates(1), rates(1), rates(1)),
 		point(workersDim, "", "4", two, sides, []figures{{200, 3}}),
 		point(payloadDim, "consume", "300 B", nil, sides, rates(1000), rates(800)),
 		point(payloadDim, "relay", "300 B", nil, sides, rates(500), rates(450)),

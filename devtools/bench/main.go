@@ -208,6 +208,9 @@ func main() {
 			}
 			for _, i := range order {
 				v := s.variants[i]
+				// The start time lets a slow round be matched with what
+				// else the machine did then (checkpoints, other processes).
+				started := time.Now()
 				f, err := v.run(ctx, e)
 				if err == nil && len(f) != len(s.metricList()) {
 					err = fmt.Errorf("returned %d figures for %d metrics", len(f), len(s.metricList()))
@@ -217,7 +220,7 @@ func main() {
 					fatal(fmt.Errorf("%s / %s: %w", s.name, v.name, err))
 				}
 				r.samples[i] = append(r.samples[i], f)
-				fmt.Fprintf(os.Stderr, "   round %d  %-52s %s\n", round+1, v.name, formatFigures(s.metricList(), f))
+				fmt.Fprintf(os.Stderr, "   %s round %d  %-52s %s\n", started.UTC().Format("15:04:05"), round+1, v.name, formatFigures(s.metricList(), f))
 			}
 		}
 		if s.done != nil {
