@@ -80,18 +80,77 @@ func ReadMessages(r io.Reader) ([]Message, error) {
 // in its read buffer, so reading holds one line (and the message decoded
 // from it), never the file.
 type exportReader struct {
-	br   *bufio.Reader
-	max  int
-	line int // the number of the line last read
+	br      *bufio.Reader
+	max     int
+	longest int // when the buffer was sized to the longest line found by a first read; else 0
+	line    int // the number of the line last read
 }
 
+// newExportReader reads r with a buffer that holds a line of maxLineBytes
+// and its newline. Count that buffer as resident: the Go runtime zeroes a
+// large allocation whole when it reuses memory, which depends on when the
+// collector last ran. An import sizes it to the file's longest line
+// instead (newExportReaderFor).
 func newExportReader(r io.Reader, maxLineBytes int) *exportReader {
 	max := cmp.Or(maxLineBytes, MaxLineBytes)
-	// The buffer holds the longest line and its newline. Fed small reads,
-	// bufio fills it only as far as the lines it is asked for reach, and
-	// memory the program never writes is never given to it: a file of short
-	// lines costs little, whatever the bound.
 	return &exportReader{br: bufio.NewReaderSize(smallReads{r}, max+1), max: max}
+}
+
+// newExportReaderFor reads src, from where it stands, with a buffer of its
+// longest line (or of maxLineBytes+1 when a line is longer, which next
+// then refuses): a file of short lines costs little, whatever the bound.
+// Finding the longest line reads src once more, in small pieces; src is
+// left where it stood.
+func newExportReaderFor(src io.ReadSeeker, maxLineBytes int) (*exportReader, error) {
+	max := cmp.Or(maxLineBytes, MaxLineBytes)
+	start, err := src.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return nil, err
+	}
+	// A line holds at most max bytes and its newline; one byte more lets
+	// the last line, without a newline, end before the buffer is full.
+	longest, err := longestLine(src, max+1)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := src.Seek(start, io.SeekStart); err != nil {
+		return nil, err
+	}
+	r := &exportReader{br: bufio.NewReaderSize(smallReads{src}, min(longest, max)+1), max: max}
+	if longest <= max {
+		r.longest = longest
+	}
+	return r, nil
+}
+
+// longestLine is the length of r's longest line, its newline included,
+// or limit+1 as soon as one is longer than limit.
+func longestLine(r io.Reader, limit int) (int, error) {
+	buf := make([]byte, 64<<10)
+	longest, current := 0, 0
+	for {
+		n, err := r.Read(buf)
+		chunk := buf[:n]
+		for len(chunk) > 0 {
+			i := bytes.IndexByte(chunk, '\n')
+			if i < 0 {
+				current += len(chunk)
+				break
+			}
+			longest = max(longest, current+i+1)
+			current = 0
+			chunk = chunk[i+1:]
+		}
+		if longest > limit || current > limit {
+			return limit + 1, nil
+		}
+		if errors.Is(err, io.EOF) {
+			return max(longest, current), nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 }
 
 // smallReads passes on reads of at most 64 KiB, so a large bufio buffer
@@ -114,7 +173,11 @@ func (r *exportReader) next(withBody bool) (Message, error) {
 	for {
 		r.line++
 		line, err := r.br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull) && r.longest > 0:
+			// The buffer holds the longest line the first read found.
+			err = fmt.Errorf("longer than when the file was first read (%d bytes): the file changed", r.longest)
+		case errors.Is(err, bufio.ErrBufferFull):
 			err = fmt.Errorf("%w: longer than %d bytes", ErrLineTooLong, r.max)
 		}
 		if err != nil && !errors.Is(err, io.EOF) {

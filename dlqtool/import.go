@@ -102,7 +102,8 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 // and every message as Import does, and counts them, so a damaged file or
 // a message the client or broker would refuse is refused whole, before
 // anything is published; then opts.Checked is called. Memory holds the
-// longest line and one decoded message, about twice the line. The second pass
+// longest line and one decoded message, about twice the line (a first
+// read of src, in small pieces, finds the longest line). The second pass
 // reads src again from the start and publishes each message as it is
 // read. Both passes start where src stands when ImportFile is called.
 // A file that changed between the passes stops the import there,
@@ -114,7 +115,10 @@ func (q *Queue) ImportFile(ctx context.Context, src io.ReadSeeker, opts ImportOp
 	if err != nil {
 		return im.res, fmt.Errorf("import: %w", err)
 	}
-	checks := newExportReader(src, opts.MaxLineBytes)
+	checks, err := newExportReaderFor(src, opts.MaxLineBytes)
+	if err != nil {
+		return im.res, fmt.Errorf("import: %w", err)
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return im.res, err
