@@ -55,14 +55,14 @@ func TestHandlerErrorSecretsStayOutOfHeadersAndLogs(t *testing.T) {
 	if meta.Class != dlq.ClassExhausted || meta.Attempts != 2 {
 		t.Errorf("dead letter class %q after %d attempts, want exhausted after 2 (the redacted error must still classify)", meta.Class, meta.Attempts)
 	}
-	// The dead-lettered line follows the confirm of the copy we just read.
-	testenv.WaitFor(t, 60*time.Second, "the dead-lettered log line", func() bool { return logs.has("dead-lettered") })
-	log := logs.String()
-	for _, line := range []string{"retry scheduled", "event failed, will retry", "event failed, attempts exhausted"} {
-		if !strings.Contains(log, line) {
-			t.Errorf("log has no %q line carrying the error", line)
-		}
+	// Each line is written, but not in the order of the attempts: a move's
+	// line ("retry scheduled", "dead-lettered") follows the confirm of its
+	// copy, and on a busy machine the retried copy can be handled and
+	// dead-lettered before the first attempt's worker logs its retry.
+	for _, line := range []string{"dead-lettered", "retry scheduled", "event failed, will retry", "event failed, attempts exhausted"} {
+		testenv.WaitFor(t, 60*time.Second, "the "+line+" log line", func() bool { return logs.has(line) })
 	}
+	log := logs.String()
 	for where, text := range map[string]string{"x-warren-error header": meta.Error, "log": log} {
 		for _, secret := range []string{"s3cr3t-pw", "tok-123"} {
 			if strings.Contains(text, secret) {
