@@ -127,9 +127,16 @@ func newExportReaderFor(src io.ReadSeeker, maxLineBytes int) (*exportReader, err
 // or limit+1 as soon as one is longer than limit.
 func longestLine(r io.Reader, limit int) (int, error) {
 	buf := make([]byte, 64<<10)
-	longest, current := 0, 0
+	longest, current, empty := 0, 0, 0
 	for {
 		n, err := r.Read(buf)
+		// A reader that keeps returning nothing and no error would hold
+		// the import for ever; bufio gives up on it the same way.
+		if empty = empty + 1; n > 0 || err != nil {
+			empty = 0
+		} else if empty == 100 {
+			return 0, io.ErrNoProgress
+		}
 		chunk := buf[:n]
 		for len(chunk) > 0 {
 			i := bytes.IndexByte(chunk, '\n')

@@ -97,17 +97,22 @@ func (q *Queue) Import(ctx context.Context, msgs []Message, opts ImportOptions) 
 }
 
 // ImportFile publishes the messages of an export file, as [Queue.Import]
-// does, holding one line of it in memory at a time: it reads src twice.
-// The first pass checks every line (lines of at most opts.MaxLineBytes)
-// and every message as Import does, and counts them, so a damaged file or
-// a message the client or broker would refuse is refused whole, before
-// anything is published; then opts.Checked is called. Memory holds the
-// longest line and one decoded message, about twice the line (a first
-// read of src, in small pieces, finds the longest line). The second pass
-// reads src again from the start and publishes each message as it is
-// read. Both passes start where src stands when ImportFile is called.
+// does, holding one line of it in memory at a time: it reads src three
+// times. A first read, in small pieces, finds the longest line, which
+// sizes the read buffer. The checking pass checks every line (lines of at
+// most opts.MaxLineBytes) and every message as Import does, and counts
+// them, so a damaged file or a message the client or broker would refuse
+// is refused whole, before anything is published; then opts.Checked is
+// called. Memory holds the longest line and one decoded message, about
+// twice the line. The publishing pass reads src again from the start and
+// publishes each message as it is read. Both passes start where src stands when ImportFile is called.
 // A file that changed between the passes stops the import there,
 // with Result.Done messages published.
+//
+// Known limits: a line's bound counts a CRLF line's carriage return; a
+// bound under 16 bytes admits lines of up to 15 (bufio's smallest
+// buffer); a line whose text changes between the checking and publishing
+// passes, but not its length, is published unchecked by the broker.
 func (q *Queue) ImportFile(ctx context.Context, src io.ReadSeeker, opts ImportOptions) (Result, error) {
 	im := q.newImport(opts, 0)
 	defer im.close()

@@ -371,3 +371,18 @@ func TestExportReaderForSizesItsBufferToTheLongestLine(t *testing.T) {
 		t.Errorf("a line that grew between the passes: %v; want the file changed, not a line over the bound", err)
 	}
 }
+
+// stuckReader returns nothing, and no error, for ever.
+type stuckReader struct{}
+
+func (stuckReader) Read([]byte) (int, error) { return 0, nil }
+
+// A reader that makes no progress ends the search for the longest line
+// with io.ErrNoProgress, as bufio ends a read, instead of holding the
+// import for ever.
+func TestLongestLineRefusesAReaderThatMakesNoProgress(t *testing.T) {
+	t.Parallel()
+	if _, err := longestLine(stuckReader{}, 100); !errors.Is(err, io.ErrNoProgress) {
+		t.Errorf("longestLine of a stuck reader: %v, want io.ErrNoProgress", err)
+	}
+}
